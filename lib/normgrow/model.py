@@ -1,0 +1,276 @@
+"""The student: a Qwen3-style decoder whose norm placement is a parameter and whose depth can grow.
+
+Architecture (each choice follows transformers' Qwen3 so a pre-norm student exports to Qwen3ForCausalLM):
+  - RMSNorm computed in float32, cast back to the input dtype, then multiplied by the gain (Qwen3RMSNorm).
+  - Attention: grouped-query attention (n_kv_heads divides n_heads), q/k/v/o projections without bias,
+    per-head RMSNorm over head_dim on queries and keys (q_norm, k_norm) applied BEFORE RoPE, RoPE with the
+    rotate_half convention and the default rope type (inv_freq = theta^(-2i/head_dim)), causal scaled
+    dot-product attention with scale 1/sqrt(head_dim). No dropout anywhere.
+  - MLP: SwiGLU, down_proj(silu(gate_proj(x)) * up_proj(x)).
+  - Head: tied to the embedding matrix (tie_embeddings) or a separate bias-free linear layer.
+
+Norm placement (cfg.norm), the variable of the study:
+  pre   h = h + attn(attn_norm(h)); h = h + mlp(mlp_norm(h)); a final norm before the head (Qwen3).
+        The residual stream is never normalised, so its scale can drift with depth.
+  post  h = attn_norm(h + attn(h)); h = mlp_norm(h + mlp(h)); NO separate final norm: the last block's
+        output norm already feeds the head (classical post-LN, Vaswani et al. 2017; Xiong et al. 2020).
+        Every block boundary is an RMSNorm output, so its scale is pinned by the gains.
+The two placements have exactly the same parameters except the final norm (pre only).
+
+Initialisation: every linear and embedding weight ~ N(0, init_std) (transformers' initializer_range; no
+depth-dependent rescaling, so pre and post start from the same distribution and an appended block is
+initialised exactly like a block present from step 0); norm gains are 1.
+
+Growth: append_blocks() stacks new blocks on top of the trained prefix, under the final norm and the head,
+so each new block receives the prefix's boundary representation h_N. Initialisations: "random" (fresh),
+"copy_last" (deep copy of the last block, progressive stacking), "zero_out" (fresh with o_proj and down_proj
+zeroed, LLaMA Pro: an exact identity under pre-norm; under post-norm the block still applies its norms, so
+it is not an identity unless its input is already normalised with unit gains).
+
+Parameter names map to transformers' Qwen3 as follows (see export.py):
+  embed_tokens.weight                 model.embed_tokens.weight
+  blocks.{i}.self_attn.{q,k,v,o}_proj model.layers.{i}.self_attn.{q,k,v,o}_proj
+  blocks.{i}.self_attn.{q,k}_norm     model.layers.{i}.self_attn.{q,k}_norm
+  blocks.{i}.attn_norm                model.layers.{i}.input_layernorm
+  blocks.{i}.mlp_norm                 model.layers.{i}.post_attention_layernorm
+  blocks.{i}.mlp.{gate,up,down}_proj  model.layers.{i}.mlp.{gate,up,down}_proj
+  norm (pre only)                     model.norm
+  lm_head (untied only)               lm_head
+The norms are named after the sublayer they belong to rather than HF's names, because under post-norm the
+attention norm is applied after the attention, not at the block input.
+"""
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+NORMS = ("pre", "post")
+BLOCK_INITS = ("random", "copy_last", "zero_out")
+
+
+@dataclass
+class StudentConfig:
+    vocab_size: int
+    n_layers: int
+    d_model: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    d_ff: int
+    norm: str = "pre"  # pre | post
+    tie_embeddings: bool = True
+    rope_theta: float = 10000.0
+    rms_eps: float = 1e-6
+    init_std: float = 0.02
+    max_seq_len: int = 4096
+
+    def __post_init__(self):
+        if self.norm not in NORMS:
+            raise ValueError(f"StudentConfig.norm={self.norm!r} is not supported; allowed values: {', '.join(NORMS)}")
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(f"StudentConfig.n_heads={self.n_heads} must be a multiple of n_kv_heads={self.n_kv_heads}")
+        if self.head_dim % 2:
+            raise ValueError(f"StudentConfig.head_dim={self.head_dim} must be even (RoPE rotates pairs)")
+
+
+class RMSNorm(nn.Module):
+    """transformers' Qwen3RMSNorm: normalise in float32, cast back, multiply by the gain."""
+
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(x.dtype)
+
+
+class RotaryEmbedding(nn.Module):
+    """Default RoPE: cos/sin [T, head_dim] in float32 for positions 0..T-1 (frequencies duplicated per half)."""
+
+    def __init__(self, head_dim: int, theta: float):
+        super().__init__()
+        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim))
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def forward(self, seq_len: int) -> tuple[Tensor, Tensor]:
+        freqs = torch.arange(seq_len, device=self.inv_freq.device).float()[:, None] * self.inv_freq
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos(), emb.sin()
+
+
+def rotate_half(x: Tensor) -> Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rope(x: Tensor, rope: tuple[Tensor, Tensor]) -> Tensor:
+    """x [B, H, T, head_dim]; rope = (cos, sin) [T, head_dim]."""
+    cos, sin = (t.to(x.dtype) for t in rope)
+    return x * cos + rotate_half(x) * sin
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: StudentConfig):
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        self.q_proj = nn.Linear(cfg.d_model, cfg.n_heads * cfg.head_dim, bias=False)
+        self.k_proj = nn.Linear(cfg.d_model, cfg.n_kv_heads * cfg.head_dim, bias=False)
+        self.v_proj = nn.Linear(cfg.d_model, cfg.n_kv_heads * cfg.head_dim, bias=False)
+        self.o_proj = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.d_model, bias=False)
+        self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_eps)
+        self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_eps)
+
+    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor]) -> Tensor:
+        B, T, _ = x.shape
+        q = self.q_norm(self.q_proj(x).view(B, T, self.n_heads, self.head_dim)).transpose(1, 2)
+        k = self.k_norm(self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim)).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        q, k = apply_rope(q, rope), apply_rope(k, rope)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.head_dim ** -0.5,
+                                           enable_gqa=self.n_kv_heads != self.n_heads)
+        return self.o_proj(y.transpose(1, 2).reshape(B, T, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: StudentConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
+        self.up_proj = nn.Linear(cfg.d_model, cfg.d_ff, bias=False)
+        self.down_proj = nn.Linear(cfg.d_ff, cfg.d_model, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Block(nn.Module):
+    """One decoder block; self.norm is its placement ("pre" or "post")."""
+
+    def __init__(self, cfg: StudentConfig):
+        super().__init__()
+        self.norm = cfg.norm
+        self.self_attn = Attention(cfg)
+        self.mlp = MLP(cfg)
+        self.attn_norm = RMSNorm(cfg.d_model, cfg.rms_eps)
+        self.mlp_norm = RMSNorm(cfg.d_model, cfg.rms_eps)
+
+    def forward(self, x: Tensor, rope: tuple[Tensor, Tensor], return_residual_sum: bool = False):
+        """Block output; with return_residual_sum, (output, residual sum x' + mlp(.) before the output norm).
+
+        Under pre-norm there is no output norm, so the residual sum is the output itself.
+        """
+        if self.norm == "pre":
+            h = x + self.self_attn(self.attn_norm(x), rope)
+            out = residual_sum = h + self.mlp(self.mlp_norm(h))
+        else:
+            h = self.attn_norm(x + self.self_attn(x, rope))
+            residual_sum = h + self.mlp(h)
+            out = self.mlp_norm(residual_sum)
+        return (out, residual_sum) if return_residual_sum else out
+
+
+def init_weights(module: nn.Module, std: float, generator: torch.Generator | None = None) -> None:
+    """N(0, std) for every linear and embedding weight below module; norm gains 1."""
+    for m in module.modules():
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            with torch.no_grad():
+                m.weight.normal_(0.0, std, generator=generator)
+        elif isinstance(m, RMSNorm):
+            nn.init.ones_(m.weight)
+
+
+class Student(nn.Module):
+    def __init__(self, cfg: StudentConfig):
+        super().__init__()
+        self.cfg = copy.copy(cfg)  # append_blocks updates n_layers; never mutate the caller's object
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.norm = RMSNorm(cfg.d_model, cfg.rms_eps) if cfg.norm == "pre" else nn.Identity()
+        self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.rope = RotaryEmbedding(cfg.head_dim, cfg.rope_theta)
+        init_weights(self, cfg.init_std)
+
+    @property
+    def head_weight(self) -> Tensor:
+        """[V, d]: the embedding matrix when tied."""
+        return self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+
+    def boundaries(self, idx: Tensor) -> list[Tensor]:
+        """Residual stream at every block boundary: [h_0 = embeddings, h_1, ..., h_N], each [B, T, d]."""
+        T = idx.shape[1]
+        if T > self.cfg.max_seq_len:
+            raise ValueError(f"sequence length {T} exceeds max_seq_len={self.cfg.max_seq_len}")
+        rope = self.rope(T)
+        hs = [self.embed_tokens(idx)]
+        for block in self.blocks:
+            hs.append(block(hs[-1], rope))
+        return hs
+
+    def hidden(self, idx: Tensor) -> Tensor:
+        """[B, T, d]: the final hidden state the head consumes (final norm for pre, h_N itself for post)."""
+        return self.norm(self.boundaries(idx)[-1])
+
+    def forward(self, idx: Tensor) -> Tensor:
+        """Logits [B, T, V]."""
+        return F.linear(self.hidden(idx), self.head_weight)
+
+    def append_blocks(self, n: int, init: str = "random", generator: torch.Generator | None = None) -> None:
+        """Stack n new blocks on top (under the final norm and head); see the module docstring for init."""
+        if init not in BLOCK_INITS:
+            raise ValueError(f"append_blocks init={init!r}; allowed values: {', '.join(BLOCK_INITS)}")
+        if init == "copy_last" and not len(self.blocks):
+            raise ValueError("append_blocks init='copy_last' needs at least one existing block")
+        ref = self.embed_tokens.weight
+        for _ in range(n):
+            if init == "copy_last":
+                block = copy.deepcopy(self.blocks[-1])
+            else:
+                block = Block(self.cfg)
+                init_weights(block, self.cfg.init_std, generator)
+                if init == "zero_out":
+                    nn.init.zeros_(block.self_attn.o_proj.weight)
+                    nn.init.zeros_(block.mlp.down_proj.weight)
+            self.blocks.append(block.to(device=ref.device, dtype=ref.dtype))
+        self.cfg.n_layers = len(self.blocks)
+
+
+def save_student(path, model: Student, extra: dict | None = None) -> None:
+    """torch.save({"config", "model", **extra}) atomically (temporary file, then os.replace)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save({"config": asdict(model.cfg), "model": model.state_dict(), **(extra or {})}, tmp)
+    os.replace(tmp, path)
+
+
+def resolve_checkpoint(path) -> Path:
+    """A .pt file, a run dir (checkpoints/final.pt) or a normgrow export dir (student.pt)."""
+    path = Path(path)
+    if path.is_dir():
+        for candidate in (path / "checkpoints" / "final.pt", path / "student.pt"):
+            if candidate.is_file():
+                return candidate
+        raise FileNotFoundError(f"{path} holds neither checkpoints/final.pt (a run dir) nor student.pt (an export)")
+    if not path.is_file():
+        raise FileNotFoundError(f"no checkpoint at {path}")
+    return path
+
+
+def load_checkpoint(path, map_location="cpu") -> tuple[Student, dict]:
+    """(student, extra): the model saved by save_student and the extra entries saved with it."""
+    ckpt = torch.load(resolve_checkpoint(path), map_location=map_location, weights_only=True)
+    model = Student(StudentConfig(**ckpt.pop("config")))
+    model.load_state_dict(ckpt.pop("model"))
+    return model, ckpt
+
+
+def load_student(path, map_location="cpu") -> Student:
+    return load_checkpoint(path, map_location)[0]

@@ -1,0 +1,160 @@
+import copy
+
+import pytest
+import torch
+
+from normgrow.model import Student, StudentConfig, load_checkpoint, load_student, save_student
+
+V = 128
+
+
+def make(norm="pre", n_layers=2, **kw):
+    torch.manual_seed(0)
+    cfg = StudentConfig(vocab_size=V, n_layers=n_layers, d_model=32, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=48,
+                        norm=norm, **kw)
+    return Student(cfg).eval()
+
+
+def tokens(B=2, T=10, seed=1):
+    return torch.randint(V, (B, T), generator=torch.Generator().manual_seed(seed))
+
+
+def test_config_validation():
+    with pytest.raises(ValueError, match="norm='sandwich'.*pre, post"):
+        StudentConfig(vocab_size=V, n_layers=1, d_model=32, n_heads=4, n_kv_heads=2, head_dim=8, d_ff=48,
+                      norm="sandwich")
+    with pytest.raises(ValueError, match="multiple of n_kv_heads"):
+        StudentConfig(vocab_size=V, n_layers=1, d_model=32, n_heads=4, n_kv_heads=3, head_dim=8, d_ff=48)
+
+
+def test_init_and_shapes():
+    m = make(tie_embeddings=False, init_std=0.05)
+    for name, p in m.named_parameters():
+        if "norm" in name:
+            assert torch.all(p == 1), name
+        else:
+            assert abs(p.std().item() - 0.05) < 0.01, name
+    idx = tokens()
+    assert m(idx).shape == (2, 10, V)
+    assert m.head_weight is m.lm_head.weight
+    tied = make()
+    assert tied.lm_head is None and tied.head_weight is tied.embed_tokens.weight
+
+
+def test_causal():
+    m = make()
+    idx = tokens()
+    idx2 = idx.clone()
+    idx2[:, 6:] = (idx2[:, 6:] + 1) % V
+    with torch.no_grad():
+        assert torch.allclose(m(idx)[:, :6], m(idx2)[:, :6], atol=1e-6)
+
+
+@pytest.mark.parametrize("norm", ["pre", "post"])
+def test_boundaries(norm):
+    m = make(norm, n_layers=3)
+    idx = tokens()
+    with torch.no_grad():
+        hs = m.boundaries(idx)
+        assert len(hs) == 4
+        assert torch.equal(hs[0], m.embed_tokens(idx))
+        last = m.norm(hs[-1]) if norm == "pre" else hs[-1]
+        assert torch.equal(m.hidden(idx), last)
+        assert torch.equal(m(idx), last @ m.head_weight.T)
+
+
+def test_post_norm_has_no_final_norm_and_normalised_boundaries():
+    m = make("post")
+    assert not any(name.startswith("norm.") for name, _ in m.named_parameters())
+    with torch.no_grad():
+        for h in m.boundaries(tokens())[1:]:
+            assert torch.allclose(h.pow(2).mean(-1), torch.ones(()), atol=1e-3)  # unit gains at init
+
+
+@pytest.mark.parametrize("norm", ["pre", "post"])
+def test_block_residual_sum(norm):
+    m = make(norm)
+    x = torch.randn(2, 5, 32)
+    rope = m.rope(5)
+    block = m.blocks[0]
+    with torch.no_grad():
+        out, s = block(x, rope, return_residual_sum=True)
+        assert torch.equal(out, block(x, rope))
+        assert torch.equal(out, s if norm == "pre" else block.mlp_norm(s))
+
+
+@pytest.mark.parametrize("norm", ["pre", "post"])
+@pytest.mark.parametrize("init", ["random", "copy_last", "zero_out"])
+def test_append_blocks(norm, init):
+    m = make(norm)
+    idx = tokens()
+    old = copy.deepcopy(m.state_dict())
+    with torch.no_grad():
+        logits0, prefix_out = m(idx), m.boundaries(idx)[-1]
+    m.append_blocks(2, init=init, generator=torch.Generator().manual_seed(5))
+    assert m.cfg.n_layers == 4 and len(m.blocks) == 4
+    new = m.state_dict()
+    for k, v in old.items():
+        assert torch.equal(new[k], v), k  # prefix, embeddings, final norm untouched
+    seen = []
+    handle = m.blocks[2].register_forward_pre_hook(lambda mod, args: seen.append(args[0]))
+    with torch.no_grad():
+        logits1 = m(idx)
+    handle.remove()
+    assert torch.equal(seen[0], prefix_out)  # the first appended block reads the prefix's boundary
+    b1, b2, last = m.blocks[1].state_dict(), m.blocks[2].state_dict(), m.blocks[3].state_dict()
+    if init == "copy_last":
+        assert all(torch.equal(b1[k], b2[k]) and torch.equal(b1[k], last[k]) for k in b1)
+        assert m.blocks[2].self_attn.q_proj.weight is not m.blocks[1].self_attn.q_proj.weight
+    else:
+        assert not torch.equal(b2["self_attn.q_proj.weight"], b1["self_attn.q_proj.weight"])
+        assert not torch.equal(b2["self_attn.q_proj.weight"], last["self_attn.q_proj.weight"])
+    if init == "zero_out":
+        assert torch.all(b2["self_attn.o_proj.weight"] == 0) and torch.all(b2["mlp.down_proj.weight"] == 0)
+        if norm == "pre":
+            assert torch.equal(logits1, logits0)  # exact identity under pre-norm
+    if init == "random":
+        assert not torch.allclose(logits1, logits0)
+
+
+def test_append_blocks_generator_reproducible():
+    a, b = make(), make()
+    a.append_blocks(1, generator=torch.Generator().manual_seed(3))
+    b.append_blocks(1, generator=torch.Generator().manual_seed(3))
+    assert all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters()))
+    with pytest.raises(ValueError, match="copy_last, zero_out"):
+        a.append_blocks(1, init="identity")
+
+
+def test_caller_config_not_mutated():
+    m = make()
+    cfg = StudentConfig(**{**m.cfg.__dict__})
+    s = Student(cfg)
+    s.append_blocks(1)
+    assert cfg.n_layers == 2 and s.cfg.n_layers == 3
+
+
+@pytest.mark.parametrize("norm", ["pre", "post"])
+def test_save_load_roundtrip(tmp_path, norm):
+    m = make(norm, tie_embeddings=False)
+    m.append_blocks(1)
+    path = tmp_path / "run" / "checkpoints" / "final.pt"
+    save_student(path, m, {"step": 7, "tokenizer_dir": None})
+    assert not list(path.parent.glob("*.tmp"))
+    loaded, extra = load_checkpoint(tmp_path / "run")
+    assert extra == {"step": 7, "tokenizer_dir": None}
+    assert loaded.cfg == m.cfg
+    idx = tokens()
+    with torch.no_grad():
+        assert torch.equal(load_student(path)(idx), m(idx))
+
+
+def test_bf16_autocast_runs():
+    m = make("post")
+    idx = tokens()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = m(idx)
+    assert logits.dtype == torch.bfloat16
+    with torch.no_grad():
+        assert (logits.float() - m(idx)).abs().max() < 0.05
+
