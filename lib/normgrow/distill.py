@@ -1,0 +1,206 @@
+"""Distillation losses on logits, against a sparse top-k teacher, and a memory-bounded head.
+
+Rows: every function works on flattened positions, N = B * L (flatten_batch reshapes a [B, L, ...] batch).
+A batch is a mapping of tensors
+    targets   [N] long   next-token ids
+    topk_ids  [N, k] long  the teacher's top-k token ids
+    topk_logp [N, k]     the teacher's log-probabilities of those ids (temperature 1)
+    tail_logp [N]        log of the teacher's remaining mass, log(1 - sum exp topk_logp) (-inf if none)
+    mask      [N] bool   loss counted where True; False for padding and for positions whose next token is a
+                         new document's BOS. Every mean is over mask positions only, and masked rows get zero
+                         gradient (their inputs must still be finite numbers).
+
+Teacher target (teacher_logp):
+    bucket       k + 1 classes: the k cached tokens plus one "tail" class holding the remaining mass
+                 (DistillKit's explicit tail); the student's tail class is the sum of its probabilities outside
+                 the top-k ids. With k = V (empty tail) this is the dense soft-target CE.
+    renormalize  the top-k log-probs renormalised to sum to one; the tail is dropped. The student side stays a
+                 full-vocabulary distribution, so the loss also pushes mass off the non-top-k tokens.
+Temperature T: student logits / T; the teacher's k(+1) class log-probs / T, renormalised. At T = 1 this is
+exact; at T != 1 it tempers the *bucketed* teacher distribution (the tail is one class, not its tokens), which
+differs from tempering the full teacher logits. The Hinton et al. T^2 factor, which keeps gradient magnitudes
+comparable across temperatures, is applied only in the combined loss (distill_rows), never in topk_soft_ce.
+
+Loss option "ce" reports the soft-target CE; "kl" reports forward KL(p || q) = CE - H(p). The gradient with
+respect to the student is the same.
+"""
+from __future__ import annotations
+
+from contextlib import nullcontext
+from typing import Callable, Mapping
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .config import DistillParams
+
+TAILS = ("bucket", "renormalize")
+
+
+def _check_tail(tail: str) -> None:
+    if tail not in TAILS:
+        raise ValueError(f"tail={tail!r}; allowed values: {', '.join(TAILS)}")
+
+
+def teacher_logp(topk_logp: Tensor, tail_logp: Tensor, *, temperature: float = 1.0, tail: str = "bucket") -> Tensor:
+    """Teacher target log-probs [N, k+1] (bucket: last column is the tail) or [N, k] (renormalize)."""
+    _check_tail(tail)
+    logp = topk_logp.float()
+    if tail == "bucket":
+        logp = torch.cat([logp, tail_logp.float()[:, None]], dim=-1)
+    return torch.log_softmax(logp / temperature, dim=-1)
+
+
+def student_logq(logits: Tensor, topk_ids: Tensor, *, temperature: float = 1.0, tail: str = "bucket") -> Tensor:
+    """Student log-probs (float32) over the teacher's classes: [N, k+1] (bucket) or [N, k] (renormalize).
+
+    log q_tail = logsumexp(logits with the top-k entries masked) - logsumexp(logits). Masking uses the most
+    negative finite float rather than -inf, so an empty tail (k = V) gives a huge negative log q_tail with
+    finite gradients instead of NaN.
+    """
+    _check_tail(tail)
+    z = logits.float() / temperature
+    lse = torch.logsumexp(z, dim=-1, keepdim=True)
+    logq = z.gather(-1, topk_ids) - lse
+    if tail == "renormalize":
+        return logq
+    outside = z.scatter(-1, topk_ids, torch.finfo(z.dtype).min)
+    return torch.cat([logq, torch.logsumexp(outside, dim=-1, keepdim=True) - lse], dim=-1)
+
+
+def topk_soft_ce(logits: Tensor, topk_ids: Tensor, topk_logp: Tensor, tail_logp: Tensor, *,
+                 temperature: float = 1.0, tail: str = "bucket") -> Tensor:
+    """Per-row soft-target cross-entropy -sum_c p_c log q_c over the teacher's classes: [N] (no T^2 factor)."""
+    p = teacher_logp(topk_logp, tail_logp, temperature=temperature, tail=tail).exp()
+    logq = student_logq(logits, topk_ids, temperature=temperature, tail=tail)
+    return -(p * logq).sum(-1)
+
+
+def teacher_entropy(topk_logp: Tensor, tail_logp: Tensor, *, temperature: float = 1.0,
+                    tail: str = "bucket") -> Tensor:
+    """Per-row entropy H(p) [N] of the teacher target; forward KL = topk_soft_ce - teacher_entropy."""
+    p = teacher_logp(topk_logp, tail_logp, temperature=temperature, tail=tail).exp()
+    return -torch.special.xlogy(p, p).sum(-1)
+
+
+def next_token_ce(logits: Tensor, targets: Tensor) -> Tensor:
+    """Per-row next-token cross-entropy [N] in float32."""
+    return F.cross_entropy(logits.float(), targets, reduction="none")
+
+
+def masked_mean(per_row: Tensor, mask: Tensor) -> Tensor:
+    """Mean of per_row over mask positions (0 if none); masked rows contribute neither value nor gradient."""
+    return torch.where(mask, per_row, 0.0).sum() / mask.sum().clamp(min=1)
+
+
+def flatten_batch(batch: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """[B, L, ...] batch tensors -> [B * L, ...] rows (mask sets the leading shape)."""
+    lead = batch["mask"].dim()
+    return {name: t.flatten(0, lead - 1) for name, t in batch.items()}
+
+
+def distill_rows(logits: Tensor, batch: Mapping[str, Tensor], params: DistillParams) -> tuple[Tensor, dict]:
+    """Per-row training loss (1 - ce_weight) * T^2 * KD + ce_weight * CE, and per-row metrics.
+
+    Metrics: kd_ce (soft-target CE at params.temperature), ce (next-token CE), and kd_kl (forward KL) when
+    params.loss == "kl". The KD term of the loss is kd_ce or kd_kl per params.loss (same gradient).
+    """
+    T = params.temperature
+    kd_ce = topk_soft_ce(logits, batch["topk_ids"], batch["topk_logp"], batch["tail_logp"],
+                         temperature=T, tail=params.tail)
+    ce = next_token_ce(logits, batch["targets"])
+    metrics = {"kd_ce": kd_ce, "ce": ce}
+    if params.loss == "kl":
+        kd = metrics["kd_kl"] = kd_ce - teacher_entropy(batch["topk_logp"], batch["tail_logp"],
+                                                        temperature=T, tail=params.tail)
+    elif params.loss == "ce":
+        kd = kd_ce
+    else:
+        raise ValueError(f"distill.loss={params.loss!r}; allowed values: ce, kl")
+    w = params.ce_weight
+    return (1.0 - w) * T * T * kd + w * ce, metrics
+
+
+def distill_loss(logits: Tensor, batch: Mapping[str, Tensor], params: DistillParams) -> tuple[Tensor, dict]:
+    """(masked-mean loss, {metric: masked-mean value (detached)}) from full logits [N, V]."""
+    rows, metrics = distill_rows(logits, batch, params)
+    mask = batch["mask"]
+    return masked_mean(rows, mask), {k: masked_mean(v.detach(), mask) for k, v in metrics.items()}
+
+
+RowLossFn = Callable[[Tensor, slice], "tuple[Tensor, dict[str, Tensor]]"]
+
+
+def _head_chunks(hidden: Tensor, head_weight: Tensor, row_loss_fn: RowLossFn, mask: Tensor, chunk_size: int,
+                 need_dh: bool, need_dw: bool):
+    """Loss, metrics and (optionally) the gradients of the loss w.r.t. hidden and head_weight, chunk by chunk."""
+    denom = mask.sum().clamp(min=1)
+    loss = torch.zeros((), device=hidden.device)
+    metrics: dict[str, Tensor] = {}
+    dh = torch.zeros_like(hidden) if need_dh else None
+    dw = torch.zeros_like(head_weight, dtype=torch.float32) if need_dw else None
+    grad = need_dh or need_dw
+    for start in range(0, hidden.shape[0], chunk_size):
+        rows = slice(start, start + chunk_size)
+        m = mask[rows]
+        if not m.any():
+            continue  # an all-masked chunk adds nothing to the loss, the metrics or the gradients
+        with torch.enable_grad() if grad else nullcontext():
+            h = hidden[rows].detach().requires_grad_(need_dh)
+            w = head_weight.detach().requires_grad_(need_dw)
+            row_loss, row_metrics = row_loss_fn(F.linear(h, w), rows)  # autocast dtype, if any
+            chunk_loss = torch.where(m, row_loss.float(), 0.0).sum() / denom
+        if grad:
+            grads = iter(torch.autograd.grad(chunk_loss, [t for t in (h, w) if t.requires_grad]))
+            if need_dh:
+                dh[rows] = next(grads)
+            if need_dw:
+                dw += next(grads)
+        loss = loss + chunk_loss.detach()
+        for name, v in row_metrics.items():
+            metrics[name] = metrics.get(name, 0.0) + torch.where(m, v.detach().float(), 0.0).sum() / denom
+    return loss, metrics, dh, dw
+
+
+class _ChunkedHeadLoss(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hidden, head_weight, row_loss_fn, mask, chunk_size):
+        loss, metrics, dh, dw = _head_chunks(hidden, head_weight, row_loss_fn, mask, chunk_size,
+                                             ctx.needs_input_grad[0], ctx.needs_input_grad[1])
+        ctx.save_for_backward(dh, dw)
+        ctx.head_dtype = head_weight.dtype
+        return loss, metrics
+
+    @staticmethod
+    def backward(ctx, grad_loss, _grad_metrics):
+        dh, dw = ctx.saved_tensors
+        return (None if dh is None else dh * grad_loss.to(dh.dtype),
+                None if dw is None else (dw * grad_loss).to(ctx.head_dtype), None, None, None)
+
+
+def chunked_head_loss(hidden: Tensor, head_weight: Tensor, row_loss_fn: RowLossFn, mask: Tensor, *,
+                      chunk_size: int = 1024) -> tuple[Tensor, dict[str, Tensor]]:
+    """Masked mean of row_loss_fn over rows of hidden @ head_weight.T, never holding more than chunk_size x V logits.
+
+    hidden [N, d]; head_weight [V, d]; mask [N] bool. row_loss_fn(logits [n, V], rows: slice) returns
+    (per-row loss [n], {metric: per-row values [n]}); rows indexes the batch rows of the chunk. Returns
+    (loss, {metric: masked mean (detached)}). With gradients enabled, the forward pass also computes the
+    gradients of each chunk (torch.autograd.grad on detached leaves) and accumulates the head's gradient in
+    float32; backward only scales them by the incoming gradient. Under no_grad it just evaluates chunk by
+    chunk. Under autocast the logits are computed in the autocast dtype; row losses should do their math in
+    float32 (all losses in this module do).
+    """
+    if torch.is_grad_enabled() and (hidden.requires_grad or head_weight.requires_grad):
+        return _ChunkedHeadLoss.apply(hidden, head_weight, row_loss_fn, mask, chunk_size)
+    loss, metrics, _, _ = _head_chunks(hidden, head_weight, row_loss_fn, mask, chunk_size, False, False)
+    return loss, metrics
+
+
+def chunked_distill_loss(hidden: Tensor, head_weight: Tensor, batch: Mapping[str, Tensor], params: DistillParams,
+                         *, chunk_size: int = 1024) -> tuple[Tensor, dict]:
+    """distill_loss computed from the final hidden state [N, d] with a memory-bounded head."""
+    def row_loss_fn(logits: Tensor, rows: slice):
+        return distill_rows(logits, {k: v[rows] for k, v in batch.items()}, params)
+
+    return chunked_head_loss(hidden, head_weight, row_loss_fn, batch["mask"], chunk_size=chunk_size)
