@@ -1,0 +1,127 @@
+"""Export a trained student.
+
+pre-norm  -> a transformers Qwen3ForCausalLM folder (save_pretrained). The student is a Qwen3 decoder, so the
+             weights map one to one (table below); the export checks the logits against the student before
+             returning and records the largest difference in OUT_DIR/normgrow_export.json.
+post-norm -> no transformers architecture puts the norm after the residual sum, so the export is a normgrow
+             checkpoint: OUT_DIR/student.pt (save_student format) + OUT_DIR/config.json (StudentConfig), loadable
+             with normgrow.model.load_student(OUT_DIR).
+
+A tokenizer is copied into OUT_DIR when the checkpoint's extra entries name one ("tokenizer_dir").
+"""
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from .model import Student, load_checkpoint, resolve_checkpoint, save_student
+from .utils import atomic_write_json
+
+# normgrow parameter name prefix -> transformers Qwen3ForCausalLM name prefix (first match wins).
+QWEN3_NAMES = (
+    ("embed_tokens.", "model.embed_tokens."),
+    ("blocks.", "model.layers."),
+    ("norm.", "model.norm."),
+    ("lm_head.", "lm_head."),
+)
+QWEN3_BLOCK_NAMES = (
+    (".attn_norm.", ".input_layernorm."),
+    (".mlp_norm.", ".post_attention_layernorm."),
+)
+PARITY_TOL = 1e-4
+
+
+def qwen3_name(name: str) -> str:
+    """Map one student state_dict key to its Qwen3ForCausalLM key."""
+    for ours, theirs in QWEN3_NAMES:
+        if name.startswith(ours):
+            name = theirs + name[len(ours):]
+            break
+    else:
+        raise KeyError(f"no Qwen3 name for student parameter {name!r}")
+    for ours, theirs in QWEN3_BLOCK_NAMES:
+        name = name.replace(ours, theirs)
+    return name
+
+
+def qwen3_config(model: Student, **token_ids):
+    """Qwen3Config with the student's sizes (token_ids: bos_token_id / eos_token_id / pad_token_id)."""
+    from transformers import Qwen3Config
+
+    cfg = model.cfg
+    return Qwen3Config(
+        vocab_size=cfg.vocab_size, hidden_size=cfg.d_model, intermediate_size=cfg.d_ff,
+        num_hidden_layers=cfg.n_layers, num_attention_heads=cfg.n_heads, num_key_value_heads=cfg.n_kv_heads,
+        head_dim=cfg.head_dim, hidden_act="silu", max_position_embeddings=cfg.max_seq_len,
+        initializer_range=cfg.init_std, rms_norm_eps=cfg.rms_eps, use_cache=True,
+        tie_word_embeddings=cfg.tie_embeddings, rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_theta},
+        attention_bias=False, attention_dropout=0.0, use_sliding_window=False, **token_ids)
+
+
+def to_qwen3(model: Student, **token_ids):
+    """A Qwen3ForCausalLM (float32, eval mode) computing the same function as a pre-norm student."""
+    from transformers import Qwen3ForCausalLM
+
+    if model.cfg.norm != "pre":
+        raise ValueError(f"norm={model.cfg.norm!r} has no transformers architecture; only pre-norm maps to Qwen3")
+    hf = Qwen3ForCausalLM(qwen3_config(model, **token_ids)).float().eval()
+    state = {qwen3_name(k): v.detach().float() for k, v in model.state_dict().items()}
+    missing, unexpected = hf.load_state_dict(state, strict=False)
+    allowed_missing = {"lm_head.weight"} if model.cfg.tie_embeddings else set()
+    if unexpected or set(missing) - allowed_missing:
+        raise RuntimeError(f"Qwen3 weight mapping failed: missing={missing}, unexpected={unexpected}")
+    if model.cfg.tie_embeddings:
+        hf.tie_weights()
+    return hf
+
+
+@torch.no_grad()
+def max_logit_diff(model: Student, hf, seq_len: int = 16, seed: int = 0) -> float:
+    """Largest |logit difference| between a student and an HF model (both float32, eval) on random tokens."""
+    g = torch.Generator().manual_seed(seed)
+    idx = torch.randint(model.cfg.vocab_size, (2, min(seq_len, model.cfg.max_seq_len)), generator=g)
+    ours = model(idx)
+    theirs = hf(input_ids=idx).logits
+    return (ours - theirs).abs().max().item()
+
+
+def _copy_tokenizer(tokenizer_dir, out_dir: Path) -> dict:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tokenizer_dir)
+    tok.save_pretrained(out_dir)
+    return {k: getattr(tok, k) for k in ("bos_token_id", "eos_token_id", "pad_token_id")
+            if getattr(tok, k, None) is not None}
+
+
+def export_student(src, out_dir) -> dict:
+    """Export the checkpoint at src (a run dir or a .pt file) into out_dir; returns what was written."""
+    ckpt_path = resolve_checkpoint(src)
+    model, extra = load_checkpoint(ckpt_path)
+    model = model.float().eval()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tokenizer_dir = extra.get("tokenizer_dir")
+    token_ids = _copy_tokenizer(tokenizer_dir, out_dir) if tokenizer_dir else {}
+    info = {"source": str(ckpt_path), "norm": model.cfg.norm, "n_layers": model.cfg.n_layers,
+            "tokenizer_dir": tokenizer_dir}
+    if model.cfg.norm == "pre":
+        hf = to_qwen3(model, **token_ids)
+        diff = max_logit_diff(model, hf)
+        if diff > PARITY_TOL:
+            raise RuntimeError(f"exported Qwen3 logits differ from the student by {diff:.3g} > {PARITY_TOL}")
+        hf.save_pretrained(out_dir)
+        info.update(format="transformers", architecture="Qwen3ForCausalLM", max_logit_diff=diff,
+                    message=f"wrote a transformers Qwen3ForCausalLM to {out_dir} "
+                            f"(AutoModelForCausalLM.from_pretrained works; max |logit diff| {diff:.2e})")
+    else:
+        save_student(out_dir / "student.pt", model, extra)
+        atomic_write_json(out_dir / "config.json", {**asdict(model.cfg), "format": "normgrow"})
+        info.update(format="normgrow", architecture="normgrow.model.Student",
+                    message=f"norm={model.cfg.norm!r} is not a transformers architecture (Qwen3 and its relatives "
+                            f"are pre-norm); wrote a normgrow checkpoint to {out_dir / 'student.pt'} - load it with "
+                            f"normgrow.model.load_student({str(out_dir)!r})")
+    atomic_write_json(out_dir / "normgrow_export.json", info)
+    return info
