@@ -3,8 +3,8 @@ import torch
 import torch.nn.functional as F
 
 from normgrow.config import DistillParams
-from normgrow.distill import (chunked_distill_loss, chunked_head_loss, distill_loss, flatten_batch, masked_mean,
-                              next_token_ce, teacher_entropy, topk_soft_ce)
+from normgrow.distill import (chunked_head_loss, distill_loss, distill_loss_chunked, eval_row_losses, flatten_batch,
+                              masked_mean, next_token_ce, teacher_entropy, topk_soft_ce)
 from normgrow.model import Student, StudentConfig
 
 N, V, D = 23, 50, 16
@@ -145,7 +145,7 @@ def test_chunked_head_matches_unchunked(chunk_size, params):
     weight = torch.randn(V, D, generator=gen(3), requires_grad=True)
     ref, ref_metrics = distill_loss(hidden @ weight.T, b, params)
     ref_dh, ref_dw = torch.autograd.grad(ref, (hidden, weight))
-    loss, metrics = chunked_distill_loss(hidden, weight, b, params, chunk_size=chunk_size)
+    loss, metrics = distill_loss_chunked(hidden, weight, b, params, chunk_size=chunk_size)
     (3.0 * loss).backward()  # backward scales the stored gradients by the incoming gradient
     assert torch.allclose(loss, ref, atol=1e-5)
     assert metrics.keys() == ref_metrics.keys()
@@ -153,7 +153,7 @@ def test_chunked_head_matches_unchunked(chunk_size, params):
     assert torch.allclose(hidden.grad, 3 * ref_dh, atol=1e-5)
     assert torch.allclose(weight.grad, 3 * ref_dw, atol=1e-5)
     with torch.no_grad():
-        assert torch.allclose(chunked_distill_loss(hidden, weight, b, params, chunk_size=chunk_size)[0], ref, atol=1e-5)
+        assert torch.allclose(distill_loss_chunked(hidden, weight, b, params, chunk_size=chunk_size)[0], ref, atol=1e-5)
 
 
 def test_chunked_head_loss_frozen_head_and_bounded_logits():
@@ -205,8 +205,18 @@ def test_chunked_distill_through_tied_student():
     params = DistillParams(ce_weight=0.5)
     ref, _ = distill_loss(model(idx).flatten(0, 1), b, params)
     ref_grads = torch.autograd.grad(ref, list(model.parameters()))
-    loss, _ = chunked_distill_loss(model.hidden(idx).flatten(0, 1), model.head_weight, b, params, chunk_size=5)
+    loss, _ = distill_loss_chunked(model.hidden(idx).flatten(0, 1), model.head_weight, b, params, chunk_size=5)
     loss.backward()
     assert torch.allclose(loss, ref, atol=1e-5)
     for p, g in zip(model.parameters(), ref_grads):
         assert torch.allclose(p.grad, g, atol=1e-5)
+
+
+def test_eval_row_losses():
+    _, b = make_batch(6)
+    hidden = torch.randn(N, D, generator=gen(2))
+    weight = torch.randn(V, D, generator=gen(3))
+    logits = hidden @ weight.T
+    rows = eval_row_losses(hidden, weight, b, chunk_size=5)
+    assert torch.allclose(rows["ce"], next_token_ce(logits, b["targets"]), atol=1e-5)
+    assert torch.allclose(rows["kd_ce"], topk_soft_ce(logits, b["topk_ids"], b["topk_logp"], b["tail_logp"]), atol=1e-5)

@@ -197,10 +197,25 @@ def chunked_head_loss(hidden: Tensor, head_weight: Tensor, row_loss_fn: RowLossF
     return loss, metrics
 
 
-def chunked_distill_loss(hidden: Tensor, head_weight: Tensor, batch: Mapping[str, Tensor], params: DistillParams,
+def distill_loss_chunked(hidden: Tensor, head_weight: Tensor, batch: Mapping[str, Tensor], params: DistillParams,
                          *, chunk_size: int = 1024) -> tuple[Tensor, dict]:
     """distill_loss computed from the final hidden state [N, d] with a memory-bounded head."""
     def row_loss_fn(logits: Tensor, rows: slice):
         return distill_rows(logits, {k: v[rows] for k, v in batch.items()}, params)
 
     return chunked_head_loss(hidden, head_weight, row_loss_fn, batch["mask"], chunk_size=chunk_size)
+
+
+@torch.no_grad()
+def eval_row_losses(hidden: Tensor, head_weight: Tensor, batch: Mapping[str, Tensor], *,
+                    chunk_size: int = 1024) -> dict[str, Tensor]:
+    """Per-row evaluation losses {"ce": [N], "kd_ce": [N]} (float32; T = 1, tail bucket: the reported metrics),
+    for every row, masked or not, chunk by chunk."""
+    out: dict[str, list[Tensor]] = {"ce": [], "kd_ce": []}
+    for start in range(0, hidden.shape[0], chunk_size):
+        rows = slice(start, start + chunk_size)
+        logits = F.linear(hidden[rows], head_weight)
+        out["ce"].append(next_token_ce(logits, batch["targets"][rows]))
+        out["kd_ce"].append(topk_soft_ce(logits, batch["topk_ids"][rows], batch["topk_logp"][rows],
+                                         batch["tail_logp"][rows]))
+    return {k: torch.cat(v) for k, v in out.items()}
