@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import os
 import typing
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -27,6 +28,11 @@ import yaml
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PARAMS_DIR = REPO_ROOT / "params"
 OUTPUTS_DIR = REPO_ROOT / "outputs"
+
+
+def outputs_dir() -> Path:
+    """Root of all outputs; NORMGROW_OUTPUTS moves it (tests point it at a temporary directory)."""
+    return Path(os.environ.get("NORMGROW_OUTPUTS", OUTPUTS_DIR))
 
 
 class ParamError(ValueError):

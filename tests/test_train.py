@@ -1,0 +1,192 @@
+"""Training runs on a synthetic cache: schedules, accounting, freezing, resume after SIGKILL, no overwrite."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import fakes
+from normgrow.config import ParamError
+from normgrow.growth import plan_phases
+from normgrow.model import load_student
+from normgrow.train import make_run_spec, run_variant
+
+
+@pytest.fixture
+def outputs(tmp_path, monkeypatch):
+    monkeypatch.setenv("NORMGROW_OUTPUTS", str(tmp_path))
+    fakes.install(monkeypatch)
+    return tmp_path
+
+
+def run(**kw):
+    kw.setdefault("overrides", fakes.TINY_OVERRIDES)
+    return run_variant(make_run_spec(profile="tiny", **kw), progress=False)
+
+
+def test_plan_phases_accounting():
+    grow = plan_phases("grow", (3, 6, 9), (1000, 2048, 4096), 256)
+    assert [(p.depth, p.steps) for p in grow] == [(3, 3), (6, 8), (9, 16)]
+    assert sum(p.active_layer_tokens(256) for p in grow) == 256 * (3 * 3 + 6 * 8 + 9 * 16)
+    frozen = plan_phases("grow", (3, 6, 9), (1024,) * 3, 256, freeze_prefix=True)
+    assert [p.first_trainable_block for p in frozen] == [0, 3, 6]
+    assert [p.trainable_layer_tokens(256) for p in frozen] == [256 * 4 * 3] * 3
+    (joint,) = plan_phases("joint", (3, 6, 9), (1024,) * 3, 256)
+    assert (joint.depth, joint.steps) == (9, 12)
+    (single,) = plan_phases("single", (3, 6, 9), (1024,) * 3, 256)
+    assert (single.depth, single.steps) == (3, 12)
+    (matched,) = plan_phases("joint", (3, 6, 9), (1024,) * 3, 256, active_layer_token_budget=256 * 4 * 18)
+    assert matched.steps == 8 and matched.active_layer_tokens(256) == 256 * 4 * 18
+
+
+@pytest.mark.parametrize("kw, needle", [
+    ({"norm": "sideways"}, "norm='sideways' is not allowed; allowed values: pre, post"),
+    ({"schedule": "zigzag"}, "schedule='zigzag' is not allowed; allowed values: joint, grow, single"),
+    ({"seed": -1}, "seed=-1 must be an integer >= 0"),
+    ({"overrides": {"train.stages": [3, 3, 9]}}, "train.stages=[3, 3, 9] must strictly increase"),
+    ({"overrides": {"train.lr": -1}}, "train.lr=-1.0 must be > 0"),
+    ({"overrides": {"train.bogus": 1}}, "unknown key train.bogus"),
+    ({"profile": "huge"}, "profile='huge' is not a profile; allowed values:"),
+    ({"schedule": "joint", "freeze_prefix": True}, "freeze_prefix=True needs schedule='grow'"),
+    ({"schedule": "joint", "match_active_layer_tokens": "post-grow"}, "no run"),
+    ({"run_name": "../escape"}, "run_name='../escape'"),
+])
+def test_bad_parameters_fail_before_any_output(outputs, kw, needle):
+    with pytest.raises(ParamError) as err:
+        make_run_spec(**kw)
+    assert needle in str(err.value)
+    assert not (outputs / "runs").exists()
+
+
+def test_grow_run_phases_and_exact_accounting(outputs):
+    summary = run(norm="post", schedule="grow")
+    tokens_per_step = 8 * 16
+    assert [p["depth"] for p in summary["phases"]] == [1, 2, 3]
+    assert summary["tokens"] == 3 * 4 * tokens_per_step
+    assert summary["active_layer_tokens"] == 4 * tokens_per_step * (1 + 2 + 3)
+    assert summary["val_ce"] == summary["phases"][-1]["val_ce"]
+    for key in ("val_ce", "val_kd_ce", "tokens", "active_layer_tokens", "wall_s", "phases"):
+        assert key in summary
+    run_dir = outputs / "runs" / "tiny" / "post-grow-s0"
+    train_lines = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in train_lines if r["kind"] == "train"]
+    assert [r["step"] for r in steps] == list(range(1, 13))
+    assert sum(tokens_per_step * r["depth"] for r in steps) == summary["active_layer_tokens"]
+    assert load_student(run_dir / "checkpoints" / "final.pt").cfg.n_layers == 3
+    assert not (run_dir / "checkpoints" / "last.pt").exists()
+
+
+def _params(path):
+    return {n: p.detach().clone() for n, p in load_student(path).named_parameters()}
+
+
+def test_freeze_prefix_trains_only_new_blocks(outputs):
+    run(norm="pre", schedule="grow", freeze_prefix=True)
+    ckpt = outputs / "runs" / "tiny" / "pre-grow-freeze-s0" / "checkpoints"
+    p0, p1, p2 = (_params(ckpt / f"phase{i}_depth{i + 1}.pt") for i in range(3))
+    for name, value in p0.items():  # block 0 and the tied embedding never move after phase 0 (the final norm trains)
+        assert torch.equal(value, p2[name]) == (not name.startswith("norm")), name
+    for name, value in p1.items():  # in phase 2 only blocks.2 (new) and the final norm train
+        assert torch.equal(value, p2[name]) == (not name.startswith("norm")), name
+
+
+def test_unfrozen_grow_retrains_the_prefix(outputs):
+    run(norm="pre", schedule="grow")
+    ckpt = outputs / "runs" / "tiny" / "pre-grow-s0" / "checkpoints"
+    p0, p2 = _params(ckpt / "phase0_depth1.pt"), _params(ckpt / "phase2_depth3.pt")
+    assert not torch.equal(p0["blocks.0.mlp.down_proj.weight"], p2["blocks.0.mlp.down_proj.weight"])
+
+
+def test_appended_blocks_receive_the_prefix_output(outputs):
+    run(norm="post", schedule="grow")
+    model = load_student(outputs / "runs" / "tiny" / "post-grow-s0" / "checkpoints" / "final.pt")
+    seen = {}
+    model.blocks[1].register_forward_pre_hook(lambda m, args: seen.update(input=args[0].detach()))
+    tokens = torch.randint(0, fakes.VOCAB, (2, 16))
+    boundaries = model.boundaries(tokens)
+    torch.testing.assert_close(seen["input"], boundaries[1], rtol=0, atol=0)
+
+
+def test_matched_joint_gets_the_donor_budget(outputs):
+    donor = run(norm="post", schedule="grow")
+    with pytest.raises(ParamError, match="freeze_prefix=True needs"):
+        make_run_spec(schedule="single", freeze_prefix=True)
+    matched = run(norm="post", schedule="joint", match_active_layer_tokens="post-grow")
+    assert matched["run_name"] == "post-joint-match-post-grow-s0"
+    assert matched["match_active_layer_tokens"] == "post-grow-s0"
+    assert matched["active_layer_tokens"] == donor["active_layer_tokens"]  # 12 steps x depth 3 = 4 x (1+2+3)
+    assert matched["tokens"] < donor["tokens"]
+
+
+def test_unfinished_donor_is_refused(outputs):
+    (outputs / "runs" / "tiny" / "post-grow-s0").mkdir(parents=True)
+    with pytest.raises(ParamError, match="is not finished"):
+        make_run_spec(schedule="joint", match_active_layer_tokens="post-grow")
+
+
+def test_finished_run_is_not_overwritten(outputs):
+    first = run(norm="pre", schedule="single")
+    summary_path = outputs / "runs" / "tiny" / "pre-single-s0" / "summary.json"
+    stamp = summary_path.stat().st_mtime_ns
+    again = run(norm="pre", schedule="single")
+    assert again == first and summary_path.stat().st_mtime_ns == stamp
+    retrained = run(norm="pre", schedule="single", force=True)
+    assert summary_path.stat().st_mtime_ns != stamp
+    assert retrained["val_ce"] == pytest.approx(first["val_ce"], abs=1e-6)  # deterministic on CPU
+
+
+def test_unfinished_run_with_other_parameters_is_refused(outputs):
+    spec = make_run_spec(profile="tiny", norm="pre", schedule="grow", run_name="mine", overrides=fakes.TINY_OVERRIDES)
+    from normgrow.train import prepare_run_dir
+    prepare_run_dir(spec, "fake")
+    with pytest.raises(ParamError, match="different parameters"):
+        run(norm="post", schedule="grow", run_name="mine")
+
+
+KILL_SCRIPT = """
+import sys, time
+sys.path.insert(0, {tests!r})
+import fakes
+fakes.install()
+import normgrow.train as train
+slow = train.Batches.__call__
+def slowed(self, step):
+    time.sleep(0.15)
+    return slow(self, step)
+train.Batches.__call__ = slowed
+train.run_variant(train.make_run_spec(profile="tiny", norm="pre", schedule="grow", overrides=fakes.TINY_OVERRIDES),
+                  progress=False)
+"""
+
+
+def test_resume_after_sigkill_matches_uninterrupted_run(outputs, tmp_path):
+    reference = run(norm="pre", schedule="grow", run_name="reference")
+    script = KILL_SCRIPT.format(tests=str(Path(__file__).parent))
+    proc = subprocess.Popen([sys.executable, "-c", script], env=os.environ.copy())
+    run_dir = outputs / "runs" / "tiny" / "pre-grow-s0"
+    deadline = time.time() + 120
+    # kill mid-phase 1: after a checkpoint exists, past the first phase end, before the run finishes
+    while time.time() < deadline:
+        metrics = run_dir / "metrics.jsonl"
+        lines = metrics.read_text().count('"kind": "train"') if metrics.exists() else 0
+        if lines >= 6 and (run_dir / "checkpoints" / "last.pt").exists():
+            break
+        assert proc.poll() is None, "the run ended before it could be killed"
+        time.sleep(0.02)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (run_dir / "summary.json").exists()
+    resumed = run(norm="pre", schedule="grow")
+    for key in ("val_ce", "val_kd_ce", "tokens", "active_layer_tokens", "steps"):
+        assert resumed[key] == pytest.approx(reference[key], abs=1e-6), key
+    for a, b in zip(resumed["phases"], reference["phases"]):
+        assert a == pytest.approx(b, abs=1e-6)
+    lines = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in lines if r["kind"] == "train"] == list(range(1, 13))
