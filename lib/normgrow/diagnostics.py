@@ -1,0 +1,521 @@
+"""Boundary diagnostics: residual-stream scale per token class, block update ratios, skip-block CE, scale drift.
+
+Everything is measured on one *fixed validation batch*: the first ``n`` validation sequences of the profile's
+teacher cache (``fixed_batch(profile, n)``), in float32 on the CPU, for any saved student checkpoint.
+
+Token classes (``CLASSES``; every position gets exactly one, in this order of precedence):
+  first      position 0 of a sequence, a document start (doc_start, where the packer put the BOS) or the BOS id
+  special    any other special token id (the tokenizer's ``all_special_ids`` / the cache's ``meta["special_ids"]``)
+  separator  a token whose decoded text is non-empty and made only of whitespace (spaces, tabs, newlines) and
+             Unicode punctuation (categories P*: ``.,;:!?'"()-[]`` ...). The id set is derived once per tokenizer
+             by decoding every vocabulary id on its own (``tokenizer.decode([id])``); byte fragments that decode
+             to U+FFFD are *not* separators. Ids beyond the tokenizer's vocabulary are content.
+  content    everything else.
+Groups pool classes: ``all`` (every position), ``structural`` (first + special + separator) and each class.
+
+Per checkpoint (``diagnose_model``):
+  boundaries  for h_0 (embeddings) .. h_N: ``rms`` = sqrt(mean h^2) over the group's positions and all channels,
+              ``max_abs`` = max |h| over them (massive activations).
+  blocks      block j maps h_j -> h_{j+1}: ``update_ratio`` = mean over positions of ||h_{j+1} - h_j|| / ||h_j||,
+              ``cosine`` = mean cos(h_j, h_{j+1}); post-norm also ``cosine_residual_sum`` = mean cos(h_j, s_j) with
+              s_j the block's residual sum before its output norm; ``skip_delta_ce`` / ``skip_delta_kd_ce``: the
+              change in validation next-token CE / soft-target CE (loss_mask positions) when block j is removed
+              (h_j fed straight into block j+1: exactly the model rebuilt without block j).
+  final_block the last block's update ratio against the other blocks' (median, ratio, rank; rank 1 = smallest).
+Per run (``diagnose_run``): every phase checkpoint (checkpoints/phase{i}_depth{d}.pt) in phase order, the growth
+boundary of each phase (phase i > 0: h_{depth of phase i-1}, what the appended blocks receive) and drift curves
+per group across phases: ``top`` (h_N of each checkpoint: what the head's norm and any next appended block
+receive), ``growth`` (the growth boundary of each phase; phase 0: its top) and ``fixed`` (h_{depth of phase 0} in
+every checkpoint). Cached as <run_dir>/diagnostics.json, recomputed when a checkpoint is newer or the batch differs.
+Per study (``diagnose_study``): every finished run of outputs/runs/<profile>/ plus the claims table for
+observations 4 and 5 of STUDY.md, written to outputs/study/<profile>/diagnostics.json.
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+import statistics
+import time
+import unicodedata
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .config import load_profile, outputs_dir
+from .data import loss_mask
+from .model import Student, load_checkpoint
+from .utils import atomic_write_json, read_json, stable_hash
+
+VERSION = 1
+CLASSES = ("first", "special", "separator", "content")
+STRUCTURAL = ("first", "special", "separator")
+GROUPS = ("all", "structural") + CLASSES
+DEFAULT_N = 8  # validation sequences in the fixed batch
+
+# Claim thresholds (documented in the claims' statements and evidence).
+STABLE_RATIO = 1.25  # post-norm boundary RMS counts as stable when last/first phase stays within [1/1.25, 1.25]
+IDENTITY_RATIO = 0.5  # final block counts as "nearly identity" when its update ratio < 0.5 x median of the others
+
+PHASE_FILE = re.compile(r"^phase(\d+)_depth(\d+)\.pt$")
+
+
+# ------------------------------------------------------------------------------------------------ token classes
+def _is_separator_text(text: str) -> bool:
+    return bool(text) and all(c.isspace() or unicodedata.category(c).startswith("P") for c in text)
+
+
+_SEPARATOR_CACHE: dict = {}
+
+
+def separator_ids(tokenizer) -> frozenset:
+    """Ids whose decoded text is only whitespace / punctuation (see module docstring); cached per tokenizer."""
+    key = (getattr(tokenizer, "name_or_path", None) or id(tokenizer), len(tokenizer))
+    if key not in _SEPARATOR_CACHE:
+        ids = [[i] for i in range(len(tokenizer))]
+        if hasattr(tokenizer, "batch_decode"):
+            texts = tokenizer.batch_decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        else:
+            texts = [tokenizer.decode(i) for i in ids]
+        _SEPARATOR_CACHE[key] = frozenset(i for i, t in enumerate(texts) if _is_separator_text(t))
+    return _SEPARATOR_CACHE[key]
+
+
+_TOKENIZERS: dict = {}
+
+
+def _load_tokenizer(path: str):
+    if path not in _TOKENIZERS:
+        from transformers import AutoTokenizer
+        _TOKENIZERS[path] = AutoTokenizer.from_pretrained(path)
+    return _TOKENIZERS[path]
+
+
+def vocab_sets(tokenizer_or_meta) -> dict:
+    """{"bos_id", "special_ids", "separator_ids"} from a tokenizer, a cache meta dict or a TeacherCache.
+
+    A meta dict may carry "separator_ids" directly (synthetic caches); otherwise its "tokenizer_dir" is loaded.
+    Special ids exclude nothing here; token_classes gives "first" precedence.
+    """
+    src = tokenizer_or_meta
+    if hasattr(src, "meta") and isinstance(getattr(src, "meta"), dict):  # a TeacherCache
+        src = src.meta
+    if isinstance(src, dict):
+        meta = src
+        special = set(int(i) for i in meta.get("special_ids", []))
+        bos = meta.get("bos_id")
+        if "separator_ids" in meta:
+            seps = frozenset(int(i) for i in meta["separator_ids"])
+        elif meta.get("tokenizer_dir"):
+            tok = _load_tokenizer(str(meta["tokenizer_dir"]))
+            seps = separator_ids(tok)
+            special |= set(int(i) for i in tok.all_special_ids)
+        else:
+            seps = frozenset()
+    else:  # a tokenizer
+        tok = src
+        seps = separator_ids(tok)
+        special = set(int(i) for i in getattr(tok, "all_special_ids", []))
+        bos = getattr(tok, "bos_token_id", None)
+    bos = None if bos is None else int(bos)
+    if bos is not None:
+        special.add(bos)
+    return {"bos_id": bos, "special_ids": frozenset(special), "separator_ids": frozenset(seps) - special}
+
+
+def token_classes(tokens: Tensor, doc_start: Tensor, tokenizer_or_meta) -> Tensor:
+    """LongTensor [B, L] of indices into CLASSES; each position exactly one class (see module docstring)."""
+    tokens = torch.as_tensor(np.asarray(tokens) if not isinstance(tokens, Tensor) else tokens).long()
+    doc_start = torch.as_tensor(np.asarray(doc_start) if not isinstance(doc_start, Tensor) else doc_start).bool()
+    sets = vocab_sets(tokenizer_or_meta)
+    size = max([int(tokens.max()) + 1 if tokens.numel() else 1] + [i + 1 for i in sets["special_ids"]]
+               + [i + 1 for i in sets["separator_ids"]])
+    table = torch.full((size,), CLASSES.index("content"), dtype=torch.long)
+    if sets["separator_ids"]:
+        table[torch.tensor(sorted(sets["separator_ids"]))] = CLASSES.index("separator")
+    if sets["special_ids"]:
+        table[torch.tensor(sorted(sets["special_ids"]))] = CLASSES.index("special")
+    classes = table[tokens]
+    first = doc_start.clone()
+    first[:, 0] = True
+    if sets["bos_id"] is not None:
+        first |= tokens == sets["bos_id"]
+    classes[first] = CLASSES.index("first")
+    return classes
+
+
+def group_masks(classes: Tensor) -> dict[str, Tensor]:
+    """{group: bool [B, L]} for GROUPS."""
+    masks = {c: classes == i for i, c in enumerate(CLASSES)}
+    masks["structural"] = masks["first"] | masks["special"] | masks["separator"]
+    masks["all"] = torch.ones_like(classes, dtype=torch.bool)
+    return {g: masks[g] for g in GROUPS}
+
+
+# ------------------------------------------------------------------------------------------------ the fixed batch
+def fixed_batch(profile, n: int = DEFAULT_N, cache=None) -> dict:
+    """The first n validation sequences of the profile's teacher cache, with targets, loss mask, teacher top-k and
+    token classes (float32-ready CPU tensors), plus "meta": {n, cache_key, fingerprint, class_counts}."""
+    from .teacher import open_cache
+    if cache is None:
+        prof = load_profile(profile) if isinstance(profile, str) else profile
+        cache = open_cache(prof)
+    return make_batch(cache.val, cache, n, cache_key=getattr(cache, "key", None))
+
+
+def make_batch(split, tokenizer_or_meta, n: int = DEFAULT_N, cache_key: str | None = None) -> dict:
+    """Batch from a cache split (anything with tokens, doc_start, topk_ids, topk_logp, tail_logp arrays)."""
+    n = min(int(n), int(split.tokens.shape[0]))
+    if n < 1:
+        raise ValueError("the validation split is empty (or n < 1)")
+    tokens = torch.from_numpy(np.array(split.tokens[:n], dtype=np.int64))
+    doc_start = torch.from_numpy(np.array(split.doc_start[:n], dtype=bool))
+    batch = {"tokens": tokens, "targets": torch.roll(tokens, -1, dims=1), "mask": loss_mask(doc_start),
+             "doc_start": doc_start,
+             "topk_ids": torch.from_numpy(np.array(split.topk_ids[:n], dtype=np.int64)),
+             "topk_logp": torch.from_numpy(np.array(split.topk_logp[:n], dtype=np.float32)),
+             "tail_logp": torch.from_numpy(np.array(split.tail_logp[:n], dtype=np.float32))}
+    batch["classes"] = token_classes(tokens, doc_start, tokenizer_or_meta)
+    counts = {g: int(m.sum()) for g, m in group_masks(batch["classes"]).items()}
+    fingerprint = stable_hash({"tokens": tokens.flatten().tolist(), "classes": batch["classes"].flatten().tolist()}, 12)
+    batch["meta"] = {"n": n, "seq_len": int(tokens.shape[1]), "cache_key": cache_key, "fingerprint": fingerprint,
+                     "class_counts": counts, "version": VERSION}
+    return batch
+
+
+# ------------------------------------------------------------------------------------------------ one model
+def _loss_rows(batch: dict) -> dict:
+    keys = ("targets", "mask", "topk_ids", "topk_logp", "tail_logp")
+    return {k: batch[k].flatten(0, 1) for k in keys}
+
+
+@torch.no_grad()
+def val_losses(model: Student, final_h: Tensor, batch: dict) -> dict:
+    """Mean next-token CE and soft-target CE over loss_mask positions from the last boundary h_N."""
+    from .distill import eval_row_losses
+    rows = _loss_rows(batch)
+    hidden = model.norm(final_h).flatten(0, 1)
+    per_row = eval_row_losses(hidden, model.head_weight, rows)
+    m = rows["mask"]
+    count = max(int(m.sum()), 1)
+    return {"ce": per_row["ce"][m].double().sum().item() / count, "kd_ce": per_row["kd_ce"][m].double().sum().item() / count}
+
+
+@torch.no_grad()
+def forward_boundaries(model: Student, tokens: Tensor) -> tuple[list[Tensor], list[Tensor]]:
+    """([h_0, ..., h_N], [s_0, ..., s_{N-1}]): boundaries and each block's residual sum before its output norm."""
+    rope = model.rope(tokens.shape[1])
+    hs, sums = [model.embed_tokens(tokens)], []
+    for block in model.blocks:
+        out, s = block(hs[-1], rope, return_residual_sum=True)
+        hs.append(out)
+        sums.append(s)
+    return hs, sums
+
+
+@torch.no_grad()
+def skip_block_losses(model: Student, hs: list[Tensor], batch: dict, j: int) -> dict:
+    """Validation losses of the model with block j removed (reusing h_j from the full forward)."""
+    rope = model.rope(batch["tokens"].shape[1])
+    h = hs[j]
+    for block in list(model.blocks)[j + 1:]:
+        h = block(h, rope)
+    return val_losses(model, h, batch)
+
+
+def _group_stats(values: Tensor, masks: dict[str, Tensor], reduce: str) -> dict:
+    out = {}
+    for g, m in masks.items():
+        if not bool(m.any()):
+            out[g] = None
+        elif reduce == "mean":
+            out[g] = float(values[m].double().mean())
+        elif reduce == "rms":  # values are per-position mean squares
+            out[g] = float(values[m].double().mean().sqrt())
+        else:
+            out[g] = float(values[m].max())
+    return out
+
+
+def _cos(a: Tensor, b: Tensor) -> Tensor:
+    return torch.nn.functional.cosine_similarity(a.double(), b.double(), dim=-1, eps=1e-12).float()
+
+
+@torch.no_grad()
+def diagnose_model(model: Student, batch: dict, skip: bool = True) -> dict:
+    """Boundary, block and final-block diagnostics of one model on the fixed batch (see module docstring)."""
+    model = model.float().eval()
+    masks = group_masks(batch["classes"])
+    hs, sums = forward_boundaries(model, batch["tokens"])
+    base = val_losses(model, hs[-1], batch)
+    boundaries = []
+    for i, h in enumerate(hs):
+        boundaries.append({"index": i, "rms": _group_stats(h.double().pow(2).mean(-1), masks, "rms"),
+                           "max_abs": _group_stats(h.abs().amax(-1), masks, "max")})
+    blocks = []
+    for j in range(len(model.blocks)):
+        h_in, h_out = hs[j].double(), hs[j + 1].double()
+        ratio = (h_out - h_in).norm(dim=-1) / h_in.norm(dim=-1).clamp_min(1e-12)
+        entry = {"index": j, "update_ratio": _group_stats(ratio, masks, "mean"),
+                 "cosine": _group_stats(_cos(h_in, h_out), masks, "mean")}
+        if model.cfg.norm == "post":
+            entry["cosine_residual_sum"] = _group_stats(_cos(h_in, sums[j]), masks, "mean")
+        if skip:
+            lost = skip_block_losses(model, hs, batch, j)
+            entry["skip_ce"], entry["skip_kd_ce"] = lost["ce"], lost["kd_ce"]
+            entry["skip_delta_ce"], entry["skip_delta_kd_ce"] = lost["ce"] - base["ce"], lost["kd_ce"] - base["kd_ce"]
+        blocks.append(entry)
+    return {"norm": model.cfg.norm, "depth": len(model.blocks), "val_ce": base["ce"], "val_kd_ce": base["kd_ce"],
+            "boundaries": boundaries, "blocks": blocks, "final_block": final_block_summary(blocks)}
+
+
+def final_block_summary(blocks: list[dict]) -> dict | None:
+    """How close the last block is to an identity map, against the other blocks (all-token update ratios).
+
+    The median is over the *interior* blocks 1..N-2 when N >= 3: block 0 reads the raw embedding (scale init_std,
+    tiny), so its update ratio is huge by construction and would inflate the median of a shallow stack. With
+    N = 2 the median is block 0's ratio. rank counts all blocks (1 = smallest update ratio).
+    """
+    if not blocks:
+        return None
+    ratios = [b["update_ratio"]["all"] for b in blocks]
+    final = ratios[-1]
+    others = ratios[:-1]
+    reference = ratios[1:-1] if len(ratios) >= 3 else others
+    median = statistics.median(reference) if reference else None
+    last = blocks[-1]
+    return {"index": last["index"], "final_block_update_ratio": final,
+            "median_other_update_ratio": median,
+            "median_over_blocks": list(range(1, len(blocks) - 1)) if len(blocks) >= 3 else list(range(len(blocks) - 1)),
+            "ratio_to_median": (final / median) if median else None,
+            "rank": 1 + sum(r < final for r in others), "n_blocks": len(blocks),
+            "final_block_cosine": last["cosine"]["all"],
+            "final_block_skip_delta_ce": last.get("skip_delta_ce")}
+
+
+# ------------------------------------------------------------------------------------------------ runs
+def phase_checkpoints(run_dir) -> list[tuple[int, int, Path]]:
+    """[(phase, depth, path)] of a run's phase checkpoints, in phase order."""
+    found = []
+    for p in (Path(run_dir) / "checkpoints").glob("phase*_depth*.pt"):
+        m = PHASE_FILE.match(p.name)
+        if m:
+            found.append((int(m.group(1)), int(m.group(2)), p))
+    return sorted(found)
+
+
+def _drift(checkpoints: list[dict]) -> dict:
+    """{kind: {group: [rms per phase]}} for kind in top, growth, fixed (see module docstring)."""
+    out = {"top": {}, "growth": {}, "fixed": {}, "phases": [c["phase"] for c in checkpoints],
+           "depths": [c["depth"] for c in checkpoints]}
+    if not checkpoints:
+        return out
+    fixed_index = checkpoints[0]["depth"]
+    for g in GROUPS:
+        out["top"][g] = [c["boundaries"][-1]["rms"][g] for c in checkpoints]
+        out["growth"][g] = [c["boundaries"][c["growth_boundary"] if c["growth_boundary"] is not None else -1]["rms"][g]
+                            for c in checkpoints]
+        out["fixed"][g] = [c["boundaries"][fixed_index]["rms"][g] if fixed_index < len(c["boundaries"]) else None
+                           for c in checkpoints]
+    out["growth_boundaries"] = [c["growth_boundary"] for c in checkpoints]
+    out["fixed_boundary"] = fixed_index
+    return out
+
+
+def diagnose_run(run_dir, batch: dict, force: bool = False, skip: bool = True) -> dict:
+    """Diagnostics of every phase checkpoint of a run, cached as <run_dir>/diagnostics.json."""
+    run_dir = Path(run_dir)
+    ckpts = phase_checkpoints(run_dir)
+    if not ckpts:
+        raise FileNotFoundError(f"{run_dir} has no phase checkpoints (checkpoints/phase*_depth*.pt)")
+    cache_path = run_dir / "diagnostics.json"
+    if cache_path.is_file() and not force:
+        cached = read_json(cache_path)
+        newest = max(p.stat().st_mtime for _, _, p in ckpts)
+        if (cached.get("version") == VERSION and cached.get("batch") == batch["meta"]
+                and cached.get("checkpoint_files") == [p.name for _, _, p in ckpts]
+                and cache_path.stat().st_mtime >= newest and cached.get("skip") == skip):
+            return cached
+    t0 = time.perf_counter()
+    info = read_json(run_dir / "summary.json") if (run_dir / "summary.json").is_file() else \
+        (read_json(run_dir / "config.json") if (run_dir / "config.json").is_file() else {})
+    checkpoints = []
+    prev_depth = None
+    for phase, depth, path in ckpts:
+        model, extra = load_checkpoint(path)
+        d = diagnose_model(model, batch, skip=skip)
+        d.update({"file": path.name, "phase": phase, "step": extra.get("step"),
+                  "growth_boundary": prev_depth if prev_depth is not None and prev_depth < depth else None})
+        checkpoints.append(d)
+        prev_depth = depth
+        del model
+    result = {"version": VERSION, "run": run_dir.name, "run_dir": str(run_dir), "norm": checkpoints[-1]["norm"],
+              "schedule": info.get("schedule"), "freeze_prefix": info.get("freeze_prefix"), "seed": info.get("seed"),
+              "finished": (run_dir / "summary.json").is_file(), "batch": batch["meta"], "skip": skip,
+              "checkpoint_files": [p.name for _, _, p in ckpts], "checkpoints": checkpoints,
+              "drift": _drift(checkpoints), "wall_s": time.perf_counter() - t0,
+              "disk_bytes": run_disk_bytes(run_dir)}
+    atomic_write_json(cache_path, result)
+    return result
+
+
+def run_disk_bytes(run_dir) -> dict:
+    """Bytes on disk of a run: checkpoints (hardlinks counted once) and everything."""
+    seen, ckpt, total = set(), 0, 0
+    for p in Path(run_dir).rglob("*"):
+        if not p.is_file():
+            continue
+        st = p.stat()
+        if (st.st_dev, st.st_ino) in seen:
+            continue
+        seen.add((st.st_dev, st.st_ino))
+        total += st.st_size
+        if p.parent.name == "checkpoints":
+            ckpt += st.st_size
+    return {"checkpoints": ckpt, "total": total}
+
+
+def checkpoint_bytes_estimate(n_params: int, n_phases: int, bytes_per_param: int = 4, overhead: int = 0) -> int:
+    """Disk of a finished run's phase checkpoints: every phase saves the full float32 model (the depth grows, but
+    the embedding dominates small students), so roughly n_phases x params x 4 bytes (an upper bound for grow)."""
+    return n_phases * (n_params * bytes_per_param + overhead)
+
+
+# ------------------------------------------------------------------------------------------------ the study
+RUN_NAME = re.compile(r"^(?P<variant>.+)-s(?P<seed>\d+)$")
+
+
+def study_diag_path(profile: str) -> Path:
+    return outputs_dir() / "study" / profile / "diagnostics.json"
+
+
+def _log_ratio(first, last):
+    if first is None or last is None or first <= 0 or last <= 0:
+        return None
+    return math.log(last / first)
+
+
+def _geo_mean(values):
+    values = [v for v in values if v is not None]
+    return math.exp(sum(values) / len(values)) if values else None
+
+
+def drift_rows(runs: dict[str, dict], kind: str = "top") -> list[dict]:
+    """One row per (run, group): boundary RMS at the first and last phase and their ratio."""
+    rows = []
+    for name, d in sorted(runs.items()):
+        m = RUN_NAME.match(name)
+        curve = d["drift"][kind]
+        for g in GROUPS:
+            first, last = curve[g][0], curve[g][-1]
+            rows.append({"run": name, "variant": m.group("variant") if m else name,
+                         "seed": int(m.group("seed")) if m else None, "norm": d["norm"], "group": g,
+                         "boundary": kind, "rms_first_phase": first, "rms_last_phase": last,
+                         "ratio": (last / first) if first and last is not None else None})
+    return rows
+
+
+def _fmt(x, digits=3):
+    return "n/a" if x is None else f"{x:.{digits}g}"
+
+
+def claim4(runs: dict[str, dict]) -> dict:
+    statement = ("Boundary diagnostics: post-norm keeps residual scales stable at the boundary; pre-norm shows scale "
+                 "drift concentrated on structural tokens (first position/BOS, special tokens, separators).")
+    pre = {n: d for n, d in runs.items() if re.match(r"^pre-grow-s\d+$", n) and len(d["checkpoints"]) > 1}
+    post = {n: d for n, d in runs.items() if re.match(r"^post-grow-s\d+$", n) and len(d["checkpoints"]) > 1}
+    if not pre or not post:
+        return {"claim": 4, "statement": statement, "supported": None,
+                "evidence": f"needs finished grow runs of both placements (pre-grow-s*: {len(pre)}, post-grow-s*: "
+                            f"{len(post)}); not tested."}
+
+    def ratios(group_runs, g):  # geometric mean over seeds of last/first top-boundary RMS
+        return _geo_mean([_log_ratio(d["drift"]["top"][g][0], d["drift"]["top"][g][-1]) for d in group_runs.values()])
+
+    r = {(norm, g): ratios(rs, g) for norm, rs in (("pre", pre), ("post", post)) for g in GROUPS}
+    dev = {k: abs(math.log(v)) if v else None for k, v in r.items()}
+    post_stable = dev[("post", "all")] is not None and dev[("post", "all")] <= math.log(STABLE_RATIO)
+    post_less = None not in (dev[("post", "all")], dev[("pre", "all")]) and dev[("post", "all")] < dev[("pre", "all")]
+    concentrated = None not in (dev[("pre", "structural")], dev[("pre", "content")]) and \
+        dev[("pre", "structural")] > dev[("pre", "content")]
+    supported = bool(post_stable and post_less and concentrated)
+    per_class = "; ".join(f"{g}: pre x{_fmt(r[('pre', g)])}, post x{_fmt(r[('post', g)])}" for g in GROUPS)
+    evidence = (f"Top-boundary RMS (h_N) at the last phase over the first phase, geometric mean over seeds "
+                f"({len(pre)} pre-grow, {len(post)} post-grow runs): {per_class}. "
+                f"Post-norm all-token drift x{_fmt(r[('post', 'all')])} is "
+                f"{'within' if post_stable else 'outside'} the stability band [1/{STABLE_RATIO}, {STABLE_RATIO}] and "
+                f"{'smaller' if post_less else 'not smaller'} than pre-norm's x{_fmt(r[('pre', 'all')])}; "
+                f"pre-norm structural drift x{_fmt(r[('pre', 'structural')])} is "
+                f"{'larger' if concentrated else 'not larger'} (in |log ratio|) than content drift "
+                f"x{_fmt(r[('pre', 'content')])}.")
+    return {"claim": 4, "statement": statement, "supported": supported, "evidence": evidence,
+            "numbers": {f"{norm}/{g}": v for (norm, g), v in r.items()}}
+
+
+def claim5(runs: dict[str, dict]) -> dict:
+    statement = ("On a fixed batch, the final block of the pre-norm grown student is nearly an identity map (its "
+                 "update is tiny relative to its input, compared with the other blocks).")
+    pre = {n: d for n, d in runs.items() if re.match(r"^pre-grow-s\d+$", n)}
+    if not pre:
+        return {"claim": 5, "statement": statement, "supported": None,
+                "evidence": "needs finished pre-grow-s* runs; not tested."}
+    fb = [d["checkpoints"][-1]["final_block"] for d in pre.values()]
+    rel = [f["ratio_to_median"] for f in fb if f and f["ratio_to_median"] is not None]
+    if not rel:
+        return {"claim": 5, "statement": statement, "supported": None,
+                "evidence": "the pre-grow students have a single block; no other blocks to compare with."}
+    rel_gm = _geo_mean([math.log(x) for x in rel if x > 0])
+    mean = lambda xs: sum(xs) / len(xs) if xs else None  # noqa: E731
+    post = {n: d for n, d in runs.items() if re.match(r"^post-grow-s\d+$", n)}
+    post_rel = [d["checkpoints"][-1]["final_block"]["ratio_to_median"] for d in post.values()
+                if d["checkpoints"][-1]["final_block"]["ratio_to_median"]]
+    supported = rel_gm is not None and rel_gm < IDENTITY_RATIO
+    evidence = (f"Final pre-grow block update ratio ||h_N - h_(N-1)|| / ||h_(N-1)|| = "
+                f"{_fmt(mean([f['final_block_update_ratio'] for f in fb]))} (mean over {len(fb)} seeds) against a "
+                f"median of {_fmt(mean([f['median_other_update_ratio'] for f in fb]))} for the other blocks (interior blocks "
+                f"1..N-2; block 0 reads the raw embedding): "
+                f"x{_fmt(rel_gm)} the median (geometric mean), rank(s) {[f['rank'] for f in fb]} of "
+                f"{fb[0]['n_blocks']} (1 = smallest), cosine(h_in, h_out) {_fmt(mean([f['final_block_cosine'] for f in fb]))}, "
+                f"skip-block validation CE change {_fmt(mean([f['final_block_skip_delta_ce'] for f in fb if f['final_block_skip_delta_ce'] is not None]))} nats/token"
+                + (f"; post-grow final block: x{_fmt(_geo_mean([math.log(x) for x in post_rel]))} its median" if post_rel else "")
+                + f". Threshold for 'nearly identity': below {IDENTITY_RATIO} x the median.")
+    return {"claim": 5, "statement": statement, "supported": bool(supported), "evidence": evidence,
+            "numbers": {"ratio_to_median_geomean": rel_gm, "post_ratio_to_median_geomean":
+                        _geo_mean([math.log(x) for x in post_rel]) if post_rel else None}}
+
+
+def final_block_rows(runs: dict[str, dict]) -> list[dict]:
+    rows = []
+    for name, d in sorted(runs.items()):
+        fb = d["checkpoints"][-1]["final_block"]
+        if fb:
+            rows.append({"run": name, "norm": d["norm"], "depth": d["checkpoints"][-1]["depth"], **fb})
+    return rows
+
+
+def finished_runs(profile: str) -> list[Path]:
+    root = outputs_dir() / "runs" / profile
+    return sorted(p.parent for p in root.glob("*/summary.json") if phase_checkpoints(p.parent))
+
+
+def diagnose_study(profile: str, n: int = DEFAULT_N, force: bool = False, skip: bool = True,
+                   progress: bool = True) -> dict:
+    """Diagnose every finished run of outputs/runs/<profile>/; write outputs/study/<profile>/diagnostics.json."""
+    batch = fixed_batch(profile, n)
+    runs = {}
+    for run_dir in finished_runs(profile):
+        t0 = time.perf_counter()
+        runs[run_dir.name] = diagnose_run(run_dir, batch, force=force, skip=skip)
+        if progress:
+            print(f"diagnostics {run_dir.name}: {time.perf_counter() - t0:.1f} s")
+    claims = [claim4(runs), claim5(runs)]
+    result = {"version": VERSION, "profile": profile, "batch": batch["meta"], "classes": list(CLASSES),
+              "groups": list(GROUPS), "runs": runs, "claims": claims,
+              "claims_table": {"boundary_drift": drift_rows(runs, "top"), "final_block": final_block_rows(runs)},
+              "disk_bytes": {name: d.get("disk_bytes") for name, d in runs.items()}}
+    path = study_diag_path(profile)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(path, result)
+    return result

@@ -1,0 +1,185 @@
+"""Boundary diagnostics on tiny random students (vocab 64) and a synthetic cache: fast, CPU only."""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+import torch
+
+from fakes import fake_cache
+from normgrow import diagnostics as D
+from normgrow.model import Student, StudentConfig, save_student
+
+META = {"bos_id": 1, "special_ids": [0, 1, 2], "separator_ids": [3, 4, 5, 6]}
+
+
+def tiny_student(norm: str, n_layers: int = 3, seed: int = 0) -> Student:
+    torch.manual_seed(seed)
+    cfg = StudentConfig(vocab_size=64, n_layers=n_layers, d_model=16, n_heads=2, n_kv_heads=1, head_dim=8, d_ff=32,
+                        norm=norm, init_std=0.2)
+    return Student(cfg).eval()
+
+
+@pytest.fixture(scope="module")
+def batch():
+    cache = fake_cache(seq_len=16, n_val=6)
+    return D.make_batch(cache.val, META, n=4, cache_key=cache.key)
+
+
+class FakeTokenizer:
+    """decode() over a made-up vocabulary: whitespace, punctuation, a byte fragment and words."""
+    texts = ["<s>", " ", "\n\n", ".", ", ", "--", "\ufffd", "the", " cat", "a.b", "", "'"]
+    all_special_ids = [0]
+    bos_token_id = 0
+    name_or_path = "fake-tokenizer"
+
+    def __len__(self):
+        return len(self.texts)
+
+    def decode(self, ids, **_):
+        return "".join(self.texts[i] for i in ids)
+
+
+def test_separator_ids_from_tokenizer():
+    sets = D.vocab_sets(FakeTokenizer())
+    assert sets["separator_ids"] == {1, 2, 3, 4, 5, 11}  # whitespace / punctuation only; U+FFFD and "" excluded
+    assert sets["special_ids"] == {0} and sets["bos_id"] == 0
+
+
+def test_token_classes_cover_every_position_once(batch):
+    g = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, 12, (5, 20), generator=g)
+    doc_start = torch.rand(5, 20, generator=g) < 0.1
+    for source in (META, FakeTokenizer()):
+        classes = D.token_classes(tokens, doc_start, source)
+        assert classes.shape == tokens.shape and classes.dtype == torch.long
+        masks = D.group_masks(classes)
+        stacked = torch.stack([masks[c] for c in D.CLASSES]).long()
+        assert torch.equal(stacked.sum(0), torch.ones_like(tokens))  # exactly one class each
+        assert (classes[:, 0] == D.CLASSES.index("first")).all()
+        assert (classes[doc_start] == D.CLASSES.index("first")).all()
+        assert torch.equal(masks["structural"], ~masks["content"])
+    classes = D.token_classes(tokens, doc_start, META)
+    rest = ~doc_start
+    rest[:, 0] = False
+    rest &= tokens != 1
+    assert (classes[rest & (tokens == 0)] == D.CLASSES.index("special")).all()
+    assert (classes[rest & (tokens >= 3) & (tokens <= 6)] == D.CLASSES.index("separator")).all()
+    assert (classes[rest & (tokens > 6)] == D.CLASSES.index("content")).all()
+    assert sum(batch["meta"]["class_counts"][c] for c in D.CLASSES) == batch["tokens"].numel()
+
+
+@pytest.mark.parametrize("norm", ["pre", "post"])
+def test_boundary_rms_matches_forward_hooks(norm, batch):
+    model = tiny_student(norm)
+    captured = []
+    hooks = [model.embed_tokens.register_forward_hook(lambda m, i, o: captured.append(o.detach()))]
+    hooks += [b.register_forward_hook(lambda m, i, o: captured.append(o.detach())) for b in model.blocks]
+    with torch.no_grad():
+        model(batch["tokens"])
+    for h in hooks:
+        h.remove()
+    d = D.diagnose_model(model, batch, skip=False)
+    assert len(captured) == len(d["boundaries"]) == model.cfg.n_layers + 1
+    masks = D.group_masks(batch["classes"])
+    for h, entry in zip(captured, d["boundaries"]):
+        for g, m in masks.items():
+            if not m.any():
+                assert entry["rms"][g] is None
+                continue
+            expected = h[m].double().pow(2).mean().sqrt().item()
+            assert entry["rms"][g] == pytest.approx(expected, rel=1e-6)
+            assert entry["max_abs"][g] == pytest.approx(h[m].abs().max().item(), rel=1e-6)
+    # update ratio / cosine of block 0 against a direct computation
+    h0, h1 = captured[0].double(), captured[1].double()
+    ratio = ((h1 - h0).norm(dim=-1) / h0.norm(dim=-1)).mean().item()
+    assert d["blocks"][0]["update_ratio"]["all"] == pytest.approx(ratio, rel=1e-6)
+    assert ("cosine_residual_sum" in d["blocks"][0]) == (norm == "post")
+
+
+@pytest.mark.parametrize("c", [2.5, -0.7])
+def test_post_norm_boundary_rms_is_gain_scale(c, batch):
+    model = tiny_student("post", n_layers=4)
+    with torch.no_grad():
+        for block in model.blocks:
+            block.attn_norm.weight.fill_(c)
+            block.mlp_norm.weight.fill_(c)
+    d = D.diagnose_model(model, batch, skip=False)
+    for entry in d["boundaries"][1:]:  # every post-norm boundary is an RMSNorm output with gain c
+        for g, v in entry["rms"].items():
+            if v is not None:
+                assert v == pytest.approx(abs(c), rel=1e-4)
+
+
+@pytest.mark.parametrize("norm", ["pre", "post"])
+def test_skip_block_ce_equals_rebuilt_model(norm, batch):
+    model = tiny_student(norm, n_layers=3)
+    d = D.diagnose_model(model, batch)
+    for j in range(3):
+        cfg = StudentConfig(**{**model.cfg.__dict__, "n_layers": 2})
+        rebuilt = Student(cfg).eval()
+        state = {}
+        for k, v in model.state_dict().items():
+            if k.startswith("blocks."):
+                i = int(k.split(".")[1])
+                if i == j:
+                    continue
+                k = ".".join(["blocks", str(i - (i > j))] + k.split(".")[2:])
+            state[k] = v
+        rebuilt.load_state_dict(state)
+        hs, _ = D.forward_boundaries(rebuilt, batch["tokens"])
+        expected = D.val_losses(rebuilt, hs[-1], batch)
+        assert d["blocks"][j]["skip_ce"] == pytest.approx(expected["ce"], abs=1e-5)
+        assert d["blocks"][j]["skip_kd_ce"] == pytest.approx(expected["kd_ce"], abs=1e-5)
+        assert d["blocks"][j]["skip_delta_ce"] == pytest.approx(expected["ce"] - d["val_ce"], abs=1e-5)
+    fb = d["final_block"]
+    assert fb["final_block_update_ratio"] == d["blocks"][-1]["update_ratio"]["all"]
+    assert fb["median_other_update_ratio"] == d["blocks"][1]["update_ratio"]["all"]  # interior blocks 1..N-2
+    assert 1 <= fb["rank"] <= 3
+
+
+def fake_run(root, name: str, norm: str, depths=(1, 2, 3)):
+    run_dir = root / name
+    model = tiny_student(norm, n_layers=depths[0], seed=len(name))
+    for phase, depth in enumerate(depths):
+        if depth > model.cfg.n_layers:
+            model.append_blocks(depth - model.cfg.n_layers)
+        save_student(run_dir / "checkpoints" / f"phase{phase}_depth{depth}.pt", model, {"step": phase + 1})
+    (run_dir / "summary.json").write_text('{"schedule": "grow", "seed": 0, "freeze_prefix": false}')
+    return run_dir
+
+
+def test_diagnose_run_caches_and_claims(tmp_path, batch):
+    pre = fake_run(tmp_path, "pre-grow-s0", "pre")
+    post = fake_run(tmp_path, "post-grow-s0", "post")
+    r = D.diagnose_run(pre, batch)
+    assert [c["phase"] for c in r["checkpoints"]] == [0, 1, 2]
+    assert r["drift"]["growth_boundaries"] == [None, 1, 2]
+    assert len(r["drift"]["top"]["all"]) == 3 and r["drift"]["fixed_boundary"] == 1
+    assert (pre / "diagnostics.json").is_file()
+    mtime = (pre / "diagnostics.json").stat().st_mtime_ns
+    D.diagnose_run(pre, batch)
+    assert (pre / "diagnostics.json").stat().st_mtime_ns == mtime  # cached
+    ckpt = pre / "checkpoints" / "phase2_depth3.pt"
+    later = time.time() + 5
+    os.utime(ckpt, (later, later))
+    D.diagnose_run(pre, batch)
+    assert (pre / "diagnostics.json").stat().st_mtime_ns != mtime  # a newer checkpoint forces a recompute
+
+    runs = {"pre-grow-s0": r, "post-grow-s0": D.diagnose_run(post, batch)}
+    c4, c5 = D.claim4(runs), D.claim5(runs)
+    assert c4["claim"] == 4 and c4["supported"] in (True, False) and "pre x" in c4["evidence"]
+    assert c5["claim"] == 5 and c5["supported"] in (True, False) and "rank" in c5["evidence"]
+    assert D.claim4({"pre-grow-s0": r})["supported"] is None
+    assert D.claim5({})["supported"] is None
+    rows = D.drift_rows(runs)
+    assert len(rows) == 2 * len(D.GROUPS)
+
+    from normgrow import diagplots
+    study = {"profile": "fake", "runs": runs, "claims": [c4, c5], "groups": list(D.GROUPS),
+             "claims_table": {"boundary_drift": rows, "final_block": D.final_block_rows(runs)}}
+    figs = diagplots.static_figures(study)
+    assert figs and all(hasattr(f, "to_html") for f in figs.values())
+    out = diagplots.export_html(study, tmp_path / "diag.html")
+    assert out.stat().st_size > 1000 and "cdn.plot.ly" not in out.read_text()[:2000]
