@@ -1,0 +1,698 @@
+"""The study summary: every finished run of outputs/runs/<profile>/, per-variant statistics over seeds, the paired
+gaps the reference reports, the phase-wise crossover, and one sentence per claim of shared/STUDY.md, computed from
+the numbers (never written in advance). notebooks/summary.ipynb calls this and shows the result.
+
+    rep = build_report("tiny")      # collect + compute (no files written)
+    write_report(rep)               # outputs/study/<profile>/{summary.csv, variant_stats.csv, gaps.csv,
+                                    #   crossover.csv, claims.csv, report.html}
+
+Statistics: a variant's mean over seeds with a two-sided Student-t confidence interval (95% by default); a gap
+``a - b`` is computed per seed on the seeds both variants finished (paired) and summarised the same way. A claim is
+judged from the interval of its gap: excludes zero in the claimed direction -> supported; includes zero -> not
+resolved at this number of seeds; excludes zero in the other direction -> not supported. Fewer than two paired
+seeds give no interval (NaN) and the claim is not resolved; a missing variant makes the claim not testable.
+"""
+from __future__ import annotations
+
+import html
+import json
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .config import outputs_dir
+
+LEVEL = 0.95
+METRICS = ("val_ce", "val_kd_ce")
+RUN_FIELDS = ("run_name", "variant", "seed", "norm", "schedule", "freeze_prefix", "match_active_layer_tokens",
+              "depth", "val_ce", "val_kd_ce", "tokens", "active_layer_tokens", "trainable_layer_tokens", "wall_s")
+PHASE_FIELDS = ("depth", "tokens", "active_layer_tokens", "val_ce", "val_kd_ce")
+SEED_SUFFIX = re.compile(r"^(?P<variant>.+)-s(?P<seed>\d+)$")
+
+# Status words of a judged claim and the value of its "supported" field (the diagnostics.json convention).
+SUPPORTED, NOT_RESOLVED, NOT_SUPPORTED, NOT_TESTABLE = "supported", "not resolved", "not supported", "not testable"
+SUPPORTED_VALUE = {SUPPORTED: True, NOT_SUPPORTED: False, NOT_RESOLVED: None, NOT_TESTABLE: None}
+
+
+@dataclass(frozen=True)
+class GapSpec:
+    """A paired gap ``a - b`` (by seed). direction=+1: the reference reports it positive; 0: reported as ~0."""
+    name: str
+    a: str
+    b: str
+    reference: float | None  # the reference value, where the reference gives one
+    reference_text: str
+    direction: int
+    meaning: str
+
+
+GAPS = (
+    GapSpec("joint", "pre-joint", "post-joint", 0.0004, "0.0004 (indistinguishable)", 0,
+            "pre-norm minus post-norm, both trained jointly at full depth"),
+    GapSpec("grow", "pre-grow", "post-grow", 0.0328, "0.0328 (post-norm better)", +1,
+            "pre-norm minus post-norm, both grown by appending blocks"),
+    GapSpec("matched", "post-joint-matched", "post-grow", None, "> 0 (matched joint still worse)", +1,
+            "post-norm joint run with post-grow's active-layer-token budget minus post-grow"),
+    GapSpec("pre-matched", "pre-joint-matched", "pre-grow", None, "not reported", 0,
+            "pre-norm joint run with pre-grow's active-layer-token budget minus pre-grow (context)"),
+    GapSpec("single", "pre-single", "post-single", None, "not reported (small: shallow blocks alike)", 0,
+            "pre-norm minus post-norm, the first-stage prefix alone"),
+    GapSpec("freeze", "pre-grow-freeze", "post-grow-freeze", None, "> 0 (the gain survives a frozen prefix)", +1,
+            "pre-norm minus post-norm, grown with the prefix frozen"),
+)
+GAP_BY_NAME = {g.name: g for g in GAPS}
+REFERENCE_RATIO = 0.0328 / 0.0004  # ~80x
+
+
+# ------------------------------------------------------------------------------------------------------ statistics
+
+def t_quantile(p: float, df: int) -> float:
+    """Quantile of Student's t with integer df (p > 0.5), e.g. t_quantile(0.975, 2) = 4.3027.
+
+    Exact: bisection on the closed-form two-sided CDF of Abramowitz & Stegun 26.7.3/26.7.4, so no scipy is needed.
+    """
+    if not 0.5 < p < 1.0:
+        raise ValueError(f"p={p} must be in (0.5, 1)")
+    if int(df) != df or df < 1:
+        raise ValueError(f"df={df} must be an integer >= 1")
+    df, target = int(df), 2.0 * p - 1.0  # P(|T| < t) = 2p - 1
+
+    def two_sided(theta: float) -> float:
+        s, c = math.sin(theta), math.cos(theta)
+        if df % 2 == 0:
+            term, total = 1.0, 1.0
+            for j in range(1, df // 2):
+                term *= c * c * (2 * j - 1) / (2 * j)
+                total += term
+            return s * total
+        if df == 1:
+            return 2.0 * theta / math.pi
+        term, total = c, c
+        for j in range(1, (df - 1) // 2):
+            term *= c * c * (2 * j) / (2 * j + 1)
+            total += term
+        return 2.0 / math.pi * (theta + s * total)
+
+    lo, hi = 0.0, math.pi / 2
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if two_sided(mid) < target:
+            lo = mid
+        else:
+            hi = mid
+    return math.sqrt(df) * math.tan(0.5 * (lo + hi))
+
+
+def mean_ci(values, level: float = LEVEL) -> dict:
+    """n, mean, sd, and the two-sided Student-t interval of the mean over the finite values (NaN when n < 2)."""
+    x = np.asarray([v for v in np.asarray(values, dtype=float).ravel() if np.isfinite(v)], dtype=float)
+    n = int(x.size)
+    mean = float(x.mean()) if n else math.nan
+    if n < 2:
+        return {"n": n, "mean": mean, "sd": math.nan, "half_width": math.nan, "ci_low": math.nan, "ci_high": math.nan}
+    sd = float(x.std(ddof=1))
+    half = t_quantile(0.5 + level / 2, n - 1) * sd / math.sqrt(n)
+    return {"n": n, "mean": mean, "sd": sd, "half_width": half, "ci_low": mean - half, "ci_high": mean + half}
+
+
+def judge(stats: dict, direction: int = +1) -> str:
+    """Status of the claim "the quantity has the sign of direction", from its interval (see module docstring)."""
+    if stats.get("n", 0) == 0:
+        return NOT_TESTABLE
+    low, high = stats["ci_low"], stats["ci_high"]
+    if not (np.isfinite(low) and np.isfinite(high)):
+        return NOT_RESOLVED
+    if (direction > 0 and low > 0) or (direction < 0 and high < 0):
+        return SUPPORTED
+    if (direction > 0 and high < 0) or (direction < 0 and low > 0):
+        return NOT_SUPPORTED
+    return NOT_RESOLVED
+
+
+# ------------------------------------------------------------------------------------------------------- the runs
+
+def study_dir(profile: str) -> Path:
+    return outputs_dir() / "study" / profile
+
+
+def split_run_name(run_name: str, seed: int | None = None) -> tuple[str, int | None]:
+    """'post-grow-s2' -> ('post-grow', 2); a name without the -s<seed> suffix keeps its name and the given seed."""
+    m = SEED_SUFFIX.match(run_name)
+    if m:
+        return m["variant"], int(m["seed"])
+    return run_name, seed
+
+
+def collect_runs(profile: str) -> pd.DataFrame:
+    """One row per finished run (summary.json) of outputs/runs/<profile>/: the RUN_FIELDS plus, for every phase i,
+    ``<field>_p<i>`` for the PHASE_FIELDS. Sorted by variant and seed."""
+    root = outputs_dir() / "runs" / profile
+    rows = []
+    for path in sorted(root.glob("*/summary.json")) if root.is_dir() else []:
+        try:
+            summary = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as err:  # written atomically, so this is a foreign or damaged file
+            print(f"skipping {path}: {err}")
+            continue
+        run_name = summary.get("run_name") or path.parent.name
+        variant, seed = split_run_name(run_name, summary.get("seed"))
+        row = {k: summary.get(k) for k in RUN_FIELDS}
+        row.update(run_name=run_name, variant=variant, seed=seed)
+        for ph in summary.get("phases", []):
+            i = ph.get("phase")
+            for k in PHASE_FIELDS:
+                row[f"{k}_p{i}"] = ph.get(k)
+        rows.append(row)
+    df = pd.DataFrame(rows, columns=None if rows else list(RUN_FIELDS))
+    if rows:
+        df = df.sort_values(["variant", "seed"], kind="stable").reset_index(drop=True)
+    return df
+
+
+def unfinished_runs(profile: str) -> list[str]:
+    """Run directories without summary.json (running, interrupted or failed)."""
+    root = outputs_dir() / "runs" / profile
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if p.is_dir() and not (p / "summary.json").is_file())
+
+
+def n_phases(runs: pd.DataFrame) -> int:
+    idx = [int(m.group(1)) for c in runs.columns if (m := re.fullmatch(r"val_ce_p(\d+)", c))]
+    return max(idx) + 1 if idx else 0
+
+
+def phase_metric(runs: pd.DataFrame, phase: int | None, metric: str) -> str:
+    return metric if phase is None else f"{metric}_p{phase}"
+
+
+def variant_stats(runs: pd.DataFrame, level: float = LEVEL) -> pd.DataFrame:
+    """Per variant: seeds, and mean / sd / CI of val_ce and val_kd_ce over seeds; mean tokens, budget and wall time."""
+    rows = []
+    for variant, g in runs.groupby("variant", sort=True) if len(runs) else []:
+        row = {"variant": variant, "n_seeds": len(g), "seeds": " ".join(str(s) for s in sorted(g["seed"]))}
+        for m in METRICS:
+            s = mean_ci(g[m], level)
+            row.update({f"{m}_mean": s["mean"], f"{m}_sd": s["sd"], f"{m}_ci_low": s["ci_low"],
+                        f"{m}_ci_high": s["ci_high"], f"{m}_half_width": s["half_width"]})
+        for k in ("depth", "tokens", "active_layer_tokens", "trainable_layer_tokens", "wall_s"):
+            row[f"{k}_mean"] = float(pd.to_numeric(g[k], errors="coerce").mean())
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def paired_differences(runs: pd.DataFrame, a: str, b: str, metric: str = "val_ce",
+                       phase: int | None = None) -> pd.Series:
+    """Per seed, value(a) - value(b) on the seeds both variants finished (index: seed)."""
+    col = phase_metric(runs, phase, metric)
+    if not len(runs) or col not in runs.columns:
+        return pd.Series(dtype=float, name=f"{a} - {b}")
+    def by_seed(v):
+        g = runs[runs["variant"] == v]
+        return pd.to_numeric(g.set_index("seed")[col], errors="coerce").dropna()
+    va, vb = by_seed(a), by_seed(b)
+    common = sorted(set(va.index) & set(vb.index))
+    return pd.Series([float(va[s] - vb[s]) for s in common], index=pd.Index(common, name="seed"),
+                     name=f"{a} - {b}", dtype=float)
+
+
+def paired_gap(runs: pd.DataFrame, a: str, b: str, metric: str = "val_ce", phase: int | None = None,
+               level: float = LEVEL) -> dict:
+    """Mean and CI of value(a) - value(b) over paired seeds; which variants are missing; which seeds are unpaired."""
+    present = set(runs["variant"]) if len(runs) else set()
+    diffs = paired_differences(runs, a, b, metric, phase)
+    seeds = lambda v: set(runs.loc[runs["variant"] == v, "seed"]) if v in present else set()
+    unpaired = sorted((seeds(a) | seeds(b)) - set(diffs.index))
+    return {"a": a, "b": b, "metric": metric, **mean_ci(diffs.values, level),
+            "seeds": " ".join(map(str, diffs.index)), "unpaired_seeds": " ".join(map(str, unpaired)),
+            "missing": " ".join(v for v in (a, b) if v not in present)}
+
+
+def gap_table(runs: pd.DataFrame, metrics=METRICS, level: float = LEVEL) -> pd.DataFrame:
+    """The paired gaps of GAPS (a - b by seed) for every metric, with the reference values beside them."""
+    rows = []
+    for metric in metrics:
+        for spec in GAPS:
+            g = paired_gap(runs, spec.a, spec.b, metric, level=level)
+            rows.append({"gap": spec.name, "comparison": f"{spec.a} - {spec.b}", "metric": metric, **g,
+                         "reference": spec.reference if metric == "val_ce" else None,
+                         "reference_text": spec.reference_text if metric == "val_ce" else "",
+                         "meaning": spec.meaning})
+    return pd.DataFrame(rows)
+
+
+def difference_in_gaps(runs: pd.DataFrame, first: GapSpec, second: GapSpec, metric: str = "val_ce",
+                       level: float = LEVEL) -> dict:
+    """(first.a - first.b) - (second.a - second.b), per seed on the seeds all four variants finished."""
+    d1 = paired_differences(runs, first.a, first.b, metric)
+    d2 = paired_differences(runs, second.a, second.b, metric)
+    common = sorted(set(d1.index) & set(d2.index))
+    return {**mean_ci([d1[s] - d2[s] for s in common], level), "seeds": " ".join(map(str, common))}
+
+
+def gap_ratio(gaps: pd.DataFrame, metric: str = "val_ce") -> dict:
+    """Mean grow gap / mean joint gap (reference ~80x), with whether the joint gap is resolved from zero."""
+    g = gaps[gaps["metric"] == metric].set_index("gap")
+    grow, joint = g.loc["grow"], g.loc["joint"]
+    ratio = grow["mean"] / joint["mean"] if np.isfinite(joint["mean"]) and joint["mean"] != 0 else math.nan
+    joint_resolved = bool(np.isfinite(joint["ci_low"]) and (joint["ci_low"] > 0 or joint["ci_high"] < 0))
+    return {"grow_mean": grow["mean"], "joint_mean": joint["mean"], "ratio": ratio,
+            "abs_ratio": abs(ratio) if np.isfinite(ratio) else math.nan, "joint_resolved": joint_resolved,
+            "reference_ratio": REFERENCE_RATIO}
+
+
+# ------------------------------------------------------------------------------------------------------ crossover
+
+def crossover_table(runs: pd.DataFrame, a: str = "pre-grow", b: str = "post-grow", metric: str = "val_ce",
+                    level: float = LEVEL) -> pd.DataFrame:
+    """Validation metric of a and b at the end of every stage: means and CIs over seeds, the paired gap a - b with its
+    CI, and which leads (lower is better): 'b' when the gap's CI is above zero, 'a' when below, else unresolved."""
+    rows = []
+    n = max(n_phases(runs[runs["variant"] == v]) for v in (a, b)) if len(runs) else 0
+    for phase in range(n):
+        col = phase_metric(runs, phase, metric)
+        row = {"stage": phase}
+        depths = pd.to_numeric(runs.loc[runs["variant"].isin([a, b]), f"depth_p{phase}"], errors="coerce").dropna()
+        row["depth"] = int(depths.iloc[0]) if len(depths) else None
+        tokens = pd.to_numeric(runs.loc[runs["variant"].isin([a, b]), f"tokens_p{phase}"], errors="coerce").dropna()
+        row["tokens"] = int(tokens.iloc[0]) if len(tokens) else None
+        for v in (a, b):
+            s = mean_ci(runs.loc[runs["variant"] == v, col] if col in runs.columns else [], level)
+            row.update({f"{v}_mean": s["mean"], f"{v}_ci_low": s["ci_low"], f"{v}_ci_high": s["ci_high"],
+                        f"{v}_n": s["n"]})
+        g = paired_gap(runs, a, b, metric, phase, level)
+        row.update({"gap_mean": g["mean"], "gap_ci_low": g["ci_low"], "gap_ci_high": g["ci_high"], "n_pairs": g["n"]})
+        status = judge(g, +1)
+        if status == SUPPORTED:
+            lead = f"{b} (resolved)"
+        elif status == NOT_SUPPORTED:
+            lead = f"{a} (resolved)"
+        elif np.isfinite(g["mean"]) and g["mean"] != 0:
+            lead = f"{b if g['mean'] > 0 else a} (not resolved)"
+        else:
+            lead = "none"
+        row["leader"] = lead
+        row["resolved_leader"] = {SUPPORTED: b, NOT_SUPPORTED: a}.get(status, "")
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+# ------------------------------------------------------------------------------------------------------- claims
+
+def _fmt(x: float, digits: int = 4) -> str:
+    return "nan" if x is None or not np.isfinite(x) else f"{x:+.{digits}f}"
+
+
+def _interval(s: dict, level: float = LEVEL) -> str:
+    if s["n"] < 2:
+        return f"{_fmt(s['mean'])} from {s['n']} paired seed{'s' if s['n'] != 1 else ''} (no CI: needs at least 2)"
+    return f"{_fmt(s['mean'])} (95% CI [{_fmt(s['ci_low'])}, {_fmt(s['ci_high'])}], {s['n']} paired seeds)".replace(
+        "95%", f"{round(level * 100)}%")
+
+
+def _missing(runs: pd.DataFrame, variants) -> list[str]:
+    present = set(runs["variant"]) if len(runs) else set()
+    return [v for v in variants if v not in present]
+
+
+def _claim(claim: str, statement: str, status: str, sentence: str, evidence: dict) -> dict:
+    return {"claim": claim, "statement": statement, "status": status, "supported": SUPPORTED_VALUE[status],
+            "sentence": sentence, "evidence": evidence}
+
+
+def _directional(claim: str, statement: str, runs: pd.DataFrame, stats: dict, label: str, direction: int,
+                 variants, yes: str, no: str, level: float) -> dict:
+    """A claim that a quantity is > 0 (direction +1): the sentence states the status and why, from the numbers."""
+    missing = _missing(runs, variants)
+    evidence = {k: stats.get(k) for k in ("n", "mean", "ci_low", "ci_high", "seeds")}
+    if missing:
+        return _claim(claim, statement, NOT_TESTABLE,
+                      f"Not testable: no finished runs of {', '.join(missing)}.", evidence)
+    status = judge(stats, direction)
+    where = f"{label} = {_interval(stats, level)}"
+    if status == SUPPORTED:
+        text = f"Supported: {where}; the interval excludes zero in the claimed direction ({yes})."
+    elif status == NOT_SUPPORTED:
+        text = f"Not supported: {where}; the interval excludes zero in the opposite direction ({no})."
+    elif stats["n"] < 2:
+        text = f"Not resolved: {where}, so the sign cannot be judged; run more seeds."
+    else:
+        text = f"Not resolved at {stats['n']} seeds: {where}; the interval includes zero."
+    return _claim(claim, statement, status, text, evidence)
+
+
+def _combine(parts: list[dict]) -> str:
+    statuses = [p["status"] for p in parts]
+    if NOT_SUPPORTED in statuses:
+        return NOT_SUPPORTED
+    if NOT_TESTABLE in statuses:
+        return NOT_TESTABLE
+    if all(s == SUPPORTED for s in statuses):
+        return SUPPORTED
+    return NOT_RESOLVED
+
+
+def evaluate_claims(runs: pd.DataFrame, metric: str = "val_ce", level: float = LEVEL) -> list[dict]:
+    """The headline comparison and observations 1-3 of shared/STUDY.md, each judged from this study's numbers.
+
+    Each entry: claim (id), statement (the reference's claim), status, supported (True / False / None), sentence (the
+    verdict in words, with the numbers), evidence (the numbers)."""
+    g = {name: paired_gap(runs, s.a, s.b, metric, level=level) for name, s in GAP_BY_NAME.items()}
+    claims = []
+
+    # Headline (a): joint gap indistinguishable from zero (a claim of no detectable difference).
+    s, spec = g["joint"], GAP_BY_NAME["joint"]
+    statement = "Jointly trained, pre-norm and post-norm are indistinguishable (reference gap 0.0004)."
+    evidence = {k: s.get(k) for k in ("n", "mean", "ci_low", "ci_high", "seeds")}
+    missing = _missing(runs, (spec.a, spec.b))
+    if missing:
+        claims.append(_claim("headline-joint", statement, NOT_TESTABLE,
+                             f"Not testable: no finished runs of {', '.join(missing)}.", evidence))
+    elif s["n"] < 2:
+        claims.append(_claim("headline-joint", statement, NOT_RESOLVED,
+                             f"Not resolved: pre-joint - post-joint = {_interval(s, level)}.", evidence))
+    elif s["ci_low"] <= 0 <= s["ci_high"]:
+        claims.append(_claim("headline-joint", statement, SUPPORTED,
+                             f"Supported (no detectable difference): pre-joint - post-joint = {_interval(s, level)}; "
+                             f"the interval includes zero, as the reference's near-zero gap implies (absence of a "
+                             f"detected difference at {s['n']} seeds, not proof of equality).", evidence))
+    else:
+        better = "post-norm" if s["mean"] > 0 else "pre-norm"
+        claims.append(_claim("headline-joint", statement, NOT_SUPPORTED,
+                             f"Not supported: pre-joint - post-joint = {_interval(s, level)}; the interval excludes "
+                             f"zero, so the joint runs differ ({better} is better).", evidence))
+
+    # Headline (b): grow gap favours post-norm.
+    claims.append(_directional(
+        "headline-grow", "Grown by appending blocks, post-norm beats pre-norm (reference pre-grow - post-grow = "
+        "0.0328).", runs, g["grow"], "pre-grow - post-grow", +1, ("pre-grow", "post-grow"),
+        "post-norm is better when grown", "pre-norm is better when grown", level))
+
+    # Headline (c): the placement matters more under growth than jointly (difference of the two gaps, paired).
+    did = difference_in_gaps(runs, GAP_BY_NAME["grow"], GAP_BY_NAME["joint"], metric, level)
+    ratio = gap_ratio(gap_table(runs, (metric,), level), metric)
+    c = _directional(
+        "headline-ratio", "The grow gap is much larger than the joint gap (reference about 80x).", runs, did,
+        "(pre-grow - post-grow) - (pre-joint - post-joint)", +1, ("pre-grow", "post-grow", "pre-joint", "post-joint"),
+        "post-norm's advantage is larger under growth", "post-norm's advantage is smaller under growth", level)
+    if c["status"] != NOT_TESTABLE:
+        if np.isfinite(ratio["ratio"]):
+            note = (f" Ratio of mean gaps: {ratio['ratio']:.1f}x (reference ~{REFERENCE_RATIO:.0f}x)"
+                    + ("" if ratio["joint_resolved"] else "; the joint gap's interval includes zero, so the ratio is "
+                       "unbounded and only the difference above is meaningful") + ".")
+        else:
+            note = " The ratio of mean gaps is undefined (joint gap mean is zero or missing)."
+        c["sentence"] += note
+        c["evidence"]["ratio"] = ratio["ratio"]
+    claims.append(c)
+
+    # Observation 1: compute-matched joint still worse than grow.
+    claims.append(_directional(
+        "obs1-matched", "A post-norm joint run given post-grow's active-layer-token budget is still worse than "
+        "post-grow: compute alone does not explain the gain.", runs, g["matched"], "post-joint-matched - post-grow",
+        +1, ("post-joint-matched", "post-grow"), "the matched joint run is worse",
+        "the matched joint run is better: compute explains the gain", level))
+
+    # Observation 2: phase-wise crossover of pre-grow vs post-grow.
+    claims.append(_crossover_claim(runs, metric, level))
+
+    # Observation 3: single-block and freeze controls.
+    statement = ("Single-block and freeze controls place the change at block appending, not at the quality of the "
+                 "shallow blocks nor at retraining of the prefix.")
+    single = _directional(
+        "obs3-single", "Post-norm's advantage when grown exceeds its advantage as the shallow prefix alone.", runs,
+        difference_in_gaps(runs, GAP_BY_NAME["grow"], GAP_BY_NAME["single"], metric, level),
+        "(pre-grow - post-grow) - (pre-single - post-single)", +1,
+        ("pre-grow", "post-grow", "pre-single", "post-single"),
+        "the gain appears with appending, beyond any shallow-block difference",
+        "the shallow prefix alone shows a larger post-norm advantage", level)
+    freeze = _directional(
+        "obs3-freeze", "With the prefix frozen while new blocks train, post-norm still beats pre-norm.", runs,
+        g["freeze"], "pre-grow-freeze - post-grow-freeze", +1, ("pre-grow-freeze", "post-grow-freeze"),
+        "the gain does not need prefix retraining", "pre-norm is better with a frozen prefix", level)
+    status = _combine([single, freeze])
+    claims.append(_claim("obs3-controls", statement, status,
+                         f"{status.capitalize()} (both parts must be supported). Single-block control: "
+                         f"{single['sentence']} Freeze control: {freeze['sentence']}",
+                         {"single": single["evidence"], "freeze": freeze["evidence"]}))
+    claims.extend([single, freeze])
+    return claims
+
+
+def _crossover_claim(runs: pd.DataFrame, metric: str, level: float) -> dict:
+    statement = ("The pre/post ranking crosses over during the curriculum: post-norm takes the lead once blocks are "
+                 "appended.")
+    missing = _missing(runs, ("pre-grow", "post-grow"))
+    if missing:
+        return _claim("obs2-crossover", statement, NOT_TESTABLE,
+                      f"Not testable: no finished runs of {', '.join(missing)}.", {})
+    table = crossover_table(runs, metric=metric, level=level)
+    evidence = {"stages": [{k: r[k] for k in ("stage", "depth", "gap_mean", "gap_ci_low", "gap_ci_high", "n_pairs")}
+                           for r in table.to_dict("records")]}
+    if len(table) < 2:
+        return _claim("obs2-crossover", statement, NOT_TESTABLE,
+                      "Not testable: the grown runs have fewer than two stages.", evidence)
+    per_stage = "; ".join(f"stage {r['stage']} (depth {r['depth']}): pre-grow - post-grow = "
+                          f"{_interval({'n': r['n_pairs'], 'mean': r['gap_mean'], 'ci_low': r['gap_ci_low'], 'ci_high': r['gap_ci_high']}, level)}"
+                          for r in table.to_dict("records"))
+    first, last = table.iloc[0], table.iloc[-1]
+    first_lead, last_lead = first["resolved_leader"], last["resolved_leader"]
+    later_post = [int(r["stage"]) for r in table.iloc[1:].to_dict("records") if r["resolved_leader"] == "post-grow"]
+    if int(last["n_pairs"]) < 2:
+        status, why = NOT_RESOLVED, "fewer than two paired seeds give no intervals"
+    elif first_lead == "pre-grow" and last_lead == "post-grow":
+        status = SUPPORTED
+        why = (f"pre-norm leads before any block is appended and post-norm leads from stage {later_post[0]} on "
+               f"(intervals exclude zero)")
+    elif first_lead == "post-grow":
+        status, why = NOT_SUPPORTED, "post-norm already leads before any block is appended, so there is no crossover"
+    elif last_lead == "pre-grow":
+        status, why = NOT_SUPPORTED, "pre-norm still leads at the end of the curriculum"
+    elif last_lead == "post-grow":
+        status = NOT_RESOLVED
+        why = ("post-norm leads at the end, but the ranking before appending is not resolved (interval includes "
+               "zero), so a change of sign is not established")
+    else:
+        status, why = NOT_RESOLVED, "the final-stage interval includes zero"
+    words = {SUPPORTED: "Supported", NOT_SUPPORTED: "Not supported", NOT_RESOLVED: "Not resolved"}[status]
+    return _claim("obs2-crossover", statement, status, f"{words}: {why}. {per_stage}.", evidence)
+
+
+def read_diagnostics(profile: str) -> tuple[list[dict] | None, str]:
+    """The "claims" list of outputs/study/<profile>/diagnostics.json verbatim (observations 4 and 5), and a note."""
+    path = study_dir(profile) / "diagnostics.json"
+    if not path.is_file():
+        return None, f"Diagnostics are not available: {path} does not exist (notebooks/diagnostics.ipynb not run)."
+    try:
+        claims = json.loads(path.read_text()).get("claims")
+    except (OSError, json.JSONDecodeError, AttributeError) as err:
+        return None, f"Diagnostics are not available: {path} could not be read ({err})."
+    if not isinstance(claims, list):
+        return None, f"Diagnostics are not available: {path} has no 'claims' list."
+    return claims, f"Observations 4 and 5: claims of {path}, verbatim."
+
+
+# ------------------------------------------------------------------------------------------------------- report
+
+@dataclass
+class Report:
+    profile: str
+    runs: pd.DataFrame
+    stats: pd.DataFrame
+    gaps: pd.DataFrame
+    ratio: dict
+    crossover: pd.DataFrame
+    claims: list[dict]
+    diagnostics_claims: list[dict] | None
+    diagnostics_note: str
+    unfinished: list[str] = field(default_factory=list)
+    level: float = LEVEL
+
+    def claims_frame(self) -> pd.DataFrame:
+        df = pd.DataFrame(self.claims, columns=["claim", "status", "supported", "sentence", "statement", "evidence"])
+        df["evidence"] = df["evidence"].map(lambda e: json.dumps(e, default=_json_default))
+        return df
+
+    def sentences(self) -> list[str]:
+        out = [f"[{c['claim']}] {c['sentence']}" for c in self.claims]
+        if self.diagnostics_claims is None:
+            out.append(self.diagnostics_note)
+        else:
+            out += [f"[{c.get('claim')}] supported={c.get('supported')}: {c.get('statement')}"
+                    for c in self.diagnostics_claims]
+        return out
+
+
+def _json_default(o):
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    return str(o)
+
+
+def build_report(profile: str, level: float = LEVEL) -> Report:
+    runs = collect_runs(profile)
+    gaps = gap_table(runs, level=level)
+    diag, note = read_diagnostics(profile)
+    return Report(profile=profile, runs=runs, stats=variant_stats(runs, level), gaps=gaps,
+                  ratio=gap_ratio(gaps), crossover=crossover_table(runs, level=level),
+                  claims=evaluate_claims(runs, level=level), diagnostics_claims=diag, diagnostics_note=note,
+                  unfinished=unfinished_runs(profile), level=level)
+
+
+# --------------------------------------------------------------------------------------------------------- figures
+
+def crossover_figure(rep: Report, a: str = "pre-grow", b: str = "post-grow"):
+    """Validation CE at each stage end (mean and CI over seeds) of a and b, and their paired gap below."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+    t = rep.crossover
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08, row_heights=[0.6, 0.4],
+                        subplot_titles=("validation CE at each stage end", f"paired gap {a} - {b} (> 0: {b} leads)"))
+    if len(t):
+        x = [f"stage {int(s)} (depth {d})" for s, d in zip(t["stage"], t["depth"])]
+        for v, color in ((a, "#d62728"), (b, "#1f77b4")):
+            err = (t[f"{v}_ci_high"] - t[f"{v}_mean"]).fillna(0)
+            fig.add_trace(go.Scatter(x=x, y=t[f"{v}_mean"], error_y=dict(type="data", array=err), name=v,
+                                     mode="lines+markers", line=dict(color=color)), row=1, col=1)
+        err = (t["gap_ci_high"] - t["gap_mean"]).fillna(0)
+        fig.add_trace(go.Scatter(x=x, y=t["gap_mean"], error_y=dict(type="data", array=err), name=f"{a} - {b}",
+                                 mode="lines+markers", line=dict(color="black")), row=2, col=1)
+        fig.add_hline(y=0, line_dash="dot", line_color="gray", row=2, col=1)
+    fig.update_yaxes(title_text="val CE (nats/token)", row=1, col=1)
+    fig.update_yaxes(title_text="gap (nats/token)", row=2, col=1)
+    fig.update_layout(template="plotly_white", height=560, title=f"crossover ({rep.profile}): mean and "
+                      f"{round(rep.level * 100)}% CI over seeds")
+    return fig
+
+
+def variants_figure(rep: Report, metric: str = "val_ce"):
+    """Final validation metric per variant: mean with CI, and every seed as a dot."""
+    import plotly.graph_objects as go
+    fig = go.Figure()
+    s = rep.stats
+    if len(s):
+        fig.add_trace(go.Scatter(x=s["variant"], y=s[f"{metric}_mean"], mode="markers", name="mean",
+                                 marker=dict(size=12, symbol="line-ew-open", line=dict(width=3)),
+                                 error_y=dict(type="data", array=s[f"{metric}_half_width"].fillna(0))))
+        r = rep.runs
+        fig.add_trace(go.Scatter(x=r["variant"], y=r[metric], mode="markers", name="seeds", opacity=0.6,
+                                 text=[f"seed {x}" for x in r["seed"]], marker=dict(size=7)))
+    fig.update_layout(template="plotly_white", height=420, yaxis_title=f"{metric} (nats/token)",
+                      title=f"final {metric} per variant ({rep.profile}): mean, {round(rep.level * 100)}% CI, seeds")
+    return fig
+
+
+def gaps_figure(rep: Report, metric: str = "val_ce"):
+    """The paired gaps with their CIs, the reference values as crosses where the reference gives one."""
+    import plotly.graph_objects as go
+    g = rep.gaps[rep.gaps["metric"] == metric]
+    fig = go.Figure()
+    labels = [f"{n}: {c}" for n, c in zip(g["gap"], g["comparison"])]
+    fig.add_trace(go.Scatter(x=g["mean"], y=labels, mode="markers", name="this study",
+                             error_x=dict(type="data", array=(g["ci_high"] - g["mean"]).fillna(0))))
+    ref = g["reference"].astype(float)
+    fig.add_trace(go.Scatter(x=ref, y=labels, mode="markers", name="reference", marker=dict(symbol="x", size=10)))
+    fig.add_vline(x=0, line_dash="dot", line_color="gray")
+    fig.update_layout(template="plotly_white", height=120 + 45 * len(g), xaxis_title=f"{metric} gap (nats/token)",
+                      title=f"paired gaps a - b by seed ({rep.profile})", yaxis=dict(autorange="reversed"))
+    return fig
+
+
+def figures(rep: Report) -> dict:
+    return {"crossover": crossover_figure(rep), "variants": variants_figure(rep), "gaps": gaps_figure(rep)}
+
+
+# ------------------------------------------------------------------------------------------------------- writing
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _table(df: pd.DataFrame) -> str:
+    return df.to_html(index=False, na_rep="nan", float_format=lambda x: f"{x:.4f}", border=0, classes="t",
+                      escape=True)
+
+
+STATUS_COLORS = {SUPPORTED: "#2ca02c", NOT_SUPPORTED: "#d62728", NOT_RESOLVED: "#ff7f0e", NOT_TESTABLE: "#7f7f7f"}
+
+
+def report_html(rep: Report, figs: dict | None = None) -> str:
+    """A self-contained page: tables (pandas), plotly figures with plotly.js embedded once (no CDN)."""
+    figs = figs if figs is not None else figures(rep)
+    e = html.escape
+    parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>normgrow study: {e(rep.profile)}</title>"
+             "<style>body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}"
+             "table.t{border-collapse:collapse;font-size:12px;margin:0.5em 0}"
+             "table.t td,table.t th{border:1px solid #ddd;padding:3px 6px;text-align:right}"
+             ".claim{margin:0.5em 0;padding:0.4em 0.8em;border-left:5px solid}"
+             ".scroll{overflow-x:auto}</style></head><body>",
+             f"<h1>Normalization placement under depth growth: study <code>{e(rep.profile)}</code></h1>",
+             f"<p>{len(rep.runs)} finished runs of {rep.runs['variant'].nunique() if len(rep.runs) else 0} variants"
+             + (f"; unfinished run directories: {e(', '.join(rep.unfinished))}" if rep.unfinished else "")
+             + f". Intervals: two-sided {round(rep.level * 100)}% Student-t over seeds; gaps are paired by seed. "
+             "Claims are judged from the numbers: interval excludes zero in the claimed direction: supported; "
+             "includes zero: not resolved at this number of seeds; excludes zero the other way: not supported.</p>",
+             "<h2>Claims</h2>"]
+    for c in rep.claims:
+        color = STATUS_COLORS.get(c["status"], "#000")
+        parts.append(f"<div class='claim' style='border-color:{color}'><b>{e(c['claim'])}</b> "
+                     f"<span style='color:{color}'>[{e(c['status'])}]</span>: <i>{e(c['statement'])}</i><br>"
+                     f"{e(c['sentence'])}</div>")
+    parts.append("<h3>Observations 4 and 5 (boundary diagnostics)</h3>")
+    if rep.diagnostics_claims is None:
+        parts.append(f"<p>{e(rep.diagnostics_note)}</p>")
+    else:
+        diag = pd.DataFrame([{k: (v if isinstance(v, (str, bool, int, float)) or v is None
+                                  else json.dumps(v, default=_json_default)) for k, v in c.items()}
+                             for c in rep.diagnostics_claims])
+        parts.append(f"<p>{e(rep.diagnostics_note)}</p><div class='scroll'>{_table(diag)}</div>")
+    if (study_dir(rep.profile) / "diagnostics.html").is_file():
+        parts.append("<p>Diagnostics report: <a href='diagnostics.html'>diagnostics.html</a> (same folder).</p>"
+                     "<iframe src='diagnostics.html' style='width:100%;height:600px;border:1px solid #ddd'></iframe>")
+    ratio = rep.ratio
+    ratio_text = f"{ratio['ratio']:.1f}x" if np.isfinite(ratio["ratio"]) else "undefined"
+    caveat = "" if ratio["joint_resolved"] else "; the joint gap's interval includes zero, so the ratio is unbounded"
+    parts += ["<h2>Paired gaps (a - b by seed)</h2>",
+              f"<p>Grow gap / joint gap (val_ce, ratio of means): {ratio_text} (reference "
+              f"~{REFERENCE_RATIO:.0f}x){caveat}.</p>",
+              f"<div class='scroll'>{_table(rep.gaps)}</div>"]
+    include = True
+    for name, title in (("gaps", None), ("crossover", "Crossover: pre-grow vs post-grow at every stage end"),
+                        ("variants", "Per-variant statistics")):
+        if title:
+            parts.append(f"<h2>{e(title)}</h2>")
+        if name == "crossover":
+            parts.append(f"<div class='scroll'>{_table(rep.crossover)}</div>")
+        if name == "variants":
+            parts.append(f"<div class='scroll'>{_table(rep.stats)}</div>")
+        parts.append(figs[name].to_html(full_html=False, include_plotlyjs=include))
+        include = False
+    parts += ["<h2>Runs (one row per run and seed)</h2>", f"<div class='scroll'>{_table(rep.runs)}</div>",
+              "</body></html>"]
+    return "\n".join(parts)
+
+
+def write_report(rep: Report, out_dir: Path | None = None, figs: dict | None = None) -> dict:
+    """Write summary.csv (one row per run and seed), variant_stats.csv, gaps.csv, crossover.csv, claims.csv and
+    report.html into outputs/study/<profile>/ (or out_dir). Returns {name: path}."""
+    out = Path(out_dir) if out_dir is not None else study_dir(rep.profile)
+    out.mkdir(parents=True, exist_ok=True)
+    files = {"summary": out / "summary.csv", "variant_stats": out / "variant_stats.csv", "gaps": out / "gaps.csv",
+             "crossover": out / "crossover.csv", "claims": out / "claims.csv", "report": out / "report.html"}
+    _atomic_write(files["summary"], rep.runs.to_csv(index=False))
+    _atomic_write(files["variant_stats"], rep.stats.to_csv(index=False))
+    _atomic_write(files["gaps"], rep.gaps.to_csv(index=False))
+    _atomic_write(files["crossover"], rep.crossover.to_csv(index=False))
+    _atomic_write(files["claims"], rep.claims_frame().to_csv(index=False))
+    _atomic_write(files["report"], report_html(rep, figs))
+    return files
