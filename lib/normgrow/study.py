@@ -96,10 +96,10 @@ def run_study(profile: str, seeds: list[int] | None = None, variants: list[str] 
     study_dir.mkdir(parents=True, exist_ok=True)
     start = time.time()
 
-    from .teacher import cache_is_complete
-    if cache_is_complete(prof):
-        print("teacher cache: complete, reused")
-    else:
+    from .teacher import open_cache
+    try:
+        print(f"teacher cache: complete, reused ({open_cache(prof).dir})")
+    except FileNotFoundError:
         print("teacher cache: building (notebooks/00_teacher.ipynb)")
         execute_notebook(NOTEBOOKS / "00_teacher.ipynb", study_dir / "00_teacher.ipynb", {"profile": profile})
 
