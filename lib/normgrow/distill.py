@@ -197,9 +197,143 @@ def chunked_head_loss(hidden: Tensor, head_weight: Tensor, row_loss_fn: RowLossF
     return loss, metrics
 
 
+# ------------------------------------------------------------------------------------- fused distillation head
+# distill_loss_chunked's gradient path. Each chunk computes its logits once and then, in float32, one logsumexp,
+# one exp (in place), the k-column gathers/scatters and the closed-form gradient of distill_rows with respect to the
+# logits (no autograd graph over the [n, V] chunk, no masked copy of the chunk for the tail). Same losses as
+# distill_rows; the student's tail probability is the sum of its probabilities outside the top-k ids (equal to
+# exp(logsumexp(masked logits) - logsumexp(logits)), clamped at the smallest normal float so an empty tail stays
+# finite). Gradient, per row, with s = softmax(z), z = logits / T, p the teacher target, q the student's classes:
+#   d kd_ce / d z = s - scatter(p_topk)                                   (renormalize)
+#                 = s_out * (1 - p_tail / q_tail) + scatter(s_topk - p_topk)  (bucket; s_out = s off the top-k)
+#   d loss / d logits = (1 - w) * T * d kd_ce / d z + w * (softmax(logits) - onehot(target))
+def _fused_rows(x: Tensor, rows: Mapping[str, Tensor], params: DistillParams, row_weight: Tensor | None):
+    """(per-row loss, per-row metrics, d(sum row_weight * loss)/d x in float32 or None) for logits x [n, V].
+
+    x is a scratch buffer: a float32 x is overwritten (with the returned gradient)."""
+    _check_tail(params.tail)
+    if params.loss not in ("ce", "kl"):
+        raise ValueError(f"distill.loss={params.loss!r}; allowed values: ce, kl")
+    T, w, bucket = float(params.temperature), float(params.ce_weight), params.tail == "bucket"
+    ids, targets = rows["topk_ids"], rows["targets"]
+    x32 = x.float()  # a copy when x is bf16; x itself when float32
+    lse1 = torch.logsumexp(x32, dim=-1)
+    ce = lse1 - x32.gather(-1, targets[:, None])[:, 0]
+    if T == 1.0:
+        z, lse = x32, lse1
+    else:
+        z = x32 / T
+        lse = torch.logsumexp(z, dim=-1)
+    logq_k = z.gather(-1, ids) - lse[:, None]
+    s = z.sub_(lse[:, None]).exp_()  # softmax(z), in place: x is consumed (x32 survives when T != 1)
+    s_k = logq_k.exp()
+    logp = teacher_logp(rows["topk_logp"], rows["tail_logp"], temperature=T, tail=params.tail)
+    p = logp.exp()
+    if bucket:
+        s.scatter_(-1, ids, 0.0)  # s_out
+        q_tail = s.sum(-1).clamp_min(torch.finfo(torch.float32).tiny)
+        logq = torch.cat([logq_k, q_tail.log()[:, None]], dim=-1)
+    else:
+        logq = logq_k
+    kd_ce = -(p * logq).sum(-1)
+    metrics = {"kd_ce": kd_ce, "ce": ce}
+    if params.loss == "kl":
+        kd = metrics["kd_kl"] = kd_ce + torch.special.xlogy(p, p).sum(-1)
+    else:
+        kd = kd_ce
+    loss = (1.0 - w) * T * T * kd + w * ce
+    if row_weight is None:
+        return loss, metrics, None
+    a = (1.0 - w) * T * row_weight  # scale of d kd_ce / d z in d loss / d logits
+    fold_ce = w != 0.0 and T == 1.0  # softmax(logits) = s: fold the CE term into the same pass
+    p_k = p[:, :-1] if bucket else p
+    if bucket:
+        row_scale = a * (1.0 - p[:, -1] / q_tail)
+        topk_vals = a[:, None] * (s_k - p_k)
+        if fold_ce:
+            row_scale = row_scale + w * row_weight
+            topk_vals = topk_vals + (w * row_weight)[:, None] * s_k
+        g = s.mul_(row_scale[:, None])
+        g.scatter_(-1, ids, topk_vals)  # s_out is zero on the top-k ids: setting = adding
+    else:
+        g = s.mul_((a + w * row_weight)[:, None] if fold_ce else a[:, None])
+        g.scatter_add_(-1, ids, -a[:, None] * p_k)
+    if w != 0.0:
+        if not fold_ce:
+            g.add_(torch.exp(x32 - lse1[:, None]).mul_((w * row_weight)[:, None]))
+        g.scatter_add_(-1, targets[:, None], -(w * row_weight)[:, None])
+    return loss, metrics, g
+
+
+def _fused_head_chunks(hidden: Tensor, head_weight: Tensor, batch: Mapping[str, Tensor], params: DistillParams,
+                       chunk_size: int, need_dh: bool, need_dw: bool):
+    """_head_chunks for the distillation loss with the closed-form logit gradient (see _fused_rows)."""
+    mask = batch["mask"]
+    denom = mask.sum().clamp(min=1)
+    loss = torch.zeros((), device=hidden.device)
+    metrics: dict[str, Tensor] = {}
+    dh = torch.zeros_like(hidden) if need_dh else None
+    dw = torch.zeros_like(head_weight, dtype=torch.float32) if need_dw else None
+    grad = need_dh or need_dw
+    dtype = torch.get_autocast_dtype(hidden.device.type) if torch.is_autocast_enabled(hidden.device.type) else None
+    h_all = hidden.detach() if dtype is None else hidden.detach().to(dtype)
+    w_c = head_weight.detach() if dtype is None else head_weight.detach().to(dtype)
+    if dtype is None and h_all.dtype != w_c.dtype:
+        raise TypeError(f"hidden ({h_all.dtype}) and head_weight ({w_c.dtype}) differ outside autocast")
+    for start in range(0, hidden.shape[0], chunk_size):
+        rows = slice(start, start + chunk_size)
+        m = mask[rows]
+        if not m.any():
+            continue  # an all-masked chunk adds nothing to the loss, the metrics or the gradients
+        h = h_all[rows]
+        with torch.autocast(hidden.device.type, enabled=False):
+            logits = F.linear(h, w_c)  # the autocast dtype, if any (as chunked_head_loss)
+            row_weight = m.float() / denom if grad else None
+            row_loss, row_metrics, g = _fused_rows(logits, {k: v[rows] for k, v in batch.items()}, params,
+                                                   row_weight)
+            del logits
+            loss = loss + torch.where(m, row_loss, 0.0).sum() / denom
+            for name, v in row_metrics.items():
+                metrics[name] = metrics.get(name, 0.0) + torch.where(m, v, 0.0).sum() / denom
+            if grad:
+                g = g.to(w_c.dtype)  # the gradient matmuls run in the logits' dtype, as autograd would
+                if need_dh:
+                    dh[rows] = g @ w_c
+                if need_dw:
+                    dw += (g.T @ h).float()
+    return loss.detach(), {k: v.detach() for k, v in metrics.items()}, dh, dw
+
+
+class _FusedDistillHead(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hidden, head_weight, batch, params, chunk_size):
+        loss, metrics, dh, dw = _fused_head_chunks(hidden, head_weight, batch, params, chunk_size,
+                                                   ctx.needs_input_grad[0], ctx.needs_input_grad[1])
+        ctx.save_for_backward(dh, dw)
+        ctx.head_dtype = head_weight.dtype
+        return loss, metrics
+
+    @staticmethod
+    def backward(ctx, grad_loss, _grad_metrics):
+        dh, dw = ctx.saved_tensors
+        return (None if dh is None else dh * grad_loss.to(dh.dtype),
+                None if dw is None else (dw * grad_loss).to(ctx.head_dtype), None, None, None)
+
+
+DEFAULT_CHUNK = 1024
+
+
 def distill_loss_chunked(hidden: Tensor, head_weight: Tensor, batch: Mapping[str, Tensor], params: DistillParams,
-                         *, chunk_size: int = 1024) -> tuple[Tensor, dict]:
-    """distill_loss computed from the final hidden state [N, d] with a memory-bounded head."""
+                         *, chunk_size: int = DEFAULT_CHUNK, fused: bool = True) -> tuple[Tensor, dict]:
+    """distill_loss computed from the final hidden state [N, d] with a memory-bounded head.
+
+    With gradients, fused=True (default) uses the closed-form logit gradient (_fused_rows: one logsumexp and one
+    exp per chunk, no autograd graph over the chunk); fused=False runs the generic chunked_head_loss with autograd
+    per chunk (the reference implementation, same values and gradients up to float rounding).
+    """
+    if fused and torch.is_grad_enabled() and (hidden.requires_grad or head_weight.requires_grad):
+        return _FusedDistillHead.apply(hidden, head_weight, batch, params, chunk_size)
+
     def row_loss_fn(logits: Tensor, rows: slice):
         return distill_rows(logits, {k: v[rows] for k, v in batch.items()}, params)
 
