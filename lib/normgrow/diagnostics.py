@@ -33,7 +33,6 @@ observations 4 and 5 of STUDY.md, written to outputs/study/<profile>/diagnostics
 from __future__ import annotations
 
 import math
-import os
 import re
 import statistics
 import time
@@ -377,10 +376,33 @@ def run_disk_bytes(run_dir) -> dict:
     return {"checkpoints": ckpt, "total": total}
 
 
-def checkpoint_bytes_estimate(n_params: int, n_phases: int, bytes_per_param: int = 4, overhead: int = 0) -> int:
-    """Disk of a finished run's phase checkpoints: every phase saves the full float32 model (the depth grows, but
-    the embedding dominates small students), so roughly n_phases x params x 4 bytes (an upper bound for grow)."""
-    return n_phases * (n_params * bytes_per_param + overhead)
+CHECKPOINT_OVERHEAD = 16 * 1024  # torch.save zip entries, key names, config and extras (measured 6-14 KB, tiny)
+
+
+def student_param_count(profile, depth: int, vocab_size: int = 49152) -> int:
+    """Parameters of a student of the profile at a depth (built on the meta device: no memory)."""
+    from .model import StudentConfig
+    prof = load_profile(profile) if isinstance(profile, str) else profile
+    s = prof.student
+    cfg = StudentConfig(vocab_size=vocab_size, n_layers=depth, d_model=s.d_model, n_heads=s.n_heads,
+                        n_kv_heads=s.n_kv_heads, head_dim=s.head_dim, d_ff=s.d_ff, norm="pre",
+                        tie_embeddings=s.tie_embeddings)
+    with torch.device("meta"):
+        return sum(p.numel() for p in Student(cfg).parameters())
+
+
+def run_disk_estimate(profile, vocab_size: int = 49152) -> dict:
+    """Bytes of the phase checkpoints a finished run keeps (float32 weights, one file per phase; final.pt is a
+    hardlink, last.pt is deleted at the end), per schedule, and the transient peak with last.pt (weights + AdamW's
+    two moments of every parameter; an upper bound for frozen-prefix runs)."""
+    prof = load_profile(profile) if isinstance(profile, str) else profile
+    stages = list(prof.train.stages)
+    ckpt = {d: 4 * student_param_count(prof, d, vocab_size) + CHECKPOINT_OVERHEAD for d in set(stages)}
+    kept = {"grow": sum(ckpt[d] for d in stages), "joint": ckpt[stages[-1]], "single": ckpt[stages[0]]}
+    last = 3 * (ckpt[stages[-1]] - CHECKPOINT_OVERHEAD) + CHECKPOINT_OVERHEAD
+    return {"profile": prof.name, "checkpoint_bytes": {str(d): b for d, b in sorted(ckpt.items())},
+            "kept_bytes": kept, "peak_extra_last_pt_bytes": last,
+            "params": {str(d): student_param_count(prof, d, vocab_size) for d in sorted(set(stages))}}
 
 
 # ------------------------------------------------------------------------------------------------ the study
@@ -431,27 +453,34 @@ def claim4(runs: dict[str, dict]) -> dict:
                 "evidence": f"needs finished grow runs of both placements (pre-grow-s*: {len(pre)}, post-grow-s*: "
                             f"{len(post)}); not tested."}
 
-    def ratios(group_runs, g):  # geometric mean over seeds of last/first top-boundary RMS
-        return _geo_mean([_log_ratio(d["drift"]["top"][g][0], d["drift"]["top"][g][-1]) for d in group_runs.values()])
+    def ratios(group_runs, g, kind="top"):  # geometric mean over seeds of last/first-phase RMS
+        return _geo_mean([_log_ratio(d["drift"][kind][g][0], d["drift"][kind][g][-1]) for d in group_runs.values()])
 
     r = {(norm, g): ratios(rs, g) for norm, rs in (("pre", pre), ("post", post)) for g in GROUPS}
+    rg = {(norm, g): ratios(rs, g, "growth") for norm, rs in (("pre", pre), ("post", post)) for g in GROUPS}
     dev = {k: abs(math.log(v)) if v else None for k, v in r.items()}
     post_stable = dev[("post", "all")] is not None and dev[("post", "all")] <= math.log(STABLE_RATIO)
     post_less = None not in (dev[("post", "all")], dev[("pre", "all")]) and dev[("post", "all")] < dev[("pre", "all")]
     concentrated = None not in (dev[("pre", "structural")], dev[("pre", "content")]) and \
         dev[("pre", "structural")] > dev[("pre", "content")]
     supported = bool(post_stable and post_less and concentrated)
-    per_class = "; ".join(f"{g}: pre x{_fmt(r[('pre', g)])}, post x{_fmt(r[('post', g)])}" for g in GROUPS)
-    evidence = (f"Top-boundary RMS (h_N) at the last phase over the first phase, geometric mean over seeds "
-                f"({len(pre)} pre-grow, {len(post)} post-grow runs): {per_class}. "
+    present = [g for g in GROUPS if r[("pre", g)] is not None or r[("post", g)] is not None]
+    per_class = "; ".join(f"{g}: pre x{_fmt(r[('pre', g)])}, post x{_fmt(r[('post', g)])}" for g in present)
+    growth = "; ".join(f"{g}: pre x{_fmt(rg[('pre', g)])}, post x{_fmt(rg[('post', g)])}"
+                       for g in ("all", "structural", "content"))
+    evidence = (f"Top-boundary RMS (h_N, what the head's norm and the next appended block receive) at the last phase "
+                f"over the first phase, geometric mean over seeds ({len(pre)} pre-grow, {len(post)} post-grow runs): "
+                f"{per_class}. "
                 f"Post-norm all-token drift x{_fmt(r[('post', 'all')])} is "
                 f"{'within' if post_stable else 'outside'} the stability band [1/{STABLE_RATIO}, {STABLE_RATIO}] and "
                 f"{'smaller' if post_less else 'not smaller'} than pre-norm's x{_fmt(r[('pre', 'all')])}; "
                 f"pre-norm structural drift x{_fmt(r[('pre', 'structural')])} is "
                 f"{'larger' if concentrated else 'not larger'} (in |log ratio|) than content drift "
-                f"x{_fmt(r[('pre', 'content')])}.")
+                f"x{_fmt(r[('pre', 'content')])}. At the growth boundary of the last phase against the first phase's "
+                f"top boundary: {growth}.")
     return {"claim": 4, "statement": statement, "supported": supported, "evidence": evidence,
-            "numbers": {f"{norm}/{g}": v for (norm, g), v in r.items()}}
+            "numbers": {f"{norm}/{g}": v for (norm, g), v in r.items()}
+            | {f"growth/{norm}/{g}": v for (norm, g), v in rg.items()}}
 
 
 def claim5(runs: dict[str, dict]) -> dict:
@@ -479,7 +508,10 @@ def claim5(runs: dict[str, dict]) -> dict:
                 f"x{_fmt(rel_gm)} the median (geometric mean), rank(s) {[f['rank'] for f in fb]} of "
                 f"{fb[0]['n_blocks']} (1 = smallest), cosine(h_in, h_out) {_fmt(mean([f['final_block_cosine'] for f in fb]))}, "
                 f"skip-block validation CE change {_fmt(mean([f['final_block_skip_delta_ce'] for f in fb if f['final_block_skip_delta_ce'] is not None]))} nats/token"
-                + (f"; post-grow final block: x{_fmt(_geo_mean([math.log(x) for x in post_rel]))} its median" if post_rel else "")
+                + (f"; post-grow final block: x{_fmt(_geo_mean([math.log(x) for x in post_rel]))} its median"
+                   + (" (smaller still, so near-identity is not specific to pre-norm here)"
+                      if rel_gm is not None and _geo_mean([math.log(x) for x in post_rel]) < rel_gm else "")
+                   if post_rel else "")
                 + f". Threshold for 'nearly identity': below {IDENTITY_RATIO} x the median.")
     return {"claim": 5, "statement": statement, "supported": bool(supported), "evidence": evidence,
             "numbers": {"ratio_to_median_geomean": rel_gm, "post_ratio_to_median_geomean":

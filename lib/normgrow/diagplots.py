@@ -15,7 +15,7 @@ import plotly.graph_objects as go
 from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
-from .diagnostics import CLASSES, GROUPS
+from .diagnostics import GROUPS
 
 DASH = {"pre": "solid", "post": "dash"}
 PALETTE = qualitative.D3
@@ -245,10 +245,11 @@ def interactive(study: dict):
         return [("final", -1)] + [(f"p{c['phase']} depth {c['depth']}", i)
                                   for i, c in enumerate(study["runs"][name]["checkpoints"])]
 
-    def redraw(*_):
+    def redraw(*_, first=False):
         other = counterpart(run.value)
         selected = [run.value] + ([other] if overlay.value and other in study["runs"] else [])
-        out.clear_output(wait=True)
+        if not first:  # the first draw (also what a headless run executes) never clears: nothing to clear yet
+            out.clear_output(wait=True)
         with out:
             display(boundary_figure(study, selected, checkpoint=phase.value, metric=metric.value))
             display(drift_figure(study, selected, groups=[group.value], layer=layer.value, metric=metric.value))
@@ -259,9 +260,9 @@ def interactive(study: dict):
         phase.options = phases_for(run.value)
         phase.value = -1
 
+    phase.options = phases_for(run.value)
+    redraw(first=True)
     run.observe(on_run, names="value")
     for control in (run, group, layer, phase, overlay, metric):
         control.observe(redraw, names="value")
-    on_run(None)
-    redraw()
     return w.VBox([w.HBox([run, group, phase]), w.HBox([layer, overlay, metric]), out])
