@@ -220,10 +220,14 @@ def export_html(study: dict, path, figures: dict | None = None) -> Path:
     return path
 
 
-def interactive(study: dict):
+def interactive(study: dict, draw: bool = False):
     """ipywidgets controls (run, token group, layer, phase, pre/post overlay) over the study's diagnostics.
 
-    Returns a VBox; display it in JupyterLab. Figures are redrawn into an Output widget (no anywidget needed).
+    Returns a VBox; display it in JupyterLab. Figures are drawn into an Output widget (no anywidget needed) when
+    a control changes or "draw" is clicked. draw=True also draws at once; the default leaves the Output empty
+    because drawing into an Output widget during a headless nbclient/papermill run can stall the run (observed
+    with ipykernel 7 / nbclient 0.11: the cell waits for its execution timeout), and headless runs never fire
+    callbacks.
     """
     import ipywidgets as w
     from IPython.display import display
@@ -245,11 +249,10 @@ def interactive(study: dict):
         return [("final", -1)] + [(f"p{c['phase']} depth {c['depth']}", i)
                                   for i, c in enumerate(study["runs"][name]["checkpoints"])]
 
-    def redraw(*_, first=False):
+    def redraw(*_):
         other = counterpart(run.value)
         selected = [run.value] + ([other] if overlay.value and other in study["runs"] else [])
-        if not first:  # the first draw (also what a headless run executes) never clears: nothing to clear yet
-            out.clear_output(wait=True)
+        out.clear_output(wait=True)
         with out:
             display(boundary_figure(study, selected, checkpoint=phase.value, metric=metric.value))
             display(drift_figure(study, selected, groups=[group.value], layer=layer.value, metric=metric.value))
@@ -261,8 +264,11 @@ def interactive(study: dict):
         phase.value = -1
 
     phase.options = phases_for(run.value)
-    redraw(first=True)
+    button = w.Button(description="draw", button_style="primary", tooltip="draw the figures for these settings")
+    button.on_click(redraw)
     run.observe(on_run, names="value")
     for control in (run, group, layer, phase, overlay, metric):
         control.observe(redraw, names="value")
-    return w.VBox([w.HBox([run, group, phase]), w.HBox([layer, overlay, metric]), out])
+    if draw:
+        redraw()
+    return w.VBox([w.HBox([run, group, phase, button]), w.HBox([layer, overlay, metric]), out])
