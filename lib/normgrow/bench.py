@@ -338,6 +338,8 @@ def run_bench(profile_name: str = "cpu", repeats: int = 5, warmup: int = 1, cand
             losses[n] = steps[n]()
             if r >= warmup:
                 times[n].append(time.perf_counter() - t0)
+        print(f"[bench] round {r + 1}/{warmup + repeats}" + ("" if r < warmup else ": " + ", ".join(
+            f"{n} {times[n][-1]:.2f}s" for n in names)), flush=True)
     tokens = batch["tokens"].numel()
     cfg = StudentConfig(**info["student_config"])
     flops = student_step_flops(cfg, *batch["tokens"].shape)

@@ -207,31 +207,36 @@ def chunked_head_loss(hidden: Tensor, head_weight: Tensor, row_loss_fn: RowLossF
 #   d kd_ce / d z = s - scatter(p_topk)                                   (renormalize)
 #                 = s_out * (1 - p_tail / q_tail) + scatter(s_topk - p_topk)  (bucket; s_out = s off the top-k)
 #   d loss / d logits = (1 - w) * T * d kd_ce / d z + w * (softmax(logits) - onehot(target))
-def _fused_rows(x: Tensor, rows: Mapping[str, Tensor], params: DistillParams, row_weight: Tensor | None):
-    """(per-row loss, per-row metrics, d(sum row_weight * loss)/d x in float32 or None) for logits x [n, V].
+def _fused_rows(x: Tensor, rows: Mapping[str, Tensor], params: DistillParams, row_weight: Tensor | None,
+                x32_buf: Tensor | None = None):
+    """(per-row loss, per-row metrics, d(sum row_weight * loss)/d x in x's dtype or None) for logits x [n, V].
 
-    x is a scratch buffer: a float32 x is overwritten (with the returned gradient)."""
+    x is a scratch buffer: it is overwritten with the returned gradient. Everything is computed in float32 (in
+    x32_buf, an [n, V] float32 buffer, when x is not float32); the gradient is rounded to x's dtype once."""
     _check_tail(params.tail)
     if params.loss not in ("ce", "kl"):
         raise ValueError(f"distill.loss={params.loss!r}; allowed values: ce, kl")
     T, w, bucket = float(params.temperature), float(params.ce_weight), params.tail == "bucket"
     ids, targets = rows["topk_ids"], rows["targets"]
-    x32 = x.float()  # a copy when x is bf16; x itself when float32
-    lse1 = torch.logsumexp(x32, dim=-1)
-    ce = lse1 - x32.gather(-1, targets[:, None])[:, 0]
-    if T == 1.0:
-        z, lse = x32, lse1
-    else:
-        z = x32 / T
-        lse = torch.logsumexp(z, dim=-1)
-    logq_k = z.gather(-1, ids) - lse[:, None]
-    s = z.sub_(lse[:, None]).exp_()  # softmax(z), in place: x is consumed (x32 survives when T != 1)
+    x32 = x if x.dtype == torch.float32 else (x.float() if x32_buf is None else x32_buf.copy_(x))
+    x_t = x32.gather(-1, targets[:, None])[:, 0]
+    z = x32 if T == 1.0 else x32 / T
+    logq_k = z.gather(-1, ids)
+    # logsumexp by hand: the exponentials are the softmax numerators the gradient needs, so the [n, V] chunk is
+    # read once for the max, rewritten once in place (z - max, exp) and read once for the sum.
+    zmax = z.amax(-1, keepdim=True)
+    e = z.sub_(zmax).exp_()  # exp(z - max), in place: x is consumed (x32 survives when T != 1)
+    sumexp = e.sum(-1)
+    lse = zmax[:, 0] + sumexp.log()
+    lse1 = lse if T == 1.0 else torch.logsumexp(x32, dim=-1)
+    ce = lse1 - x_t
+    logq_k = logq_k - lse[:, None]
     s_k = logq_k.exp()
     logp = teacher_logp(rows["topk_logp"], rows["tail_logp"], temperature=T, tail=params.tail)
     p = logp.exp()
     if bucket:
-        s.scatter_(-1, ids, 0.0)  # s_out
-        q_tail = s.sum(-1).clamp_min(torch.finfo(torch.float32).tiny)
+        e.scatter_(-1, ids, 0.0)  # the numerators off the top-k ids
+        q_tail = (e.sum(-1) / sumexp).clamp_min(torch.finfo(torch.float32).tiny)
         logq = torch.cat([logq_k, q_tail.log()[:, None]], dim=-1)
     else:
         logq = logq_k
@@ -253,16 +258,35 @@ def _fused_rows(x: Tensor, rows: Mapping[str, Tensor], params: DistillParams, ro
         if fold_ce:
             row_scale = row_scale + w * row_weight
             topk_vals = topk_vals + (w * row_weight)[:, None] * s_k
-        g = s.mul_(row_scale[:, None])
-        g.scatter_(-1, ids, topk_vals)  # s_out is zero on the top-k ids: setting = adding
+        g = e.mul_((row_scale / sumexp)[:, None])  # e / sumexp = softmax
+        g.scatter_(-1, ids, topk_vals)  # zero on the top-k ids: setting = adding
     else:
-        g = s.mul_((a + w * row_weight)[:, None] if fold_ce else a[:, None])
+        g = e.mul_((((a + w * row_weight) if fold_ce else a) / sumexp)[:, None])
         g.scatter_add_(-1, ids, -a[:, None] * p_k)
     if w != 0.0:
         if not fold_ce:
             g.add_(torch.exp(x32 - lse1[:, None]).mul_((w * row_weight)[:, None]))
         g.scatter_add_(-1, targets[:, None], -(w * row_weight)[:, None])
-    return loss, metrics, g
+    return loss, metrics, (g if g is x else x.copy_(g))
+
+
+# Chunk buffers reused across chunks and steps: a fresh [chunk, V] tensor per chunk costs its page faults (about
+# as much as the arithmetic on it on CPU). One entry (the last shape used); release_workspace() frees it.
+_WORKSPACE: dict = {}
+
+
+def _workspace(rows: int, vocab: int, dtype: torch.dtype, device) -> tuple[Tensor, Tensor | None]:
+    key = (rows, vocab, dtype, str(device))
+    if _WORKSPACE.get("key") != key:
+        _WORKSPACE.clear()
+        _WORKSPACE.update(key=key, logits=torch.empty(rows, vocab, dtype=dtype, device=device),
+                          x32=None if dtype == torch.float32 else torch.empty(rows, vocab, device=device))
+    return _WORKSPACE["logits"], _WORKSPACE["x32"]
+
+
+def release_workspace() -> None:
+    """Free the fused head's reusable chunk buffers."""
+    _WORKSPACE.clear()
 
 
 def _fused_head_chunks(hidden: Tensor, head_weight: Tensor, batch: Mapping[str, Tensor], params: DistillParams,
@@ -280,27 +304,29 @@ def _fused_head_chunks(hidden: Tensor, head_weight: Tensor, batch: Mapping[str, 
     w_c = head_weight.detach() if dtype is None else head_weight.detach().to(dtype)
     if dtype is None and h_all.dtype != w_c.dtype:
         raise TypeError(f"hidden ({h_all.dtype}) and head_weight ({w_c.dtype}) differ outside autocast")
+    lbuf, x32buf = _workspace(min(chunk_size, hidden.shape[0]), w_c.shape[0], w_c.dtype, hidden.device)
     for start in range(0, hidden.shape[0], chunk_size):
         rows = slice(start, start + chunk_size)
         m = mask[rows]
         if not m.any():
             continue  # an all-masked chunk adds nothing to the loss, the metrics or the gradients
         h = h_all[rows]
+        n = h.shape[0]
         with torch.autocast(hidden.device.type, enabled=False):
-            logits = F.linear(h, w_c)  # the autocast dtype, if any (as chunked_head_loss)
+            logits = torch.mm(h, w_c.T, out=lbuf[:n])  # the autocast dtype, if any (as chunked_head_loss)
             row_weight = m.float() / denom if grad else None
             row_loss, row_metrics, g = _fused_rows(logits, {k: v[rows] for k, v in batch.items()}, params,
-                                                   row_weight)
+                                                   row_weight, None if x32buf is None else x32buf[:n])
             del logits
             loss = loss + torch.where(m, row_loss, 0.0).sum() / denom
             for name, v in row_metrics.items():
                 metrics[name] = metrics.get(name, 0.0) + torch.where(m, v, 0.0).sum() / denom
             if grad:
-                g = g.to(w_c.dtype)  # the gradient matmuls run in the logits' dtype, as autograd would
+                # the gradient matmuls run in the logits' dtype, as autograd would
                 if need_dh:
                     dh[rows] = g @ w_c
                 if need_dw:
-                    dw += (g.T @ h).float()
+                    dw += (h.T @ g).T  # h^T g reads g row-major (no transposed copy of the chunk)
     return loss.detach(), {k: v.detach() for k, v in metrics.items()}, dh, dw
 
 
