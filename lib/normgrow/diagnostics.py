@@ -47,7 +47,7 @@ from torch import Tensor
 from .config import load_profile, outputs_dir
 from .data import loss_mask
 from .model import Student, load_checkpoint
-from .utils import read_json, stable_hash
+from .utils import atomic_write_json, read_json, stable_hash
 
 VERSION = 2
 CLASSES = ("first", "special", "separator", "content")
@@ -60,17 +60,6 @@ STABLE_RATIO = 1.25  # post-norm boundary RMS counts as stable when last/first p
 IDENTITY_RATIO = 0.5  # final block counts as "nearly identity" when its update ratio < 0.5 x median of the others
 
 PHASE_FILE = re.compile(r"^phase(\d+)_depth(\d+)\.pt$")
-
-
-def atomic_write_json(path, obj) -> None:
-    """utils.atomic_write_json with a per-process temporary name: the study runner and a notebook may diagnose
-    the same run at once, and a shared "<name>.tmp" would let one writer move the other's half-written file."""
-    import json
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
 
 
 # ------------------------------------------------------------------------------------------------ token classes

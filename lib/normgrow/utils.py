@@ -20,7 +20,7 @@ def atomic_write_text(path: Path, text: str) -> None:
     """Write via a temporary file and rename, so readers never see a half-written file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # per process: concurrent writers never share it
     tmp.write_text(text)
     os.replace(tmp, path)
 
