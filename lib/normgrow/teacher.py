@@ -210,16 +210,10 @@ def teacher_identity(params: TeacherParams) -> dict:
         ident["source"] = str(p)
         cfg = p / "config.json"
         ident["config"] = stable_hash(cfg.read_text(), 16) if cfg.is_file() else None
-        ident["weights"] = sorted([f.name, f.stat().st_size, int(f.stat().st_mtime)]
+        ident["weights"] = sorted([f.name, f.stat().st_size, f.stat().st_mtime_ns]
                                   for f in p.iterdir() if f.suffix in (".safetensors", ".bin", ".pt", ".gguf"))
-    else:
-        try:
-            from huggingface_hub import try_to_load_from_cache
-            hit = try_to_load_from_cache(params.source, "config.json")
-            if isinstance(hit, str):
-                ident["revision"] = Path(hit).parent.name  # snapshot commit hash
-        except Exception:  # noqa: BLE001 - the id alone is still a valid key
-            pass
+    # hub id: the id alone (a revision looked up in the local HF cache would change the key once the model has
+    # been downloaded by the first build); to pin weights, download them and point teacher.source at the folder.
     return ident
 
 
@@ -277,11 +271,12 @@ class TeacherCache:
 
 # ----------------------------------------------------------------------------------------------- the teacher pass
 @torch.no_grad()
-def topk_forward(model, tokens: torch.Tensor, k: int, chunk_positions: int = 8192):
+def topk_forward(model, tokens: torch.Tensor, k: int, chunk_positions: int = 2048):
     """One teacher forward over full-length rows: (topk_ids, topk_logp, tail_logp, target_logp), all on CPU.
 
     log-probs are log_softmax in float32 of the model's logits (temperature 1); the tail is logsumexp over the
-    non-top-k log-probs (stable), floored at TAIL_FLOOR.
+    non-top-k probabilities (stable), floored at TAIL_FLOOR. Post-processing runs in chunks of positions to bound
+    the float32 [positions, vocab] temporaries.
     """
     device = next(model.parameters()).device
     x = tokens.to(device=device, dtype=torch.long)
@@ -294,11 +289,14 @@ def topk_forward(model, tokens: torch.Tensor, k: int, chunk_positions: int = 819
         lp = torch.log_softmax(flat[s:s + chunk_positions].float(), dim=-1)
         top_lp, top_id = lp.topk(k, dim=-1)  # sorted, descending
         tgts.append(lp.gather(1, nxt[s:s + chunk_positions, None])[:, 0])
-        lp.scatter_(1, top_id, float("-inf"))
-        tails.append(torch.logsumexp(lp, dim=-1).clamp_min(TAIL_FLOOR))
+        # tail = log of the sum of the non-top-k probabilities: exact, no cancellation (unlike log1p(-sum top-k)),
+        # and cheaper than a masked logsumexp (probabilities are <= 1, so exp() cannot overflow).
+        prob = lp.exp_()
+        prob.scatter_(1, top_id, 0.0)
+        tails.append(prob.sum(dim=-1).log().clamp_min(TAIL_FLOOR))
         ids.append(top_id.int())
         lps.append(top_lp)
-        del lp
+        del lp, prob
     del logits, flat
     target = torch.cat(tgts).reshape(B, L)
     target[:, -1] = 0.0
@@ -322,7 +320,7 @@ def _build_split(model, tokens: np.ndarray, starts: np.ndarray, out: Path, k: in
     bar = tqdm(total=N * L, desc=desc, unit="tok", disable=not progress)
     for s in range(0, N, batch_size):
         e = min(N, s + batch_size)
-        ids, lp, tail, tgt = topk_forward(model, torch.from_numpy(np.asarray(tokens[s:e])), k)
+        ids, lp, tail, tgt = topk_forward(model, torch.from_numpy(np.array(tokens[s:e], dtype=np.int64)), k)
         a_ids[s:e], a_lp[s:e], a_tail[s:e], a_tgt[s:e] = ids.numpy(), lp.numpy(), tail.numpy(), tgt.numpy()
         bar.update((e - s) * L)
         bar.set_postfix(tok_s=f"{(e * L) / max(time.time() - t0, 1e-9):,.0f}")

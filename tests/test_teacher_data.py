@@ -1,0 +1,319 @@
+"""Teacher loading, corpus, and the top-k teacher cache (normgrow.teacher / normgrow.data).
+
+Unit tests use tiny randomly initialised Llama / Qwen3 checkpoints saved to a temp folder with the real SmolLM2
+tokenizer; one integration test uses the bundled teacher and corpus. Outputs go to a temp dir; only the one-off GGUF
+conversion of the bundled teacher is shared with the real outputs/teacher/models.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from normgrow import config, data, teacher
+from normgrow.config import ParamError, TeacherParams, load_profile
+
+REAL_MODELS = config.REPO_ROOT / "outputs" / "teacher" / "models"
+WORDS = ("the lord king god man house land day people son water city light hand word heart said went came saw "
+         "gave upon unto and of to in that with for not his her their is was be shall will thou thee my").split()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shared_models_dir():
+    old = teacher.MODELS_DIR
+    teacher.MODELS_DIR = REAL_MODELS  # the bundled conversion is expensive: convert once, share it
+    yield
+    teacher.MODELS_DIR = old
+
+
+@pytest.fixture(autouse=True)
+def out_root(tmp_path, monkeypatch):
+    root = tmp_path / "outputs"
+    monkeypatch.setenv("NORMGROW_OUTPUTS", str(root))
+    monkeypatch.setattr(config, "OUTPUTS_DIR", root)
+    return root
+
+
+@pytest.fixture(scope="session")
+def smol_tokenizer():
+    from transformers import AutoTokenizer
+    return AutoTokenizer.from_pretrained(teacher.convert_bundled(progress=False))
+
+
+def _save_tiny(folder: Path, tokenizer, arch: str = "llama", seed: int = 0) -> Path:
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+    torch.manual_seed(seed)
+    common = dict(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                  num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=512,
+                  tie_word_embeddings=True, bos_token_id=1, eos_token_id=2)
+    if arch == "qwen3":
+        model = Qwen3ForCausalLM(Qwen3Config(head_dim=16, **common))
+    else:
+        model = LlamaForCausalLM(LlamaConfig(**common))
+    with torch.no_grad():  # sharper than the default init, so top-k ordering has no near-ties
+        model.get_input_embeddings().weight.normal_(0, 1.0)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(tmp_path_factory, smol_tokenizer):
+    return _save_tiny(tmp_path_factory.mktemp("tiny_llama"), smol_tokenizer, "llama")
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3(tmp_path_factory, smol_tokenizer):
+    return _save_tiny(tmp_path_factory.mktemp("tiny_qwen3"), smol_tokenizer, "qwen3")
+
+
+@pytest.fixture(scope="session")
+def corpus_files(tmp_path_factory):
+    rng = np.random.default_rng(0)
+    d = tmp_path_factory.mktemp("corpus")
+    with open(d / "docs.jsonl", "w") as f:
+        for i in range(80):
+            sents = [" ".join(rng.choice(WORDS, size=rng.integers(5, 14))).capitalize() + "."
+                     for _ in range(rng.integers(3, 8))]
+            f.write(json.dumps({"text": " ".join(sents), "id": i}) + "\n")
+    return d
+
+
+def _profile(model_dir, corpus, name="tiny", **over):
+    o = {"teacher.source": str(model_dir), "teacher.dtype": "float32", "teacher.device": "cpu",
+         "teacher.batch_size": 4, "data.source": {"files": [str(corpus / "docs.jsonl")], "text_field": "text"},
+         "data.seq_len": 32, "data.train_tokens": 512, "data.val_tokens": 128, "data.val_fraction": 0.2,
+         "cache.k": 4}
+    o.update(over)
+    return load_profile(name, o)
+
+
+def _direct(model, tokens: np.ndarray, k: int):
+    with torch.no_grad():
+        logits = model(input_ids=torch.from_numpy(np.array(tokens, dtype=np.int64))).logits
+    lp = torch.log_softmax(logits.float(), -1)
+    top = lp.topk(k, -1)
+    return top.indices.numpy(), top.values.numpy(), lp
+
+
+# ----------------------------------------------------------------------------------------------- the cache
+def test_cache_roundtrip_matches_direct_forward(tiny_llama, corpus_files, out_root):
+    p = _profile(tiny_llama, corpus_files)
+    cache = teacher.ensure_cache(p, progress=False)
+    assert cache.dir.parent == out_root / "teacher" and (cache.dir / "COMPLETE").read_text().strip() == cache.key
+    m = cache.meta
+    for key in ("vocab_size", "k", "seq_len", "bos_id", "pad_id", "special_ids", "teacher", "tokenizer_dir", "data_key"):
+        assert key in m
+    assert m["k"] == 4 and m["seq_len"] == 32 and m["bos_id"] == 0 and m["vocab_size"] == 49152
+    assert cache.tokenizer().convert_ids_to_tokens(m["bos_id"]) == "<|endoftext|>"
+    model, _ = teacher.load_teacher(p.teacher)
+    for split in (cache.train, cache.val):
+        assert isinstance(split.tokens, np.memmap) and isinstance(split.topk_ids, np.memmap)
+        assert split.tokens.dtype == np.int32 and split.doc_start.dtype == bool
+        assert split.topk_ids.dtype == np.int32 and split.topk_logp.dtype == np.float32
+        assert split.topk_ids.shape == split.tokens.shape + (4,) and split.tail_logp.shape == split.tokens.shape
+        assert (split.tokens[split.doc_start] == 0).all() and split.doc_start.any()
+        rows = slice(0, 3)
+        ids, lps, lp = _direct(model, split.tokens[rows], 4)
+        np.testing.assert_array_equal(split.topk_ids[rows], ids)
+        np.testing.assert_allclose(split.topk_logp[rows], lps, atol=1e-4)
+        # tail = log(1 - sum p_topk) = logsumexp over the rest
+        rest = lp.scatter(-1, torch.from_numpy(ids).long(), float("-inf")).logsumexp(-1).numpy()
+        np.testing.assert_allclose(split.tail_logp[rows], rest, atol=1e-4)
+        np.testing.assert_allclose(np.exp(split.tail_logp[rows]) + np.exp(split.topk_logp[rows]).sum(-1), 1.0,
+                                   atol=1e-4)
+        assert (np.diff(split.topk_logp[rows], axis=-1) <= 0).all()  # descending
+    # teacher val_ce = mean over loss_mask positions of -log p(next token)
+    t = torch.from_numpy(np.asarray(cache.val.tokens)).long()
+    _, _, lp = _direct(model, cache.val.tokens, 4)
+    mask = data.loss_mask(torch.from_numpy(np.asarray(cache.val.doc_start)))
+    nll = -lp[:, :-1].gather(-1, t[:, 1:, None])[..., 0]
+    ce = nll[mask[:, :-1]].mean().item()
+    rep = json.loads((cache.dir / "teacher.json").read_text())
+    assert rep["val_ce"] == pytest.approx(ce, abs=1e-4) and rep["val_ppl"] == pytest.approx(np.exp(ce), rel=1e-4)
+    assert rep["tokens"] == {"train": cache.train.tokens.size, "val": cache.val.tokens.size}
+    assert rep["k"] == 4 and rep["seq_len"] == 32
+    assert {"load_s", "cache_build_s", "tok_per_s"} <= set(rep["timings"]) and "mean_tail_mass" in rep
+
+
+def test_loss_mask():
+    ds = torch.tensor([[True, False, False, True, False], [False, False, True, False, True]])
+    want = torch.tensor([[True, True, False, True, False], [True, False, True, False, False]])
+    assert torch.equal(data.loss_mask(ds), want)
+
+
+def test_reuse_without_loading_teacher(tiny_llama, corpus_files, monkeypatch):
+    p = _profile(tiny_llama, corpus_files)
+    first = teacher.ensure_cache(p, progress=False)
+
+    def boom(*a, **k):
+        raise AssertionError("the teacher must not load when the cache is complete")
+    monkeypatch.setattr(teacher, "load_teacher", boom)
+    again = teacher.ensure_cache(p, progress=False)
+    assert again.key == first.key and again.dir == first.dir
+    assert teacher.open_cache(p).key == first.key
+
+
+def test_key_invalidation(tiny_llama, corpus_files, smol_tokenizer, tmp_path):
+    base = _profile(tiny_llama, corpus_files)
+    c0 = teacher.ensure_cache(base, progress=False)
+    keys = {c0.key}
+    for over in ({"cache.k": 6}, {"data.seq_len": 16}, {"data.split_seed": 1}, {"teacher.dtype": "bfloat16"}):
+        c = teacher.ensure_cache(_profile(tiny_llama, corpus_files, **over), progress=False)
+        assert c.key not in keys, over
+        keys.add(c.key)
+        assert c.train.topk_ids.shape[-1] == c.meta["k"] and c.train.tokens.shape[1] == c.meta["seq_len"]
+    # different weights in a folder (same name, same size): new key, never the stale cache
+    other = shutil.copytree(tiny_llama, tmp_path / "teacher_copy")
+    c_a = teacher.ensure_cache(_profile(other, corpus_files), progress=False)
+    _save_tiny(other, smol_tokenizer, "llama", seed=1)
+    p_b = _profile(other, corpus_files)
+    with pytest.raises(FileNotFoundError, match="00_teacher.ipynb"):
+        teacher.open_cache(p_b)
+    c_b = teacher.ensure_cache(p_b, progress=False)
+    assert c_b.key != c_a.key and not np.array_equal(c_b.train.topk_logp, c_a.train.topk_logp)
+    # different data (a corpus file changed): new data key and cache key
+    corpus2 = shutil.copytree(corpus_files, tmp_path / "corpus2")
+    c_c = teacher.ensure_cache(_profile(tiny_llama, corpus2), progress=False)
+    with open(corpus2 / "docs.jsonl", "a") as f:
+        f.write(json.dumps({"text": "A new document about the king and the land."}) + "\n")
+    c_d = teacher.ensure_cache(_profile(tiny_llama, corpus2), progress=False)
+    assert c_d.meta["data_key"] != c_c.meta["data_key"] and c_d.key != c_c.key
+    # different tokenizer: new key
+    tok = teacher.load_tokenizer(TeacherParams(source=str(other)))
+    tok.add_tokens(["<|newtoken|>"])
+    tok.save_pretrained(other)
+    assert teacher._resolve_key(p_b, False)[3] != c_b.key
+
+
+def test_interrupted_write_is_detected_and_rebuilt(tiny_llama, corpus_files, monkeypatch, out_root):
+    p = _profile(tiny_llama, corpus_files)
+    real = teacher.topk_forward
+    calls = {"n": 0}
+
+    def crash_after_one(*a, **k):
+        calls["n"] += 1
+        if calls["n"] > 1:
+            raise KeyboardInterrupt("simulated crash")
+        return real(*a, **k)
+    monkeypatch.setattr(teacher, "topk_forward", crash_after_one)
+    with pytest.raises(KeyboardInterrupt):
+        teacher.ensure_cache(p, progress=False)
+    leftovers = [d for d in (out_root / "teacher").iterdir() if d.name.startswith(".tmp-")]
+    assert leftovers, "the interrupted build stays in a temp dir, never under the final name"
+    with pytest.raises(FileNotFoundError, match="profile tiny"):
+        teacher.open_cache(p)
+    monkeypatch.setattr(teacher, "topk_forward", real)
+    good = teacher.ensure_cache(p, progress=False)
+    assert not any(d.name.startswith(".tmp-") for d in (out_root / "teacher").iterdir())
+    ref = np.array(good.train.topk_logp)
+
+    # a directory under the final name without a valid COMPLETE marker (half-written by some other writer)
+    for corrupt in ("missing", "wrong"):
+        marker = good.dir / "COMPLETE"
+        if corrupt == "missing":
+            marker.unlink()
+        else:
+            marker.write_text("not-the-key\n")
+        np.save(good.dir / "train" / "topk_logp.npy", np.zeros((1,), np.float32))  # garbage contents
+        with pytest.raises(FileNotFoundError, match="incomplete"):
+            teacher.open_cache(p)
+        good = teacher.ensure_cache(p, progress=False)
+        np.testing.assert_array_equal(np.array(good.train.topk_logp), ref)
+
+
+# ----------------------------------------------------------------------------------------------- corpus
+def test_bundled_split_is_by_document_and_deterministic(smol_tokenizer):
+    params = load_profile("tiny").data
+    ds = data.ensure_data(params, smol_tokenizer, progress=False)
+    tr, va = set(ds.train.doc_ids), set(ds.val.doc_ids)
+    assert tr and va and not (tr & va)
+    assert all(not data.is_val_doc(d, params) for d in tr) and all(data.is_val_doc(d, params) for d in va)
+    assert {d.split("/")[0] for d in tr} == {"kjv", "shakespeare"}  # both corpora are mixed in
+    assert ds.train.tokens.shape == (params.train_tokens // params.seq_len, params.seq_len)
+    assert ds.val.tokens.shape == (params.val_tokens // params.seq_len, params.seq_len)
+    assert ds.train.doc_start[0, 0] and (np.asarray(ds.train.tokens)[np.asarray(ds.train.doc_start)] == 0).all()
+    assert ds.train.doc_start.sum() == len(ds.train.doc_ids)  # one BOS per packed document
+    # deterministic: a fresh build gives the same tokens
+    packed = data._tokenize_and_pack(params, data.normalize_source("bundled"), smol_tokenizer, 0, False)
+    np.testing.assert_array_equal(packed["train"][0], ds.train.tokens)
+    np.testing.assert_array_equal(packed["val"][1], ds.val.doc_start)
+    text = smol_tokenizer.decode(np.asarray(ds.val.tokens[0]))
+    assert "Gutenberg" not in text and "\r" not in text
+
+
+def test_gutenberg_header_stripped():
+    raw = ("The Project Gutenberg EBook of X\n\n*** START OF THIS PROJECT GUTENBERG EBOOK X ***\n\nBody text.\n\n"
+           "*** END OF THIS PROJECT GUTENBERG EBOOK X ***\nLicense...")
+    assert data.clean_text(data.strip_gutenberg(raw)) == "Body text."
+
+
+# ----------------------------------------------------------------------------------------------- errors before work
+def test_clear_errors_before_heavy_work(tiny_llama, corpus_files, monkeypatch):
+    with pytest.raises(ParamError, match=r"profile='nope'.*allowed values: .*tiny"):
+        load_profile("nope")
+    with pytest.raises(ParamError, match=r"cache.k=0 must be > 0"):
+        load_profile("tiny", {"cache.k": 0})
+    with pytest.raises(ParamError, match=r"cache.k=-3 must be > 0"):
+        load_profile("tiny", {"cache.k": -3})
+
+    def boom(*a, **k):
+        raise AssertionError("heavy work started before validation")
+    monkeypatch.setattr(teacher, "load_teacher", boom)
+    monkeypatch.setattr(teacher, "load_tokenizer", boom)
+    monkeypatch.setattr(teacher, "convert_bundled", boom)
+    for bad, msg in (("wikitext", r"data.source: 'wikitext' is not a known source.*allowed forms"),
+                     ({"files": ["/no/such/file.jsonl"]}, r"data.source: files: .* matches no file"),
+                     ({"hub": "x/y", "splitt": "train"}, r"data.source: unknown key 'splitt'"),
+                     ({"path": "x"}, r"data.source: .*neither hub nor files")):
+        with pytest.raises(ParamError, match=msg):
+            teacher.ensure_cache(load_profile("tiny", {"data.source": bad}), progress=False)
+    with pytest.raises(ParamError, match=r"teacher.source='\./no_such_dir'.*allowed values"):
+        teacher.ensure_cache(load_profile("tiny", {"teacher.source": "./no_such_dir"}), progress=False)
+
+
+def test_teacher_load_error_names_what_was_tried(tmp_path):
+    empty = tmp_path / "not_a_model"
+    empty.mkdir()
+    with pytest.raises(teacher.TeacherLoadError, match=r"(?s)tried local folder .*not_a_model.*What to do"):
+        teacher.load_teacher(TeacherParams(source=str(empty), device="cpu"))
+
+
+# ----------------------------------------------------------------------------------------------- paper path
+def test_paper_profile_loads_a_local_qwen3(tiny_qwen3, corpus_files):
+    """What paper users run with Qwen/Qwen3-8B, pointed offline at a tiny random Qwen3 checkpoint."""
+    p = _profile(tiny_qwen3, corpus_files, name="paper", **{"teacher.dtype": "bfloat16", "data.seq_len": 32})
+    assert load_profile("paper").teacher.source == "Qwen/Qwen3-8B" and p.teacher.batch_size == 4
+    model, tok = teacher.load_teacher(p.teacher)
+    assert type(model).__name__ == "Qwen3ForCausalLM" and model.dtype == torch.bfloat16 and not model.training
+    assert next(model.parameters()).device.type == "cpu"
+    cache = teacher.ensure_cache(p, progress=False)
+    assert cache.meta["teacher_class"] == "Qwen3ForCausalLM" and cache.meta["dtype"] == "bfloat16"
+    ids, lps, _ = _direct(model, cache.val.tokens[:4], p.cache.k)  # the cache pass batch (batch_size=4)
+    np.testing.assert_array_equal(cache.val.topk_ids[:4], ids)
+    np.testing.assert_allclose(cache.val.topk_logp[:4], lps, atol=2e-2)  # bf16 tolerance
+
+
+# ----------------------------------------------------------------------------------------------- bundled teacher
+@pytest.mark.integration
+def test_bundled_teacher_and_corpus(out_root):
+    p = load_profile("tiny", {"data.train_tokens": 256, "data.val_tokens": 256, "teacher.batch_size": 4,
+                              "teacher.device": "cpu"})
+    cache = teacher.ensure_cache(p, progress=False)
+    assert cache.meta["teacher"] == "bundled" and cache.meta["vocab_size"] == 49152 and cache.meta["bos_id"] == 0
+    rep = cache.report
+    assert 1.5 < rep["val_ce"] < 7.0 and rep["tokens"] == {"train": 256, "val": 256}
+    assert 0.0 < rep["mean_tail_mass"]["val"] < 1.0
+    model, tok = teacher.load_teacher(p.teacher)
+    assert type(model).__name__ == "LlamaForCausalLM" and model.dtype == torch.bfloat16
+    ids, lps, _ = _direct(model, cache.val.tokens[:4], p.cache.k)
+    same = (cache.val.topk_ids[:4] == ids).mean()
+    assert same > 0.99, same  # bf16: exact up to rare near-ties
+    np.testing.assert_allclose(cache.val.topk_logp[:4], lps, atol=5e-2)
+    gens = teacher.generate(model, tok, ["In the beginning God created"], max_new_tokens=4)
+    assert isinstance(gens[0], str) and gens[0]
