@@ -376,7 +376,8 @@ def run_bench(profile_name: str = "cpu", repeats: int = 5, warmup: int = 1, cand
               "candidates": results, "ratios": ratios, "flops": flops,
               "matmul_peak_flop_s": {"bfloat16": peak_bf16, "float32": peak_fp32, "size": peak_size},
               "memory_method": "peak RSS (psutil, sampled every 2 ms by a thread) over 2 steps minus the RSS just "
-                               "before them, each candidate in a fresh subprocess after one warmup step"
+                               "before them, each candidate in a fresh subprocess after one warmup step (the fused "
+                               "head's reusable chunk buffers are freed before, so they count)"
                                if memory == "subprocess" else "in-process RSS sampling (after the timed steps)",
               "teacher": info.get("teacher"), "study_teacher_cost": teacher_cost}
     out = out or outputs_dir() / "bench" / f"{profile.name}.json"
@@ -434,6 +435,7 @@ def main(argv=None) -> int:
         steps, _ = build_steps(profile, batch, [args.memory_probe], dt, chunk_size=args.chunk_size)
         step = steps[args.memory_probe]
         step()  # warmup: optimizer state, lazy init
+        distill.release_workspace()  # count the fused head's reusable chunk buffers in the step's peak
         print("MEMORY " + json.dumps(measure_memory(step)))
         return 0
     run_bench(args.profile, args.repeats, args.warmup, args.candidates, args.data, args.dtype, args.chunk_size,
