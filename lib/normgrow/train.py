@@ -227,10 +227,10 @@ def evaluate(model: Student, split, n_rows: int, batch_size: int, device, dtype)
     count = 0
     for start in range(0, n_rows, batch_size):
         batch = rows_to_batch(split, np.arange(start, min(start + batch_size, n_rows)), device)
+        rows = distill.flatten_batch(batch)
         with _autocast(device, dtype):
             hidden = model.hidden(batch["tokens"])
-        rows = distill.flatten_batch(batch)
-        per_row = distill.eval_row_losses(hidden.flatten(0, 1), model.head_weight, rows)
+            per_row = distill.eval_row_losses(hidden.flatten(0, 1), model.head_weight, rows)
         m = rows["mask"]
         sums["val_ce"] += per_row["ce"][m].double().sum().item()
         sums["val_kd_ce"] += per_row["kd_ce"][m].double().sum().item()
@@ -355,10 +355,10 @@ def run_variant(spec: RunSpec, progress: bool = True) -> dict:
             for group in optimizer.param_groups:
                 group["lr"] = lr
             batch = batches(step)
-            with _autocast(device, dtype):
+            with _autocast(device, dtype):  # the head's matmuls too; the loss math itself runs in float32
                 hidden = model.hidden(batch["tokens"])
-            loss, stats = distill.distill_loss_chunked(hidden.flatten(0, 1), model.head_weight,
-                                                       distill.flatten_batch(batch), prof.distill)
+                loss, stats = distill.distill_loss_chunked(hidden.flatten(0, 1), model.head_weight,
+                                                           distill.flatten_batch(batch), prof.distill)
             loss.backward()
             grad_norm = torch.nn.utils.clip_grad_norm_(trainable, tp.grad_clip)
             optimizer.step()
