@@ -1,0 +1,176 @@
+"""The study runner end to end on the tiny profile (integration: real bundled teacher, real text, papermill).
+
+A reduced study (seed 0, post-grow and its compute-matched joint control) runs to completion; a second invocation
+trains nothing; a study whose process tree is SIGKILLed mid-run and restarted ends with the same numbers.
+
+Outputs go to temporary NORMGROW_OUTPUTS trees. The tiny teacher cache is shared read-only by symlinking
+outputs/teacher and outputs/data when the repository's tiny cache is complete; otherwise the first study builds it
+in the temporary tree (about a minute more).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[1]
+PROFILE = "tiny"
+RUNS = ("post-grow", "post-joint-matched")
+COMMAND = [sys.executable, "-m", "normgrow.study", "--profile", PROFILE, "--seeds", "0", "--runs", *RUNS]
+RUN_NAMES = [f"{r}-s0" for r in RUNS]
+METRIC_COLUMNS = ("val_ce", "val_kd_ce", "tokens", "active_layer_tokens", "trainable_layer_tokens",
+                  "val_ce_p0", "val_ce_p1", "val_ce_p2", "val_kd_ce_p2")
+STUDY_TIMEOUT = 900
+
+
+def repo_tiny_cache_complete() -> bool:
+    saved = os.environ.pop("NORMGROW_OUTPUTS", None)
+    try:
+        from normgrow.config import load_profile
+        from normgrow.teacher import open_cache
+        open_cache(load_profile(PROFILE))
+        return True
+    except FileNotFoundError:
+        return False
+    finally:
+        if saved is not None:
+            os.environ["NORMGROW_OUTPUTS"] = saved
+
+
+def make_outputs(root: Path, share_cache: bool) -> Path:
+    root.mkdir(parents=True)
+    if share_cache:
+        for name in ("teacher", "data"):
+            (root / name).symlink_to(REPO / "outputs" / name, target_is_directory=True)
+    return root
+
+
+def study_env(root: Path) -> dict:
+    env = dict(os.environ, NORMGROW_OUTPUTS=str(root), PYTHONUNBUFFERED="1")
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "lib"), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return env
+
+
+def run_study(root: Path, timeout: float = STUDY_TIMEOUT) -> tuple[subprocess.CompletedProcess, float]:
+    """Run the study to completion; on timeout kill its whole tree (kernels included) and fail with its output."""
+    t0 = time.time()
+    proc = subprocess.Popen(COMMAND, cwd=REPO, env=study_env(root), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_tree(proc)
+        out, err = proc.communicate()
+        pytest.fail(f"the study did not finish within {timeout} s (hung notebook?):\n{out[-3000:]}\n{err[-3000:]}")
+    return subprocess.CompletedProcess(COMMAND, proc.returncode, out, err), time.time() - t0
+
+
+def check_ok(proc: subprocess.CompletedProcess) -> None:
+    assert proc.returncode == 0, f"study failed (rc {proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+
+
+def read_summary(root: Path) -> pd.DataFrame:
+    path = root / "study" / PROFILE / "summary.csv"
+    assert path.is_file(), f"no {path}"
+    return pd.read_csv(path).set_index("run_name").sort_index()
+
+
+def run_state(root: Path) -> dict:
+    runs = root / "runs" / PROFILE
+    return {p.name: (p / "summary.json").stat().st_mtime_ns if (p / "summary.json").is_file() else None
+            for p in sorted(runs.iterdir()) if p.is_dir()}
+
+
+@pytest.fixture(scope="module")
+def share_cache() -> bool:
+    return repo_tiny_cache_complete()
+
+
+@pytest.fixture(scope="module")
+def finished_study(tmp_path_factory, share_cache):
+    """The uninterrupted reduced study: (outputs root, summary.csv frame, seconds)."""
+    root = make_outputs(tmp_path_factory.mktemp("study") / "outputs", share_cache)
+    proc, seconds = run_study(root)
+    check_ok(proc)
+    return root, read_summary(root), seconds
+
+
+def test_reduced_study_completes(finished_study):
+    root, summary, _ = finished_study
+    assert sorted(summary.index) == sorted(RUN_NAMES)
+    assert set(summary["variant"]) == set(RUNS) and set(summary["seed"]) == {0}
+    for name in RUN_NAMES:
+        run = root / "runs" / PROFILE / name
+        assert (run / "summary.json").is_file() and (run / "run.ipynb").is_file()
+    # the matched joint run got post-grow's active-layer-token budget (same compute)
+    grow, matched = summary.loc["post-grow-s0"], summary.loc["post-joint-matched-s0"]
+    assert matched["active_layer_tokens"] == pytest.approx(grow["active_layer_tokens"], rel=0.1)
+    assert matched["schedule"] == "joint" and grow["schedule"] == "grow"
+    for name in ("summary.csv", "variant_stats.csv", "gaps.csv", "crossover.csv", "claims.csv", "report.html"):
+        assert (root / "study" / PROFILE / name).is_file(), name
+    assert (root / "study" / PROFILE / "summary.ipynb").is_file()
+
+
+def test_rerun_trains_nothing(finished_study):
+    root, summary, seconds = finished_study
+    before = run_state(root)
+    proc, rerun_seconds = run_study(root)
+    check_ok(proc)
+    assert "runs: 2 of 2 finished, 0 to run" in proc.stdout
+    assert run_state(root) == before  # no new run directories, summary.json untouched
+    pd.testing.assert_frame_equal(read_summary(root), summary)
+    assert rerun_seconds < seconds, (rerun_seconds, seconds)
+
+
+def kill_tree(proc: subprocess.Popen) -> None:
+    """SIGKILL the runner's process group and every descendant (Jupyter kernels run in sessions of their own)."""
+    import psutil
+    try:
+        descendants = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        descendants = []
+    os.killpg(proc.pid, signal.SIGKILL)
+    for child in descendants:
+        try:
+            child.kill()
+        except psutil.NoSuchProcess:
+            pass
+    proc.wait(timeout=30)
+    psutil.wait_procs(descendants, timeout=30)
+
+
+def test_killed_study_resumes_to_the_same_numbers(finished_study, tmp_path, share_cache):
+    _, reference, _ = finished_study
+    root = make_outputs(tmp_path / "outputs", share_cache)
+    first = root / "runs" / PROFILE / RUN_NAMES[0]
+    proc = subprocess.Popen(COMMAND, cwd=REPO, env=study_env(root), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.time() + STUDY_TIMEOUT
+        while not (first / "checkpoints" / "last.pt").is_file():  # mid-run: a resumable checkpoint exists
+            assert proc.poll() is None, f"the study ended (rc {proc.returncode}) before the first checkpoint"
+            assert time.time() < deadline, "no checkpoint before the timeout"
+            time.sleep(0.2)
+    finally:
+        kill_tree(proc)
+    assert not (first / "summary.json").is_file(), "the first run finished before the kill: nothing was tested"
+    assert not (root / "study" / PROFILE / "summary.csv").is_file()
+
+    proc, _ = run_study(root)
+    check_ok(proc)
+    assert "runs: 0 of 2 finished, 2 to run" in proc.stdout
+    resumed = read_summary(root)
+    assert sorted(resumed.index) == sorted(reference.index)
+    for col in METRIC_COLUMNS:
+        a, b = resumed[col].astype(float), reference[col].astype(float)
+        assert (a.isna() == b.isna()).all(), col
+        diff = (a - b).abs().fillna(0.0).max()
+        assert diff <= 1e-6, f"{col}: resumed study differs from the uninterrupted one by {diff}"
