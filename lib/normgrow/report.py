@@ -431,8 +431,8 @@ def evaluate_claims(runs: pd.DataFrame, metric: str = "val_ce", level: float = L
         difference_in_gaps(runs, GAP_BY_NAME["grow"], GAP_BY_NAME["single"], metric, level),
         "(pre-grow - post-grow) - (pre-single - post-single)", +1,
         ("pre-grow", "post-grow", "pre-single", "post-single"),
-        "the gain appears with appending, beyond any shallow-block difference",
-        "the shallow prefix alone shows a larger post-norm advantage", level)
+        "post-norm fares better relative to pre-norm when grown than as the shallow prefix alone",
+        "post-norm fares better relative to pre-norm as the shallow prefix alone than when grown", level)
     freeze = _directional(
         "obs3-freeze", "With the prefix frozen while new blocks train, post-norm still beats pre-norm.", runs,
         g["freeze"], "pre-grow-freeze - post-grow-freeze", +1, ("pre-grow-freeze", "post-grow-freeze"),
