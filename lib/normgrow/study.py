@@ -12,7 +12,9 @@ on it are skipped), and the runner exits non-zero.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,6 +88,36 @@ def execute_notebook(notebook: Path, output: Path, parameters: dict) -> None:
                         kernel_name="python3", progress_bar=False, log_output=False)
 
 
+class RunWatcher:
+    """Refreshes the study bar every few seconds with the current run's last logged step (from metrics.jsonl),
+    so progress stays visible while a run's notebook executes in its kernel."""
+
+    def __init__(self, bar, interval: float = 5.0):
+        self.bar, self.interval, self.run_dir, self.name = bar, interval, None, ""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def watch(self, name: str, run_dir: Path) -> None:
+        self.name, self.run_dir = name, run_dir
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            step = ""
+            metrics = self.run_dir / "metrics.jsonl" if self.run_dir else None
+            if metrics is not None and metrics.is_file():
+                lines = metrics.read_text().splitlines()
+                try:
+                    step = f"step {json.loads(lines[-1])['step']}" if lines else ""
+                except ValueError:  # a line being written
+                    pass
+            self.bar.set_postfix_str(f"{self.name} {step}".strip())  # also redraws elapsed / remaining
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def run_study(profile: str, seeds: list[int] | None = None, variants: list[str] | None = None) -> int:
     prof = load_profile(profile)  # validate before anything heavy
     runs = load_study(seeds=seeds, variants=variants)
@@ -108,6 +140,7 @@ def run_study(profile: str, seeds: list[int] | None = None, variants: list[str] 
     todo = [r for r in runs if r.name not in done]
     print(f"runs: {len(done)} of {len(runs)} finished, {len(todo)} to run")
     bar = tqdm(total=len(runs), initial=len(done), desc=f"study {profile}", unit="run", file=sys.stdout)
+    watcher = RunWatcher(bar)
     for r in todo:
         notebook = runs_dir(profile) / r.name / "run.ipynb"
         if r.depends_on in failed:
@@ -115,7 +148,7 @@ def run_study(profile: str, seeds: list[int] | None = None, variants: list[str] 
             print(f"\nskipped {r.name}: its budget donor {r.depends_on} failed")
             bar.update(1)
             continue
-        bar.set_postfix(run=r.name)
+        watcher.watch(r.name, notebook.parent)
         try:
             execute_notebook(NOTEBOOKS / "run_variant.ipynb", notebook,
                              {"profile": profile, "seed": r.seed, "run_name": r.name, **r.params})
@@ -124,6 +157,7 @@ def run_study(profile: str, seeds: list[int] | None = None, variants: list[str] 
             print(f"\nFAILED {r.name}: {type(err).__name__}: {str(err).strip().splitlines()[-1] if str(err).strip() else ''}"
                   f"\n  executed notebook: {notebook}")
         bar.update(1)
+    watcher.close()
     bar.close()
 
     for name in ("diagnostics", "summary"):
