@@ -142,6 +142,13 @@ def test_finished_run_is_not_overwritten(outputs):
     assert retrained["val_ce"] == pytest.approx(first["val_ce"], abs=1e-6)  # deterministic on CPU
 
 
+def test_finished_run_with_other_parameters_is_refused(outputs):
+    run(norm="pre", schedule="single")
+    changed = dict(fakes.TINY_OVERRIDES, **{"train.lr": 1e-3})
+    with pytest.raises(ParamError, match="finished run with different parameters \\(profile\\)"):
+        run(norm="pre", schedule="single", overrides=changed)
+
+
 def test_unfinished_run_with_other_parameters_is_refused(outputs):
     spec = make_run_spec(profile="tiny", norm="pre", schedule="grow", run_name="mine", overrides=fakes.TINY_OVERRIDES)
     from normgrow.train import prepare_run_dir

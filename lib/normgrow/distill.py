@@ -163,11 +163,13 @@ def _head_chunks(hidden: Tensor, head_weight: Tensor, row_loss_fn: RowLossFn, ma
     return loss, metrics, dh, dw
 
 
-class _ChunkedHeadLoss(torch.autograd.Function):
+class _HeadWithPrecomputedGrads(torch.autograd.Function):
+    """Runs ``chunks(hidden, head_weight, need_dh, need_dw) -> (loss, metrics, dh, dw)`` in forward, which already
+    computes the gradients chunk by chunk (so no [N, V] graph is kept); backward only scales them."""
+
     @staticmethod
-    def forward(ctx, hidden, head_weight, row_loss_fn, mask, chunk_size):
-        loss, metrics, dh, dw = _head_chunks(hidden, head_weight, row_loss_fn, mask, chunk_size,
-                                             ctx.needs_input_grad[0], ctx.needs_input_grad[1])
+    def forward(ctx, hidden, head_weight, chunks):
+        loss, metrics, dh, dw = chunks(hidden, head_weight, ctx.needs_input_grad[0], ctx.needs_input_grad[1])
         ctx.save_for_backward(dh, dw)
         ctx.head_dtype = head_weight.dtype
         return loss, metrics
@@ -176,7 +178,7 @@ class _ChunkedHeadLoss(torch.autograd.Function):
     def backward(ctx, grad_loss, _grad_metrics):
         dh, dw = ctx.saved_tensors
         return (None if dh is None else dh * grad_loss.to(dh.dtype),
-                None if dw is None else (dw * grad_loss).to(ctx.head_dtype), None, None, None)
+                None if dw is None else (dw * grad_loss).to(ctx.head_dtype), None)
 
 
 def chunked_head_loss(hidden: Tensor, head_weight: Tensor, row_loss_fn: RowLossFn, mask: Tensor, *,
@@ -192,7 +194,9 @@ def chunked_head_loss(hidden: Tensor, head_weight: Tensor, row_loss_fn: RowLossF
     float32 (all losses in this module do).
     """
     if torch.is_grad_enabled() and (hidden.requires_grad or head_weight.requires_grad):
-        return _ChunkedHeadLoss.apply(hidden, head_weight, row_loss_fn, mask, chunk_size)
+        return _HeadWithPrecomputedGrads.apply(
+            hidden, head_weight,
+            lambda h, w, need_dh, need_dw: _head_chunks(h, w, row_loss_fn, mask, chunk_size, need_dh, need_dw))
     loss, metrics, _, _ = _head_chunks(hidden, head_weight, row_loss_fn, mask, chunk_size, False, False)
     return loss, metrics
 
@@ -330,22 +334,6 @@ def _fused_head_chunks(hidden: Tensor, head_weight: Tensor, batch: Mapping[str, 
     return loss.detach(), {k: v.detach() for k, v in metrics.items()}, dh, dw
 
 
-class _FusedDistillHead(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, hidden, head_weight, batch, params, chunk_size):
-        loss, metrics, dh, dw = _fused_head_chunks(hidden, head_weight, batch, params, chunk_size,
-                                                   ctx.needs_input_grad[0], ctx.needs_input_grad[1])
-        ctx.save_for_backward(dh, dw)
-        ctx.head_dtype = head_weight.dtype
-        return loss, metrics
-
-    @staticmethod
-    def backward(ctx, grad_loss, _grad_metrics):
-        dh, dw = ctx.saved_tensors
-        return (None if dh is None else dh * grad_loss.to(dh.dtype),
-                None if dw is None else (dw * grad_loss).to(ctx.head_dtype), None, None, None)
-
-
 DEFAULT_CHUNK = 1024
 
 
@@ -358,7 +346,9 @@ def distill_loss_chunked(hidden: Tensor, head_weight: Tensor, batch: Mapping[str
     per chunk (the reference implementation, same values and gradients up to float rounding).
     """
     if fused and torch.is_grad_enabled() and (hidden.requires_grad or head_weight.requires_grad):
-        return _FusedDistillHead.apply(hidden, head_weight, batch, params, chunk_size)
+        return _HeadWithPrecomputedGrads.apply(
+            hidden, head_weight,
+            lambda h, w, need_dh, need_dw: _fused_head_chunks(h, w, batch, params, chunk_size, need_dh, need_dw))
 
     def row_loss_fn(logits: Tensor, rows: slice):
         return distill_rows(logits, {k: v[rows] for k, v in batch.items()}, params)

@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from .config import outputs_dir
+from .utils import atomic_write_text
 
 LEVEL = 0.95
 METRICS = ("val_ce", "val_kd_ce")
@@ -613,12 +614,6 @@ def figures(rep: Report) -> dict:
 
 # ------------------------------------------------------------------------------------------------------- writing
 
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def _table(df: pd.DataFrame) -> str:
     return df.to_html(index=False, na_rep="nan", float_format=lambda x: f"{x:.4f}", border=0, classes="t",
                       escape=True)
@@ -690,10 +685,10 @@ def write_report(rep: Report, out_dir: Path | None = None, figs: dict | None = N
     out.mkdir(parents=True, exist_ok=True)
     files = {"summary": out / "summary.csv", "variant_stats": out / "variant_stats.csv", "gaps": out / "gaps.csv",
              "crossover": out / "crossover.csv", "claims": out / "claims.csv", "report": out / "report.html"}
-    _atomic_write(files["summary"], rep.runs.to_csv(index=False))
-    _atomic_write(files["variant_stats"], rep.stats.to_csv(index=False))
-    _atomic_write(files["gaps"], rep.gaps.to_csv(index=False))
-    _atomic_write(files["crossover"], rep.crossover.to_csv(index=False))
-    _atomic_write(files["claims"], rep.claims_frame().to_csv(index=False))
-    _atomic_write(files["report"], report_html(rep, figs))
+    atomic_write_text(files["summary"], rep.runs.to_csv(index=False))
+    atomic_write_text(files["variant_stats"], rep.stats.to_csv(index=False))
+    atomic_write_text(files["gaps"], rep.gaps.to_csv(index=False))
+    atomic_write_text(files["crossover"], rep.crossover.to_csv(index=False))
+    atomic_write_text(files["claims"], rep.claims_frame().to_csv(index=False))
+    atomic_write_text(files["report"], report_html(rep, figs))
     return files

@@ -269,19 +269,22 @@ def _grow_generator(seed: int, phase: int) -> torch.Generator:
 
 
 def prepare_run_dir(spec: RunSpec, teacher_key: str) -> tuple[Path, dict | None]:
-    """Create or validate the run directory. Returns (dir, summary if already finished)."""
+    """Create or validate the run directory. Returns (dir, summary if already finished).
+
+    A directory holding a run (finished or not) with other parameters is never reused nor overwritten."""
     run_dir = spec.dir
     if spec.force and run_dir.exists():
         shutil.rmtree(run_dir)
-    if (run_dir / "summary.json").is_file():
-        return run_dir, read_json(run_dir / "summary.json")
     identity = spec.identity() | {"teacher_key": teacher_key}
     if (run_dir / "config.json").is_file():
         existing = read_json(run_dir / "config.json")
         if existing != identity:
             differing = sorted(k for k in identity if existing.get(k) != identity[k])
-            raise ParamError(f"{run_dir} holds an unfinished run with different parameters ({', '.join(differing)}); "
+            state = "a finished" if (run_dir / "summary.json").is_file() else "an unfinished"
+            raise ParamError(f"{run_dir} holds {state} run with different parameters ({', '.join(differing)}); "
                              "pass force=True to discard it, or choose another run_name")
+    if (run_dir / "summary.json").is_file():
+        return run_dir, read_json(run_dir / "summary.json")
     (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
     atomic_write_json(run_dir / "config.json", identity)
     return run_dir, None
