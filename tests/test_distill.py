@@ -3,7 +3,7 @@ import torch
 import torch.nn.functional as F
 
 from normgrow.config import DistillParams
-from normgrow.distill import (chunked_head_loss, distill_loss, distill_loss_chunked, eval_row_losses, flatten_batch,
+from normgrow.distill import (chunked_head_loss, distill_loss, distill_loss_chunked, eval_sums, flatten_batch,
                               masked_mean, next_token_ce, teacher_entropy, topk_soft_ce)
 from normgrow.model import Student, StudentConfig
 
@@ -212,11 +212,20 @@ def test_chunked_distill_through_tied_student():
         assert torch.allclose(p.grad, g, atol=1e-5)
 
 
-def test_eval_row_losses():
+def test_eval_sums_match_dense_reference():
+    """The reported metrics through the fused head equal next_token_ce / topk_soft_ce on dense logits, also on
+    peaked rows whose student mass on the top-k ids is near 1 (a tiny tail probability)."""
     _, b = make_batch(6)
     hidden = torch.randn(N, D, generator=gen(2))
     weight = torch.randn(V, D, generator=gen(3))
+    hidden[:4] *= 5  # student tail probabilities of 1e-7 and below
+    b["topk_ids"][:4] = (hidden[:4] @ weight.T).topk(6).indices
     logits = hidden @ weight.T
-    rows = eval_row_losses(hidden, weight, b, chunk_size=5)
-    assert torch.allclose(rows["ce"], next_token_ce(logits, b["targets"]), atol=1e-5)
-    assert torch.allclose(rows["kd_ce"], topk_soft_ce(logits, b["topk_ids"], b["topk_logp"], b["tail_logp"]), atol=1e-5)
+    assert (logits[:4].softmax(-1).gather(-1, b["topk_ids"][:4]).sum(-1) > 0.9999).all()
+    sums, count = eval_sums(hidden, weight, b)
+    m = b["mask"]
+    assert count == int(m.sum())
+    ce = next_token_ce(logits, b["targets"])[m].sum().item()
+    kd_ce = topk_soft_ce(logits, b["topk_ids"], b["topk_logp"], b["tail_logp"])[m].sum().item()
+    assert sums["ce"] == pytest.approx(ce, rel=1e-5)
+    assert sums["kd_ce"] == pytest.approx(kd_ce, rel=1e-5)

@@ -46,6 +46,7 @@ from torch import Tensor
 
 from .config import load_profile, outputs_dir
 from .data import loss_mask
+from .distill import eval_sums
 from .model import Student, load_checkpoint
 from .utils import atomic_write_json, read_json, stable_hash
 
@@ -192,39 +193,10 @@ def _loss_rows(batch: dict) -> dict:
 
 
 @torch.no_grad()
-def row_losses(hidden: Tensor, head_weight: Tensor, rows: dict, chunk_size: int = 1024) -> dict:
-    """Per-row {"ce", "kd_ce"} exactly as distill.eval_row_losses defines them (T = 1, tail bucket), with one
-    logsumexp per chunk: log q_tail = log1p(-sum_topk q), falling back to distill's masked logsumexp on rows whose
-    top-k mass exceeds 0.9 (where log1p would lose precision). About 3x faster on CPU; tested against distill."""
-    out = {"ce": [], "kd_ce": []}
-    for start in range(0, hidden.shape[0], chunk_size):
-        sl = slice(start, start + chunk_size)
-        z = torch.nn.functional.linear(hidden[sl].float(), head_weight.float())
-        lse = torch.logsumexp(z, dim=-1)
-        out["ce"].append(lse - z.gather(-1, rows["targets"][sl][:, None]).squeeze(-1))
-        ids = rows["topk_ids"][sl]
-        logq = z.gather(-1, ids) - lse[:, None]
-        mass = logq.double().exp().sum(-1)
-        tail = torch.log1p(-mass.clamp(max=0.9)).float()
-        big = mass > 0.9
-        if bool(big.any()):
-            zb = z[big].scatter(-1, ids[big], torch.finfo(z.dtype).min)
-            tail[big] = torch.logsumexp(zb, dim=-1) - lse[big]
-        p = torch.log_softmax(torch.cat([rows["topk_logp"][sl].float(), rows["tail_logp"][sl].float()[:, None]], -1),
-                              dim=-1).exp()
-        out["kd_ce"].append(-(p * torch.cat([logq, tail[:, None]], dim=-1)).sum(-1))
-    return {k: torch.cat(v) for k, v in out.items()}
-
-
-@torch.no_grad()
 def val_losses(model: Student, final_h: Tensor, batch: dict) -> dict:
     """Mean next-token CE and soft-target CE over loss_mask positions from the last boundary h_N."""
-    rows = _loss_rows(batch)
-    hidden = model.norm(final_h).flatten(0, 1)
-    per_row = row_losses(hidden, model.head_weight, rows)
-    m = rows["mask"]
-    count = max(int(m.sum()), 1)
-    return {"ce": per_row["ce"][m].double().sum().item() / count, "kd_ce": per_row["kd_ce"][m].double().sum().item() / count}
+    sums, count = eval_sums(model.norm(final_h).flatten(0, 1), model.head_weight, _loss_rows(batch))
+    return {k: v / max(count, 1) for k, v in sums.items()}
 
 
 @torch.no_grad()

@@ -341,31 +341,33 @@ def distill_loss_chunked(hidden: Tensor, head_weight: Tensor, batch: Mapping[str
                          *, chunk_size: int = DEFAULT_CHUNK, fused: bool = True) -> tuple[Tensor, dict]:
     """distill_loss computed from the final hidden state [N, d] with a memory-bounded head.
 
-    With gradients, fused=True (default) uses the closed-form logit gradient (_fused_rows: one logsumexp and one
-    exp per chunk, no autograd graph over the chunk); fused=False runs the generic chunked_head_loss with autograd
-    per chunk (the reference implementation, same values and gradients up to float rounding).
+    fused=True (default) runs _fused_rows: one logsumexp and one exp per chunk, in reused buffers, and with
+    gradients the closed-form logit gradient (no autograd graph over the chunk). fused=False runs the generic
+    chunked_head_loss with autograd per chunk (the reference implementation, same values and gradients up to
+    float rounding).
     """
-    if fused and torch.is_grad_enabled() and (hidden.requires_grad or head_weight.requires_grad):
+    if not fused:
+        def row_loss_fn(logits: Tensor, rows: slice):
+            return distill_rows(logits, {k: v[rows] for k, v in batch.items()}, params)
+
+        return chunked_head_loss(hidden, head_weight, row_loss_fn, batch["mask"], chunk_size=chunk_size)
+    if torch.is_grad_enabled() and (hidden.requires_grad or head_weight.requires_grad):
         return _HeadWithPrecomputedGrads.apply(
             hidden, head_weight,
             lambda h, w, need_dh, need_dw: _fused_head_chunks(h, w, batch, params, chunk_size, need_dh, need_dw))
+    loss, metrics, _, _ = _fused_head_chunks(hidden, head_weight, batch, params, chunk_size, False, False)
+    return loss, metrics
 
-    def row_loss_fn(logits: Tensor, rows: slice):
-        return distill_rows(logits, {k: v[rows] for k, v in batch.items()}, params)
 
-    return chunked_head_loss(hidden, head_weight, row_loss_fn, batch["mask"], chunk_size=chunk_size)
+# The reported validation metrics: next-token CE ("ce") and soft-target CE against the teacher at T = 1 with the
+# tail bucket ("kd_ce"), whatever loss a run trains with.
+REPORTED = DistillParams()
 
 
 @torch.no_grad()
-def eval_row_losses(hidden: Tensor, head_weight: Tensor, batch: Mapping[str, Tensor], *,
-                    chunk_size: int = 1024) -> dict[str, Tensor]:
-    """Per-row evaluation losses {"ce": [N], "kd_ce": [N]} (float32; T = 1, tail bucket: the reported metrics),
-    for every row, masked or not, chunk by chunk."""
-    out: dict[str, list[Tensor]] = {"ce": [], "kd_ce": []}
-    for start in range(0, hidden.shape[0], chunk_size):
-        rows = slice(start, start + chunk_size)
-        logits = F.linear(hidden[rows], head_weight)
-        out["ce"].append(next_token_ce(logits, batch["targets"][rows]))
-        out["kd_ce"].append(topk_soft_ce(logits, batch["topk_ids"][rows], batch["topk_logp"][rows],
-                                         batch["tail_logp"][rows]))
-    return {k: torch.cat(v) for k, v in out.items()}
+def eval_sums(hidden: Tensor, head_weight: Tensor, batch: Mapping[str, Tensor]) -> tuple[dict[str, float], int]:
+    """({"ce": sum, "kd_ce": sum} over mask positions, number of mask positions) of the REPORTED metrics, through
+    the fused head, so that callers can average exactly over many batches."""
+    _, means = distill_loss_chunked(hidden, head_weight, batch, REPORTED)
+    count = int(batch["mask"].sum())
+    return {k: means[k].item() * count for k in ("ce", "kd_ce")}, count

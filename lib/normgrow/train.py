@@ -229,12 +229,11 @@ def evaluate(model: Student, split, n_rows: int, batch_size: int, device, dtype)
         batch = rows_to_batch(split, np.arange(start, min(start + batch_size, n_rows)), device)
         rows = distill.flatten_batch(batch)
         with _autocast(device, dtype):
-            hidden = model.hidden(batch["tokens"])
-            per_row = distill.eval_row_losses(hidden.flatten(0, 1), model.head_weight, rows)
-        m = rows["mask"]
-        sums["val_ce"] += per_row["ce"][m].double().sum().item()
-        sums["val_kd_ce"] += per_row["kd_ce"][m].double().sum().item()
-        count += int(m.sum())
+            batch_sums, batch_count = distill.eval_sums(model.hidden(batch["tokens"]).flatten(0, 1),
+                                                        model.head_weight, rows)
+        sums["val_ce"] += batch_sums["ce"]
+        sums["val_kd_ce"] += batch_sums["kd_ce"]
+        count += batch_count
     model.train(was_training)
     return {k: v / max(count, 1) for k, v in sums.items()} | {"eval_positions": count}
 
