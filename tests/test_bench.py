@@ -21,7 +21,7 @@ def test_bench_tiny_writes_every_field(tmp_path):
     saved = json.loads(out.read_text())
     assert saved.keys() == report.keys()
     for key in ("profile", "machine", "data", "shapes", "candidates", "ratios", "flops", "matmul_peak_flop_s",
-                "memory_method", "timing_method", "study_teacher_cost"):
+                "memory_method", "timing_method", "study_teacher_cost", "eval_head"):
         assert key in saved, key
     assert set(saved["candidates"]) == set(bench.CANDIDATES)
     for name, r in saved["candidates"].items():
@@ -29,6 +29,9 @@ def test_bench_tiny_writes_every_field(tmp_path):
         assert r["memory"]["peak_step_bytes"] >= 0
         assert torch.isfinite(torch.tensor(r["loss"]))
     assert set(saved["ratios"]) == {f"normgrow_vs_{n}" for n in bench.CANDIDATES if n != "normgrow"}
+    ev = saved["eval_head"]
+    assert ev["tokens"] == 8 * 64 and ev["fused_s"] > 0 and ev["reference_s"] > 0
+    assert ev["speedup"] == ev["reference_s"] / ev["fused_s"]
     cost = saved["study_teacher_cost"]
     assert cost["online_teacher_tokens"] > cost["cached_teacher_tokens"] > 0 and cost["online_teacher_s"] > 0
     assert saved["shapes"]["tokens_per_step"] == 8 * 64 and saved["flops"]["step"] == 3 * saved["flops"]["forward"]

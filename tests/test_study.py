@@ -174,3 +174,39 @@ def test_killed_study_resumes_to_the_same_numbers(finished_study, tmp_path, shar
         assert (a.isna() == b.isna()).all(), col
         diff = (a - b).abs().fillna(0.0).max()
         assert diff <= 1e-6, f"{col}: resumed study differs from the uninterrupted one by {diff}"
+
+
+def test_failed_donor_is_reported_and_its_matched_run_skipped(tmp_path, share_cache):
+    """post-grow-s0 fails (its directory holds a run with other parameters, which run_variant refuses): the runner
+    names the executed notebook, skips the matched run that takes its budget, keeps the other directory untouched
+    and exits non-zero."""
+    root = make_outputs(tmp_path / "outputs", share_cache)
+    donor = root / "runs" / PROFILE / RUN_NAMES[0]
+    donor.mkdir(parents=True)
+    (donor / "config.json").write_text('{"run_name": "someone-else"}')
+    proc, _ = run_study(root)
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    assert f"FAILED {RUN_NAMES[0]}: PapermillExecutionError" in proc.stdout
+    assert f"executed notebook: {donor / 'run.ipynb'}" in proc.stdout
+    assert f"skipped {RUN_NAMES[1]}: its budget donor {RUN_NAMES[0]} failed" in proc.stdout
+    assert (donor / "config.json").read_text() == '{"run_name": "someone-else"}'
+    assert (donor / "run.ipynb").is_file()
+    assert not (root / "runs" / PROFILE / RUN_NAMES[1]).exists()
+    assert "study tiny: 0/2 runs finished" in proc.stdout
+
+
+@pytest.mark.parametrize("jobs, needle", [("[2]", "jobs must map profile names"), ("{tiny: 0}", "jobs.tiny=0"),
+                                          ("{tiny: two}", "jobs.tiny='two'")])
+def test_bad_jobs_are_named(tmp_path, jobs, needle):
+    from normgrow.config import ParamError
+    from normgrow.study import study_jobs
+    path = tmp_path / "study.yaml"
+    path.write_text(f"runs: [pre-grow]\nseeds: [0]\njobs: {jobs}\n")
+    with pytest.raises(ParamError, match=needle):
+        study_jobs("tiny", path)
+
+
+def test_jobs_default_to_one_and_tiny_runs_two():
+    from normgrow.study import study_jobs
+    assert study_jobs("cpu") == 1 and study_jobs("paper") == 1
+    assert study_jobs("tiny") == 2

@@ -141,6 +141,20 @@ def test_cache_roundtrip_matches_direct_forward(tiny_llama, corpus_files, out_ro
     assert {"load_s", "cache_build_s", "tok_per_s"} <= set(rep["timings"]) and "mean_tail_mass" in rep
 
 
+def test_moved_cache_reads_its_own_tokenizer(tiny_llama, corpus_files, tmp_path):
+    cache = teacher.ensure_cache(_profile(tiny_llama, corpus_files), progress=False)
+    assert not (cache.dir / teacher.PROGRESS_FILE).exists()  # the build's progress file does not survive it
+    moved = tmp_path / "elsewhere" / cache.key
+    shutil.copytree(cache.dir, moved)
+    shutil.rmtree(cache.dir / "tokenizer")  # the build-time path in meta.json no longer holds a tokenizer
+    try:
+        copy = teacher.TeacherCache(moved, cache.key)
+        assert copy.meta["tokenizer_dir"] == str(moved / "tokenizer")
+        assert copy.tokenizer().convert_ids_to_tokens(copy.meta["bos_id"]) == "<|endoftext|>"
+    finally:
+        shutil.copytree(moved / "tokenizer", cache.dir / "tokenizer")
+
+
 def test_loss_mask():
     ds = torch.tensor([[True, False, False, True, False], [False, False, True, False, True]])
     want = torch.tensor([[True, True, False, True, False], [True, False, True, False, False]])

@@ -16,7 +16,7 @@ Qwen3ForCausalLM; every one is a full training step: forward, loss, backward, gr
                      KL(teacher || student) on full logits: what one does without a cache
 Timing: candidates are interleaved round by round (warmup rounds first) and each reports the median step time, so
 machine noise (shared cores) hits them alike; ratios are taken between medians of the same run.
-Also reported: the teacher's forward throughput (timed inside hf_online) and the study-level teacher cost (one cached
+Also reported: the validation head (bench_eval_head), the teacher's forward throughput (timed inside hf_online) and the study-level teacher cost (one cached
 pass over the profile's tokens vs one teacher pass per run of params/study.yaml), the student step's matmul FLOPs,
 the machine's measured bf16 / float32 matmul peak and MFU, and peak memory per step (RSS sampling, see
 measure_memory). Writes outputs/bench/<profile>.json.
@@ -235,6 +235,30 @@ def build_steps(profile, batch: dict, names, dtype: torch.dtype, teacher=None, c
 
 
 # ----------------------------------------------------------------------------------------------- memory
+def bench_eval_head(batch: dict, d_model: int, vocab: int, dtype: torch.dtype, repeats: int, warmup: int) -> dict:
+    """The validation head on one batch: distill.eval_sums (fused; what train.evaluate and the diagnostics run)
+    against the per-chunk reference head under no_grad (distill_loss_chunked(fused=False): a log-softmax and a
+    masked logsumexp per chunk, like evaluation before eval_sums), interleaved; medians and their ratio. The head's
+    cost does not depend on the hidden states' values, so they are random."""
+    g = torch.Generator().manual_seed(0)
+    rows = distill.flatten_batch(batch)
+    hidden = torch.randn(rows["targets"].shape[0], d_model, generator=g)
+    weight = 0.05 * torch.randn(vocab, d_model, generator=g)
+    heads = {"fused": lambda: distill.eval_sums(hidden, weight, rows),
+             "reference": lambda: distill.distill_loss_chunked(hidden, weight, rows, distill.REPORTED, fused=False)}
+    times: dict[str, list[float]] = {n: [] for n in heads}
+    with torch.no_grad(), _autocast(dtype):
+        for r in range(warmup + repeats):
+            for n, head in heads.items():
+                t0 = time.perf_counter()
+                head()
+                if r >= warmup:
+                    times[n].append(time.perf_counter() - t0)
+    med = {n: statistics.median(t) for n, t in times.items()}
+    return {"tokens": int(hidden.shape[0]), "fused_s": med["fused"], "reference_s": med["reference"],
+            "speedup": med["reference"] / med["fused"]}
+
+
 def _rss() -> int:
     import psutil
     return psutil.Process().memory_info().rss
@@ -361,6 +385,7 @@ def run_bench(profile_name: str = "cpu", repeats: int = 5, warmup: int = 1, cand
         for n in names:
             if n != "normgrow":
                 ratios[f"normgrow_vs_{n}"] = results[n]["step_s"] / results["normgrow"]["step_s"]
+    eval_head = bench_eval_head(batch, cfg.d_model, cfg.vocab_size, dt, repeats, warmup)
     teacher_cost = None
     if info.get("teacher_times"):
         t_s = statistics.median(info["teacher_times"][warmup:] or info["teacher_times"])
@@ -379,7 +404,7 @@ def run_bench(profile_name: str = "cpu", repeats: int = 5, warmup: int = 1, cand
                                "before them, each candidate in a fresh subprocess after one warmup step (the fused "
                                "head's reusable chunk buffers are freed before, so they count)"
                                if memory == "subprocess" else "in-process RSS sampling (after the timed steps)",
-              "teacher": info.get("teacher"), "study_teacher_cost": teacher_cost}
+              "teacher": info.get("teacher"), "study_teacher_cost": teacher_cost, "eval_head": eval_head}
     out = out or outputs_dir() / "bench" / f"{profile.name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1, default=str))
@@ -404,6 +429,9 @@ def format_table(report: dict) -> str:
     pk = report["matmul_peak_flop_s"]
     lines.append(f"student step: {report['flops']['step'] / 1e9:.1f} GFLOP (head {100 * report['flops']['head_fraction']:.0f}% "
                  f"of forward); matmul peak bf16 {pk['bfloat16'] / 1e9:.0f} GFLOP/s, float32 {pk['float32'] / 1e9:.0f} GFLOP/s")
+    ev = report["eval_head"]
+    lines.append(f"validation head ({ev['tokens']:,} tokens): fused eval_sums {ev['fused_s']:.3f} s, reference "
+                 f"{ev['reference_s']:.3f} s ({ev['speedup']:.1f}x)")
     sc = report.get("study_teacher_cost")
     if sc:
         lines.append(f"teacher {sc['teacher_tok_s']:,.0f} tok/s: study ({sc['runs']} runs x {sc['seeds']} seeds) online "

@@ -61,6 +61,14 @@ def _select(study: dict, runs) -> dict:
     return {n: allr[n] for n in runs if n in allr}
 
 
+def _panels(study: dict, runs, groups):
+    """(selected runs, token groups, a colour per norm pair, a figure with one panel per group)."""
+    runs = _select(study, runs)
+    groups = groups or _groups_present(study)
+    return runs, groups, _colors(runs), make_subplots(rows=1, cols=len(groups), subplot_titles=groups,
+                                                      shared_yaxes=True)
+
+
 def _line(fig, x, y, name, norm, color, row=None, col=None, showlegend=True, mode="lines+markers"):
     trace = go.Scatter(x=x, y=y, name=name, legendgroup=name, showlegend=showlegend, mode=mode,
                        line=dict(dash=DASH.get(norm, "dot"), color=color))
@@ -74,10 +82,7 @@ def boundary_figure(study: dict, runs=None, groups=None, checkpoint: int = -1, m
                     log_y: bool = True) -> go.Figure:
     """Boundary RMS (or max |h|) against boundary index h_0..h_N, one panel per token group, one line per run,
     at one checkpoint (index into the run's phases; -1 = final)."""
-    runs = _select(study, runs)
-    groups = groups or _groups_present(study)
-    colors = _colors(runs)
-    fig = make_subplots(rows=1, cols=len(groups), subplot_titles=groups, shared_yaxes=True)
+    runs, groups, colors, fig = _panels(study, runs, groups)
     for name, d in sorted(runs.items()):
         ckpts = d["checkpoints"]
         if not -len(ckpts) <= checkpoint < len(ckpts):
@@ -101,10 +106,7 @@ def drift_figure(study: dict, runs=None, groups=None, kind: str = "top", layer: 
                  metric: str = "rms", log_y: bool = True) -> go.Figure:
     """Scale drift across the curriculum: one point per phase checkpoint. kind: 'top' (h_N), 'growth' (the growth
     boundary of each phase), 'fixed' (h_{depth of phase 0}); layer=i overrides kind with boundary h_i."""
-    runs = _select(study, runs)
-    groups = groups or _groups_present(study)
-    colors = _colors(runs)
-    fig = make_subplots(rows=1, cols=len(groups), subplot_titles=groups, shared_yaxes=True)
+    runs, groups, colors, fig = _panels(study, runs, groups)
     for name, d in sorted(runs.items()):
         ckpts = d["checkpoints"]
         x = [f"p{c['phase']} d{c['depth']}" for c in ckpts]

@@ -132,20 +132,30 @@ def distill_loss(logits: Tensor, batch: Mapping[str, Tensor], params: DistillPar
 RowLossFn = Callable[[Tensor, slice], "tuple[Tensor, dict[str, Tensor]]"]
 
 
+def _masked_chunks(mask: Tensor, chunk_size: int):
+    """(rows, mask[rows]) per chunk of rows; all-masked chunks are skipped (they add nothing to the loss, the
+    metrics or the gradients)."""
+    for start in range(0, mask.shape[0], chunk_size):
+        rows = slice(start, start + chunk_size)
+        if mask[rows].any():
+            yield rows, mask[rows]
+
+
+def _grad_buffers(hidden: Tensor, head_weight: Tensor, need_dh: bool, need_dw: bool):
+    """Zeroed gradient accumulators: dh in hidden's dtype, dw in float32 (summed over chunks)."""
+    return (torch.zeros_like(hidden) if need_dh else None,
+            torch.zeros_like(head_weight, dtype=torch.float32) if need_dw else None)
+
+
 def _head_chunks(hidden: Tensor, head_weight: Tensor, row_loss_fn: RowLossFn, mask: Tensor, chunk_size: int,
                  need_dh: bool, need_dw: bool):
     """Loss, metrics and (optionally) the gradients of the loss w.r.t. hidden and head_weight, chunk by chunk."""
     denom = mask.sum().clamp(min=1)
     loss = torch.zeros((), device=hidden.device)
     metrics: dict[str, Tensor] = {}
-    dh = torch.zeros_like(hidden) if need_dh else None
-    dw = torch.zeros_like(head_weight, dtype=torch.float32) if need_dw else None
+    dh, dw = _grad_buffers(hidden, head_weight, need_dh, need_dw)
     grad = need_dh or need_dw
-    for start in range(0, hidden.shape[0], chunk_size):
-        rows = slice(start, start + chunk_size)
-        m = mask[rows]
-        if not m.any():
-            continue  # an all-masked chunk adds nothing to the loss, the metrics or the gradients
+    for rows, m in _masked_chunks(mask, chunk_size):
         with torch.enable_grad() if grad else nullcontext():
             h = hidden[rows].detach().requires_grad_(need_dh)
             w = head_weight.detach().requires_grad_(need_dw)
@@ -300,8 +310,7 @@ def _fused_head_chunks(hidden: Tensor, head_weight: Tensor, batch: Mapping[str, 
     denom = mask.sum().clamp(min=1)
     loss = torch.zeros((), device=hidden.device)
     metrics: dict[str, Tensor] = {}
-    dh = torch.zeros_like(hidden) if need_dh else None
-    dw = torch.zeros_like(head_weight, dtype=torch.float32) if need_dw else None
+    dh, dw = _grad_buffers(hidden, head_weight, need_dh, need_dw)
     grad = need_dh or need_dw
     dtype = torch.get_autocast_dtype(hidden.device.type) if torch.is_autocast_enabled(hidden.device.type) else None
     h_all = hidden.detach() if dtype is None else hidden.detach().to(dtype)
@@ -309,11 +318,7 @@ def _fused_head_chunks(hidden: Tensor, head_weight: Tensor, batch: Mapping[str, 
     if dtype is None and h_all.dtype != w_c.dtype:
         raise TypeError(f"hidden ({h_all.dtype}) and head_weight ({w_c.dtype}) differ outside autocast")
     lbuf, x32buf = _workspace(min(chunk_size, hidden.shape[0]), w_c.shape[0], w_c.dtype, hidden.device)
-    for start in range(0, hidden.shape[0], chunk_size):
-        rows = slice(start, start + chunk_size)
-        m = mask[rows]
-        if not m.any():
-            continue  # an all-masked chunk adds nothing to the loss, the metrics or the gradients
+    for rows, m in _masked_chunks(mask, chunk_size):
         h = h_all[rows]
         n = h.shape[0]
         with torch.autocast(hidden.device.type, enabled=False):

@@ -6,16 +6,20 @@ matched runs after the runs whose budget they take, then notebooks/diagnostics.i
 notebooks/summary.ipynb into outputs/study/<profile>/.
 
 Finished runs (summary.json) are skipped; interrupted runs resume from their last checkpoint (run_variant does
-that). A failing run is reported with the path of its executed notebook; the other runs go on (runs that depend
+that). Runs execute in worker processes, ``jobs`` at a time (params/study.yaml per profile, or --jobs), a matched
+run only once its donor has finished; with jobs > 1 each run's kernel gets cores / jobs threads. A failing run is reported with the path of its executed notebook; the other runs go on (runs that depend
 on it are skipped), and the runner exits non-zero.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
+import os
 import sys
 import threading
 import time
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,9 +53,9 @@ def load_study(path: Path | None = None, seeds: list[int] | None = None, variant
     """Read params/study.yaml and the run files; validate; order so that matched runs follow their donors."""
     path = Path(path or PARAMS_DIR / "study.yaml")
     study = yaml.safe_load(path.read_text()) or {}
-    unknown = sorted(set(study) - {"runs", "seeds"})
+    unknown = sorted(set(study) - {"runs", "seeds", "jobs"})
     if unknown:
-        raise ParamError(f"{path}: unknown key {unknown[0]!r}; allowed keys: runs, seeds")
+        raise ParamError(f"{path}: unknown key {unknown[0]!r}; allowed keys: runs, seeds, jobs")
     available = sorted(p.stem for p in (PARAMS_DIR / "runs").glob("*.yaml"))
     names = variants or study.get("runs", [])
     seeds = seeds if seeds is not None else study.get("seeds", [0])
@@ -81,6 +85,18 @@ def load_study(path: Path | None = None, seeds: list[int] | None = None, variant
     return sorted(runs, key=lambda r: (r.depends_on is not None, names.index(r.variant), r.seed))
 
 
+def study_jobs(profile: str, path: Path | None = None) -> int:
+    """Runs executed at once for this profile: params/study.yaml's ``jobs: {profile: n}``; 1 when not listed."""
+    path = Path(path or PARAMS_DIR / "study.yaml")
+    jobs = (yaml.safe_load(path.read_text()) or {}).get("jobs") or {}
+    if not isinstance(jobs, dict):
+        raise ParamError(f"{path}: jobs must map profile names to run counts, e.g. {{tiny: 2}} (got {jobs!r})")
+    n = jobs.get(profile, 1)
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ParamError(f"{path}: jobs.{profile}={n!r} must be an integer >= 1")
+    return n
+
+
 def execute_notebook(notebook: Path, output: Path, parameters: dict) -> None:
     import papermill as pm
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -88,39 +104,89 @@ def execute_notebook(notebook: Path, output: Path, parameters: dict) -> None:
                         kernel_name="python3", progress_bar=False, log_output=False)
 
 
-class RunWatcher:
-    """Refreshes the study bar every few seconds with the current run's last logged step (from metrics.jsonl),
-    so progress stays visible while a run's notebook executes in its kernel."""
+def _error_line(err: Exception) -> str:
+    text = str(err).strip()
+    return f"{type(err).__name__}: {text.splitlines()[-1] if text else ''}"
 
-    def __init__(self, bar, interval: float = 5.0):
-        self.bar, self.interval, self.run_dir, self.name = bar, interval, None, ""
+
+def _worker_init(threads: int | None) -> None:
+    if threads is not None:  # inherited by the kernels this worker starts
+        os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)
+
+
+def _execute_run(notebook: Path, output: Path, parameters: dict) -> str | None:
+    """In a worker process: execute one run's notebook; the error line on failure (exceptions do not cross)."""
+    try:
+        execute_notebook(notebook, output, parameters)
+        return None
+    except Exception as err:  # papermill raises PapermillExecutionError with the cell's traceback
+        return _error_line(err)
+
+
+class Poller:
+    """Calls update() every few seconds on a daemon thread, so progress stays live while a notebook executes in
+    its kernel (the kernels' own progress bars are not shown)."""
+
+    def __init__(self, update, interval: float = 5.0):
+        self.update, self.interval = update, interval
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._thread.start()
 
-    def watch(self, name: str, run_dir: Path) -> None:
-        self.name, self.run_dir = name, run_dir
-
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):
-            step = ""
-            metrics = self.run_dir / "metrics.jsonl" if self.run_dir else None
-            if metrics is not None and metrics.is_file():
-                lines = metrics.read_text().splitlines()
-                try:
-                    step = f"step {json.loads(lines[-1])['step']}" if lines else ""
-                except ValueError:  # a line being written
-                    pass
-            self.bar.set_postfix_str(f"{self.name} {step}".strip())  # also redraws elapsed / remaining
+            self.update()
 
     def close(self) -> None:
         self._stop.set()
         self._thread.join()
 
 
-def run_study(profile: str, seeds: list[int] | None = None, variants: list[str] | None = None) -> int:
+def _run_steps(running: dict[str, Path]) -> str:
+    """'name step N, ...' for the running runs, from the last line of each run's metrics.jsonl."""
+    shown = []
+    for name, run_dir in list(running.items()):
+        metrics, step = run_dir / "metrics.jsonl", ""
+        if metrics.is_file():
+            lines = metrics.read_text().splitlines()
+            try:
+                step = f" step {json.loads(lines[-1])['step']}" if lines else ""
+            except ValueError:  # a line being written
+                pass
+        shown.append(name + step)
+    return ", ".join(shown)
+
+
+def _show_cache_build(bar) -> None:
+    """Teacher tokens done / total of the cache build in progress (its temp directory's progress file)."""
+    from .teacher import PROGRESS_FILE, teacher_root
+    for path in sorted(teacher_root().glob(f".tmp-*/{PROGRESS_FILE}"), key=lambda p: p.stat().st_mtime)[-1:]:
+        try:
+            progress = json.loads(path.read_text())
+        except (OSError, ValueError):  # renamed away as the build finished
+            return
+        bar.total, bar.n = progress["tokens_total"], progress["tokens_done"]
+    bar.refresh()
+
+
+def build_teacher_cache(profile: str, study_dir: Path) -> None:
+    """Execute notebooks/00_teacher.ipynb, with a live bar of the teacher's pass over the corpus."""
+    bar = tqdm(desc="teacher cache", unit="tok", file=sys.stdout)
+    poller = Poller(lambda: _show_cache_build(bar))
+    try:
+        execute_notebook(NOTEBOOKS / "00_teacher.ipynb", study_dir / "00_teacher.ipynb", {"profile": profile})
+    finally:
+        poller.close()
+        bar.close()
+
+
+def run_study(profile: str, seeds: list[int] | None = None, variants: list[str] | None = None,
+              jobs: int | None = None) -> int:
     prof = load_profile(profile)  # validate before anything heavy
     runs = load_study(seeds=seeds, variants=variants)
+    jobs = study_jobs(profile) if jobs is None else jobs
+    if jobs < 1:
+        raise ParamError(f"jobs={jobs} must be >= 1")
     for r in runs:  # validate every run's parameters up front (matched donors may not exist yet)
         make_run_spec(profile=profile, seed=r.seed, run_name=r.name,
                       **{k: v for k, v in r.params.items() if k != "match_active_layer_tokens"})
@@ -133,31 +199,50 @@ def run_study(profile: str, seeds: list[int] | None = None, variants: list[str] 
         print(f"teacher cache: complete, reused ({open_cache(prof).dir})")
     except FileNotFoundError:
         print("teacher cache: building (notebooks/00_teacher.ipynb)")
-        execute_notebook(NOTEBOOKS / "00_teacher.ipynb", study_dir / "00_teacher.ipynb", {"profile": profile})
+        build_teacher_cache(profile, study_dir)
 
     failed: dict[str, Path] = {}
     done = {r.name for r in runs if (runs_dir(profile) / r.name / "summary.json").is_file()}
-    todo = [r for r in runs if r.name not in done]
-    print(f"runs: {len(done)} of {len(runs)} finished, {len(todo)} to run")
+    pending = [r for r in runs if r.name not in done]
+    print(f"runs: {len(done)} of {len(runs)} finished, {len(pending)} to run"
+          + (f", {jobs} at a time" if jobs > 1 else ""))
     bar = tqdm(total=len(runs), initial=len(done), desc=f"study {profile}", unit="run", file=sys.stdout)
-    watcher = RunWatcher(bar)
-    for r in todo:
-        notebook = runs_dir(profile) / r.name / "run.ipynb"
-        if r.depends_on in failed:
-            failed[r.name] = failed[r.depends_on]
-            print(f"\nskipped {r.name}: its budget donor {r.depends_on} failed")
-            bar.update(1)
-            continue
-        watcher.watch(r.name, notebook.parent)
-        try:
-            execute_notebook(NOTEBOOKS / "run_variant.ipynb", notebook,
-                             {"profile": profile, "seed": r.seed, "run_name": r.name, **r.params})
-        except Exception as err:  # papermill raises PapermillExecutionError with the cell's traceback
-            failed[r.name] = notebook
-            print(f"\nFAILED {r.name}: {type(err).__name__}: {str(err).strip().splitlines()[-1] if str(err).strip() else ''}"
-                  f"\n  executed notebook: {notebook}")
-        bar.update(1)
-    watcher.close()
+    running: dict[str, Path] = {}  # run name -> run directory, while its notebook executes
+    poller = Poller(lambda: bar.set_postfix_str(_run_steps(running)))  # also redraws elapsed / remaining
+    threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init,
+                             initargs=(threads,)) as pool:
+        futures = {}  # future -> StudyRun
+        while pending or futures:
+            for r in list(pending):
+                if r.depends_on in failed:
+                    failed[r.name] = failed[r.depends_on]
+                    print(f"\nskipped {r.name}: its budget donor {r.depends_on} failed")
+                    pending.remove(r)
+                    bar.update(1)
+                elif len(futures) < jobs and (r.depends_on is None or r.depends_on in done):
+                    notebook = runs_dir(profile) / r.name / "run.ipynb"
+                    future = pool.submit(_execute_run, NOTEBOOKS / "run_variant.ipynb", notebook,
+                                         {"profile": profile, "seed": r.seed, "run_name": r.name, **r.params})
+                    futures[future] = r
+                    running[r.name] = notebook.parent
+                    pending.remove(r)
+            if not futures:  # the last runs were skipped
+                if pending:  # cannot happen: load_study puts every donor in the study, ahead of its matched runs
+                    raise RuntimeError(f"no run can start: {[r.name for r in pending]} wait on missing donors")
+                break
+            finished, _ = wait(futures, return_when=FIRST_COMPLETED)
+            for future in finished:
+                r = futures.pop(future)
+                del running[r.name]
+                error = future.result()
+                if error is None:
+                    done.add(r.name)
+                else:
+                    failed[r.name] = runs_dir(profile) / r.name / "run.ipynb"
+                    print(f"\nFAILED {r.name}: {error}\n  executed notebook: {failed[r.name]}")
+                bar.update(1)
+    poller.close()
     bar.close()
 
     for name in ("diagnostics", "summary"):
@@ -167,7 +252,7 @@ def run_study(profile: str, seeds: list[int] | None = None, variants: list[str] 
                 execute_notebook(NOTEBOOKS / f"{name}.ipynb", study_dir / f"{name}.ipynb", {"profile": profile})
             except Exception as err:
                 failed[name] = study_dir / f"{name}.ipynb"
-                print(f"FAILED {name}: {type(err).__name__}\n  executed notebook: {study_dir / (name + '.ipynb')}")
+                print(f"FAILED {name}: {_error_line(err)}\n  executed notebook: {failed[name]}")
     print(f"study {profile}: {len(runs) - len([f for f in failed if f not in ('diagnostics', 'summary')])}"
           f"/{len(runs)} runs finished in {time.time() - start:.0f} s; results in {study_dir}")
     if failed:
@@ -181,9 +266,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", default="cpu", help="a file in params/profiles (default: cpu)")
     parser.add_argument("--seeds", type=int, nargs="+", help="override the seeds of params/study.yaml")
     parser.add_argument("--runs", nargs="+", help="only these run files (donors of matched runs must be included)")
+    parser.add_argument("--jobs", type=int, help="runs executed at once (default: params/study.yaml jobs, else 1)")
     args = parser.parse_args(argv)
     try:
-        return run_study(args.profile, args.seeds, args.runs)
+        return run_study(args.profile, args.seeds, args.runs, args.jobs)
     except ParamError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -249,6 +249,7 @@ class TeacherCache:
         self.dir = Path(d)
         self.key = key
         self.meta: dict = read_json(self.dir / "meta.json")
+        self.meta["tokenizer_dir"] = str(self.dir / "tokenizer")  # meta.json has the build-time path; outputs move
         self.train = _open_split(self.dir / "train")
         self.val = _open_split(self.dir / "val")
         self._tokenizer = None
@@ -304,8 +305,11 @@ def topk_forward(model, tokens: torch.Tensor, k: int, chunk_positions: int = 204
             torch.cat(tails).reshape(B, L).cpu(), target.cpu())
 
 
+PROGRESS_FILE = "progress.json"  # in the build's temp directory: {"tokens_done", "tokens_total"} for watchers
+
+
 def _build_split(model, tokens: np.ndarray, starts: np.ndarray, out: Path, k: int, batch_size: int,
-                 progress: bool, desc: str) -> dict:
+                 progress: bool, desc: str, tokens_before: int = 0, tokens_total: int = 0) -> dict:
     from tqdm.auto import tqdm
     out.mkdir(parents=True, exist_ok=True)
     N, L = tokens.shape
@@ -324,6 +328,8 @@ def _build_split(model, tokens: np.ndarray, starts: np.ndarray, out: Path, k: in
         a_ids[s:e], a_lp[s:e], a_tail[s:e], a_tgt[s:e] = ids.numpy(), lp.numpy(), tail.numpy(), tgt.numpy()
         bar.update((e - s) * L)
         bar.set_postfix(tok_s=f"{(e * L) / max(time.time() - t0, 1e-9):,.0f}")
+        atomic_write_json(out.parent / PROGRESS_FILE, {"tokens_done": tokens_before + e * L,
+                                                       "tokens_total": tokens_total or N * L})
     bar.close()
     for a in (a_ids, a_lp, a_tail, a_tgt):
         a.flush()
@@ -399,10 +405,13 @@ def ensure_cache(profile: Profile, progress: bool = True) -> TeacherCache:
     torch_threads = torch.get_num_threads()
     t1 = time.time()
     stats = {}
+    tokens_total = data.train.tokens.size + data.val.tokens.size
     for split in ("train", "val"):
         ds = getattr(data, split)
         stats[split] = _build_split(model, ds.tokens, ds.doc_start, tmp / split, k, profile.teacher.batch_size,
-                                    progress, f"teacher {split}")
+                                    progress, f"teacher {split}", sum(s["tokens"] for s in stats.values()),
+                                    tokens_total)
+    os.remove(tmp / PROGRESS_FILE)
     build_s = time.time() - t1
     n_tok = sum(s["tokens"] for s in stats.values())
     special = sorted({int(i) for i in tokenizer.all_special_ids} | {bos_id})
