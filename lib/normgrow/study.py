@@ -175,6 +175,7 @@ def build_teacher_cache(profile: str, study_dir: Path) -> None:
     poller = Poller(lambda: _show_cache_build(bar))
     try:
         execute_notebook(NOTEBOOKS / "00_teacher.ipynb", study_dir / "00_teacher.ipynb", {"profile": profile})
+        bar.n = bar.total or 0  # done (the last poll may predate the last batches)
     finally:
         poller.close()
         bar.close()
