@@ -146,6 +146,19 @@ def test_empty_profile_gives_empty_report(outputs):
     assert all(c["status"] == report.NOT_TESTABLE for c in rep.claims)
     files = report.write_report(rep)
     assert files["summary"].is_file() and files["report"].is_file()
+    assert rep.baselines == {} and "no teacher cache" in files["report"].read_text()
+
+
+def test_unigram_val_ce():
+    from normgrow.data import unigram_val_ce
+    train = np.array([[0, 1, 2, 3], [0, 0, 1, 1]])  # counts 3, 3, 1, 1 of 8
+    val = np.array([[0, 1, 2, 3]])
+    starts = np.array([[True, False, True, False]])  # the target at position 1 is a new document's BOS: masked
+    # loss positions t = 0 and 2 (t = 3 has no target), targets 1 and 3
+    expected = -(np.log(3 / 8) + np.log(1 / 8)) / 2
+    assert unigram_val_ce(train, val, starts, vocab_size=4, pseudo_count=0.0) == pytest.approx(expected)
+    smoothed = -(np.log(3.5 / 10) + np.log(1.5 / 10)) / 2
+    assert unigram_val_ce(train, val, starts, vocab_size=4) == pytest.approx(smoothed)
 
 
 # ------------------------------------------------------------------------------------------------------------ gaps

@@ -117,6 +117,7 @@ def test_reduced_study_completes(finished_study):
     for name in ("summary.csv", "variant_stats.csv", "gaps.csv", "crossover.csv", "claims.csv", "report.html"):
         assert (root / "study" / PROFILE / name).is_file(), name
     assert (root / "study" / PROFILE / "summary.ipynb").is_file()
+    assert "Baselines on the same validation positions: teacher" in (root / "study" / PROFILE / "report.html").read_text()
 
 
 def test_rerun_trains_nothing(finished_study):

@@ -298,6 +298,17 @@ def loss_mask_np(doc_start: np.ndarray) -> np.ndarray:
     return mask
 
 
+def unigram_val_ce(train_tokens: np.ndarray, val_tokens: np.ndarray, val_doc_start: np.ndarray, vocab_size: int,
+                   pseudo_count: float = 0.5) -> float:
+    """Validation next-token CE (nats/token, over loss_mask positions, as every student metric) of a unigram model
+    fitted on the training tokens with add-`pseudo_count` smoothing: the context-free level a student must beat."""
+    counts = np.bincount(np.asarray(train_tokens).ravel(), minlength=vocab_size) + pseudo_count
+    logp = np.log(counts / counts.sum())
+    val = np.asarray(val_tokens)
+    mask = loss_mask_np(val_doc_start)
+    return float(-logp[val[:, 1:][mask[:, :-1]]].mean())
+
+
 def data_key(params: DataParams, tokenizer, bos_id: int, spec: dict | None = None) -> str:
     spec = spec or normalize_source(params.source)
     return stable_hash({"source": source_identity(spec), "clean": CLEAN_VERSION, "section_chars": SECTION_CHARS,

@@ -515,6 +515,14 @@ class Report:
     diagnostics_note: str
     unfinished: list[str] = field(default_factory=list)
     level: float = LEVEL
+    baselines: dict = field(default_factory=dict)  # teacher_val_ce, unigram_val_ce (see baselines())
+
+    def baselines_text(self) -> str:
+        if not self.baselines:
+            return "Baselines: no teacher cache for this profile, so the teacher and unigram levels are not shown."
+        b = self.baselines
+        return (f"Baselines on the same validation positions: teacher {b['teacher_val_ce']:.3f} nats/token; "
+                f"unigram model fitted on the training tokens {b['unigram_val_ce']:.3f} nats/token.")
 
     def claims_frame(self) -> pd.DataFrame:
         df = pd.DataFrame(self.claims, columns=["claim", "status", "supported", "sentence", "statement", "evidence"])
@@ -539,6 +547,21 @@ def _json_default(o):
     return str(o)
 
 
+def baselines(profile: str) -> dict:
+    """{"teacher_val_ce", "unigram_val_ce"} on the profile's validation positions (the levels that frame a student's
+    val_ce), or {} when there is no teacher cache for it (not built, or runs without a profile file)."""
+    from .config import ParamError, load_profile
+    from .data import unigram_val_ce
+    from .teacher import open_cache
+    try:
+        cache = open_cache(load_profile(profile))
+    except (FileNotFoundError, ParamError):
+        return {}
+    return {"teacher_val_ce": cache.report["val_ce"],
+            "unigram_val_ce": unigram_val_ce(cache.train.tokens, cache.val.tokens, cache.val.doc_start,
+                                             cache.meta["vocab_size"])}
+
+
 def build_report(profile: str, level: float = LEVEL) -> Report:
     runs = collect_runs(profile)
     gaps = gap_table(runs, level=level)
@@ -546,7 +569,7 @@ def build_report(profile: str, level: float = LEVEL) -> Report:
     return Report(profile=profile, runs=runs, stats=variant_stats(runs, level), gaps=gaps,
                   ratio=gap_ratio(gaps), crossover=crossover_table(runs, level=level),
                   claims=evaluate_claims(runs, level=level), diagnostics_claims=diag, diagnostics_note=note,
-                  unfinished=unfinished_runs(profile), level=level)
+                  unfinished=unfinished_runs(profile), level=level, baselines=baselines(profile))
 
 
 # --------------------------------------------------------------------------------------------------------- figures
@@ -638,6 +661,7 @@ def report_html(rep: Report, figs: dict | None = None) -> str:
              + f". Intervals: two-sided {round(rep.level * 100)}% Student-t over seeds; gaps are paired by seed. "
              "Claims are judged from the numbers: interval excludes zero in the claimed direction: supported; "
              "includes zero: not resolved at this number of seeds; excludes zero the other way: not supported.</p>",
+             f"<p>{e(rep.baselines_text())}</p>",
              "<h2>Claims</h2>"]
     for c in rep.claims:
         color = STATUS_COLORS.get(c["status"], "#000")
