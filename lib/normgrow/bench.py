@@ -16,8 +16,9 @@ Qwen3ForCausalLM; every one is a full training step: forward, loss, backward, gr
                      KL(teacher || student) on full logits: what one does without a cache
 Timing: candidates are interleaved round by round (warmup rounds first) and each reports the median step time, so
 machine noise (shared cores) hits them alike; ratios are taken between medians of the same run.
-Also reported: the validation head (bench_eval_head), the teacher's forward throughput (timed inside hf_online) and the study-level teacher cost (one cached
-pass over the profile's tokens vs one teacher pass per run of params/study.yaml), the student step's matmul FLOPs,
+Also reported: the validation head (bench_eval_head), the teacher's forward throughput (timed inside hf_online)
+and the study-level teacher cost (one cached pass over the profile's tokens vs one teacher pass per run of
+params/study.yaml), the student step's matmul FLOPs,
 the machine's measured bf16 / float32 matmul peak and MFU, and peak memory per step (RSS sampling, see
 measure_memory). Writes outputs/bench/<profile>.json.
 """
@@ -234,7 +235,6 @@ def build_steps(profile, batch: dict, names, dtype: torch.dtype, teacher=None, c
     return steps, info
 
 
-# ----------------------------------------------------------------------------------------------- memory
 def bench_eval_head(batch: dict, d_model: int, vocab: int, dtype: torch.dtype, repeats: int, warmup: int) -> dict:
     """The validation head on one batch: distill.eval_sums (fused; what train.evaluate and the diagnostics run)
     against the per-chunk reference head under no_grad (distill_loss_chunked(fused=False): a log-softmax and a
@@ -259,6 +259,7 @@ def bench_eval_head(batch: dict, d_model: int, vocab: int, dtype: torch.dtype, r
             "speedup": med["reference"] / med["fused"]}
 
 
+# ----------------------------------------------------------------------------------------------- memory
 def _rss() -> int:
     import psutil
     return psutil.Process().memory_info().rss

@@ -191,6 +191,15 @@ class _HeadWithPrecomputedGrads(torch.autograd.Function):
                 None if dw is None else (dw * grad_loss).to(ctx.head_dtype), None)
 
 
+def _run_head(hidden: Tensor, head_weight: Tensor, chunks) -> tuple[Tensor, dict[str, Tensor]]:
+    """(loss, metrics) of ``chunks(hidden, head_weight, need_dh, need_dw)``: through _HeadWithPrecomputedGrads when
+    a gradient is needed, called directly (no gradients computed) otherwise."""
+    if torch.is_grad_enabled() and (hidden.requires_grad or head_weight.requires_grad):
+        return _HeadWithPrecomputedGrads.apply(hidden, head_weight, chunks)
+    loss, metrics, _, _ = chunks(hidden, head_weight, False, False)
+    return loss, metrics
+
+
 def chunked_head_loss(hidden: Tensor, head_weight: Tensor, row_loss_fn: RowLossFn, mask: Tensor, *,
                       chunk_size: int = 1024) -> tuple[Tensor, dict[str, Tensor]]:
     """Masked mean of row_loss_fn over rows of hidden @ head_weight.T, never holding more than chunk_size x V logits.
@@ -203,12 +212,8 @@ def chunked_head_loss(hidden: Tensor, head_weight: Tensor, row_loss_fn: RowLossF
     chunk. Under autocast the logits are computed in the autocast dtype; row losses should do their math in
     float32 (all losses in this module do).
     """
-    if torch.is_grad_enabled() and (hidden.requires_grad or head_weight.requires_grad):
-        return _HeadWithPrecomputedGrads.apply(
-            hidden, head_weight,
-            lambda h, w, need_dh, need_dw: _head_chunks(h, w, row_loss_fn, mask, chunk_size, need_dh, need_dw))
-    loss, metrics, _, _ = _head_chunks(hidden, head_weight, row_loss_fn, mask, chunk_size, False, False)
-    return loss, metrics
+    return _run_head(hidden, head_weight, lambda h, w, need_dh, need_dw: _head_chunks(h, w, row_loss_fn, mask,
+                                                                                     chunk_size, need_dh, need_dw))
 
 
 # ------------------------------------------------------------------------------------- fused distillation head
@@ -356,12 +361,8 @@ def distill_loss_chunked(hidden: Tensor, head_weight: Tensor, batch: Mapping[str
             return distill_rows(logits, {k: v[rows] for k, v in batch.items()}, params)
 
         return chunked_head_loss(hidden, head_weight, row_loss_fn, batch["mask"], chunk_size=chunk_size)
-    if torch.is_grad_enabled() and (hidden.requires_grad or head_weight.requires_grad):
-        return _HeadWithPrecomputedGrads.apply(
-            hidden, head_weight,
-            lambda h, w, need_dh, need_dw: _fused_head_chunks(h, w, batch, params, chunk_size, need_dh, need_dw))
-    loss, metrics, _, _ = _fused_head_chunks(hidden, head_weight, batch, params, chunk_size, False, False)
-    return loss, metrics
+    return _run_head(hidden, head_weight, lambda h, w, need_dh, need_dw: _fused_head_chunks(h, w, batch, params,
+                                                                                           chunk_size, need_dh, need_dw))
 
 
 # The reported validation metrics: next-token CE ("ce") and soft-target CE against the teacher at T = 1 with the

@@ -7,8 +7,9 @@ notebooks/summary.ipynb into outputs/study/<profile>/.
 
 Finished runs (summary.json) are skipped; interrupted runs resume from their last checkpoint (run_variant does
 that). Runs execute in worker processes, ``jobs`` at a time (params/study.yaml per profile, or --jobs), a matched
-run only once its donor has finished; with jobs > 1 each run's kernel gets cores / jobs threads. A failing run is reported with the path of its executed notebook; the other runs go on (runs that depend
-on it are skipped), and the runner exits non-zero.
+run only once its donor has finished; with jobs > 1 each run's kernel gets cores / jobs threads. A failing run is
+reported with the path of its executed notebook; the other runs go on (runs that depend on it are skipped), and the
+runner exits non-zero.
 """
 from __future__ import annotations
 
@@ -160,12 +161,13 @@ def _run_steps(running: dict[str, Path]) -> str:
 def _show_cache_build(bar) -> None:
     """Teacher tokens done / total of the cache build in progress (its temp directory's progress file)."""
     from .teacher import PROGRESS_FILE, teacher_root
-    for path in sorted(teacher_root().glob(f".tmp-*/{PROGRESS_FILE}"), key=lambda p: p.stat().st_mtime)[-1:]:
-        try:
-            progress = json.loads(path.read_text())
-        except (OSError, ValueError):  # renamed away as the build finished
-            return
-        bar.total, bar.n = progress["tokens_total"], progress["tokens_done"]
+    try:
+        latest = max(teacher_root().glob(f".tmp-*/{PROGRESS_FILE}"), key=lambda p: p.stat().st_mtime, default=None)
+        if latest is not None:
+            progress = json.loads(latest.read_text())
+            bar.total, bar.n = progress["tokens_total"], progress["tokens_done"]
+    except (OSError, ValueError):  # renamed away as the build finished
+        return
     bar.refresh()
 
 

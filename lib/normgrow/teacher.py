@@ -309,7 +309,7 @@ PROGRESS_FILE = "progress.json"  # in the build's temp directory: {"tokens_done"
 
 
 def _build_split(model, tokens: np.ndarray, starts: np.ndarray, out: Path, k: int, batch_size: int,
-                 progress: bool, desc: str, tokens_before: int = 0, tokens_total: int = 0) -> dict:
+                 progress: bool, desc: str, tokens_before: int, tokens_total: int) -> dict:
     from tqdm.auto import tqdm
     out.mkdir(parents=True, exist_ok=True)
     N, L = tokens.shape
@@ -329,7 +329,7 @@ def _build_split(model, tokens: np.ndarray, starts: np.ndarray, out: Path, k: in
         bar.update((e - s) * L)
         bar.set_postfix(tok_s=f"{(e * L) / max(time.time() - t0, 1e-9):,.0f}")
         atomic_write_json(out.parent / PROGRESS_FILE, {"tokens_done": tokens_before + e * L,
-                                                       "tokens_total": tokens_total or N * L})
+                                                       "tokens_total": tokens_total})
     bar.close()
     for a in (a_ids, a_lp, a_tail, a_tgt):
         a.flush()
