@@ -177,7 +177,17 @@ def test_key_invalidation(tiny_llama, corpus_files, smol_tokenizer, tmp_path):
     base = _profile(tiny_llama, corpus_files)
     c0 = teacher.ensure_cache(base, progress=False)
     keys = {c0.key}
+    # the key holds the resolved dtype: auto and what it resolves to share a cache; another dtype does not
+    auto = _profile(tiny_llama, corpus_files, **{"teacher.dtype": "auto"})
+    resolved = teacher.teacher_dtype(auto.teacher)
+    c_auto = teacher.ensure_cache(auto, progress=False)
+    assert c_auto.meta["dtype"] == resolved and c_auto.report["dtype"] == resolved
+    same = teacher.ensure_cache(_profile(tiny_llama, corpus_files, **{"teacher.dtype": resolved}), progress=False)
+    assert same.key == c_auto.key
+    keys.add(c_auto.key)
     for over in ({"cache.k": 6}, {"data.seq_len": 16}, {"data.split_seed": 1}, {"teacher.dtype": "bfloat16"}):
+        if over == {"teacher.dtype": resolved}:  # base is float32; auto resolved to bfloat16 here: already built
+            continue
         c = teacher.ensure_cache(_profile(tiny_llama, corpus_files, **over), progress=False)
         assert c.key not in keys, over
         keys.add(c.key)

@@ -46,6 +46,7 @@ from . import distill
 from .config import PARAMS_DIR, load_profile, outputs_dir
 from .growth import plan_phases
 from .model import Student, StudentConfig
+from .utils import resolve_dtype
 
 CANDIDATES = ("normgrow", "normgrow_trainpy", "normgrow_reference", "hf_cached", "hf_online")
 
@@ -107,9 +108,11 @@ def load_batch(profile, data: str, vocab: int | None = None) -> tuple[dict, str]
         try:
             from .teacher import open_cache
             from .train import rows_to_batch
+            from .vocab import VocabMap
             cache = open_cache(profile)
             if cache.train.tokens.shape[0] >= B:
-                batch = rows_to_batch(cache.train, np.arange(B), torch.device("cpu"))
+                # the teacher's full vocabulary: the candidates (HF Qwen3 included) share the teacher's head size
+                batch = rows_to_batch(cache.train, np.arange(B), torch.device("cpu"), VocabMap(None, 0))
                 return batch, f"teacher cache {cache.key} (first {B} training sequences)"
             if data == "cache":
                 raise ValueError(f"the cache holds {cache.train.tokens.shape[0]} < {B} sequences")
@@ -347,10 +350,11 @@ def machine() -> dict:
 
 
 def run_bench(profile_name: str = "cpu", repeats: int = 5, warmup: int = 1, candidates=CANDIDATES,
-              data: str = "auto", dtype: str = "bfloat16", chunk_size: int | None = None, teacher=None,
+              data: str = "auto", dtype: str = "auto", chunk_size: int | None = None, teacher=None,
               memory: str = "subprocess", args=None, out: Path | None = None, peak_size: int = 2048) -> dict:
     profile = load_profile(profile_name)
-    dt = {"bfloat16": torch.bfloat16, "float32": torch.float32}[dtype]
+    dt = resolve_dtype(dtype, torch.device("cpu"))
+    dtype = str(dt).removeprefix("torch.")
     vocab = None if teacher is None else int(teacher.get_output_embeddings().weight.shape[0])
     batch, data_desc = load_batch(profile, data, vocab)
     steps, info = build_steps(profile, batch, candidates, dt, teacher=teacher, chunk_size=chunk_size)
@@ -448,7 +452,8 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--candidates", nargs="+", default=list(CANDIDATES), choices=CANDIDATES)
     ap.add_argument("--data", default="auto", choices=("auto", "cache", "synthetic"))
-    ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
+    ap.add_argument("--dtype", default="auto", choices=("auto", "bfloat16", "float32"),
+                    help="auto: bf16 where the CPU computes it natively (AMX / AVX512-BF16), else float32")
     ap.add_argument("--chunk-size", type=int, default=None)
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's default)")
     ap.add_argument("--memory", default="subprocess", choices=("subprocess", "inprocess", "none"))
@@ -460,7 +465,7 @@ def main(argv=None) -> int:
     if args.memory_probe:
         profile = load_profile(args.profile)
         batch, _ = load_batch(profile, args.data)
-        dt = {"bfloat16": torch.bfloat16, "float32": torch.float32}[args.dtype]
+        dt = resolve_dtype(args.dtype, torch.device("cpu"))
         steps, _ = build_steps(profile, batch, [args.memory_probe], dt, chunk_size=args.chunk_size)
         step = steps[args.memory_probe]
         step()  # warmup: optimizer state, lazy init

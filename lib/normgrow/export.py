@@ -7,7 +7,9 @@ post-norm -> no transformers architecture puts the norm after the residual sum, 
              checkpoint: OUT_DIR/student.pt (save_student format) + OUT_DIR/config.json (StudentConfig), loadable
              with normgrow.model.load_student(OUT_DIR).
 
-A tokenizer is copied into OUT_DIR when the checkpoint's extra entries name one ("tokenizer_dir").
+A tokenizer is copied into OUT_DIR when the checkpoint's extra entries name one ("tokenizer_dir"). A student with
+the corpus vocabulary (student.vocab: corpus, vocab.py) also gets OUT_DIR/normgrow_vocab.json, the tokenizer id of
+each model id.
 """
 from __future__ import annotations
 
@@ -123,5 +125,11 @@ def export_student(src, out_dir) -> dict:
                     message=f"norm={model.cfg.norm!r} is not a transformers architecture (Qwen3 and its relatives "
                             f"are pre-norm); wrote a normgrow checkpoint to {out_dir / 'student.pt'} - load it with "
                             f"normgrow.model.load_student({str(out_dir)!r})")
+    vocab = extra.get("vocab") or {}
+    if vocab.get("teacher_ids") is not None:  # student.vocab: corpus (vocab.py): model ids are not tokenizer ids
+        atomic_write_json(out_dir / "normgrow_vocab.json", vocab)
+        info["vocab"] = (f"corpus vocabulary of {len(vocab['teacher_ids'])} ids: model id i is tokenizer id "
+                         f"teacher_ids[i] of normgrow_vocab.json; map tokenizer ids through it before and after")
+        info["message"] += f". {info['vocab']}"
     atomic_write_json(out_dir / "normgrow_export.json", info)
     return info

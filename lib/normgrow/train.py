@@ -20,6 +20,7 @@ Choices made explicit here (see growth.py for the schedules and the token accoun
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -36,12 +37,12 @@ from tqdm.auto import tqdm
 
 from . import distill
 from .config import ParamError, outputs_dir, Profile, load_profile
-from .data import loss_mask
+from .data import loss_mask, loss_mask_np
 from .growth import SCHEDULES, Phase, plan_phases
-from .model import Student, StudentConfig, load_student, save_student
+from .model import NORMS, Student, StudentConfig, load_student, save_student
+from .vocab import VocabMap
 from .utils import atomic_write_json, read_json, resolve_device, resolve_dtype, stable_hash
 
-NORMS = ("pre", "post")
 RUN_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -97,6 +98,18 @@ def resolve_match_target(profile_name: str, target: str, seed: int) -> Path:
                      f"finished runs of profile {profile_name!r}: {', '.join(finished) or 'none'}")
 
 
+def lr_for_norm(lr, norm: str) -> float:
+    """The peak learning rate of a run: train.lr itself, or its entry for this placement ({pre: X, post: Y})."""
+    if not isinstance(lr, dict):
+        return lr
+    missing = [n for n in NORMS if n not in lr]
+    unknown = sorted(set(lr) - set(NORMS))
+    if missing or unknown:
+        raise ParamError(f"train.lr={lr!r} must give one learning rate per placement ({', '.join(NORMS)}); "
+                         f"missing: {', '.join(missing) or 'none'}, unknown: {', '.join(unknown) or 'none'}")
+    return lr[norm]
+
+
 def make_run_spec(profile: str = "tiny", norm: str = "pre", schedule: str = "grow", freeze_prefix: bool = False,
                   match_active_layer_tokens: str | None = None, seed: int = 0, run_name: str = "",
                   force: bool = False, overrides: dict | None = None) -> RunSpec:
@@ -117,6 +130,7 @@ def make_run_spec(profile: str = "tiny", norm: str = "pre", schedule: str = "gro
     if overrides is not None and not isinstance(overrides, dict):
         raise ParamError(f"overrides={overrides!r} must be a mapping of dotted keys, e.g. {{'train.lr': 1e-3}}")
     prof = load_profile(profile, overrides)
+    prof = dataclasses.replace(prof, train=dataclasses.replace(prof.train, lr=lr_for_norm(prof.train.lr, norm)))
     if len(prof.train.stages) < 2 and schedule == "grow":
         raise ParamError(f"schedule='grow' needs at least two train.stages (got {list(prof.train.stages)})")
     match_name = None
@@ -133,8 +147,8 @@ def make_run_spec(profile: str = "tiny", norm: str = "pre", schedule: str = "gro
 class Batches:
     """Training batches as a pure function of the step (see module docstring)."""
 
-    def __init__(self, split, batch_size: int, seed: int, device: torch.device):
-        self.split, self.batch_size, self.seed, self.device = split, batch_size, seed, device
+    def __init__(self, split, batch_size: int, seed: int, device: torch.device, vocab: VocabMap):
+        self.split, self.batch_size, self.seed, self.device, self.vocab = split, batch_size, seed, device, vocab
         self.n_rows = split.tokens.shape[0]
         if self.n_rows < 1:
             raise ValueError("the training split is empty")
@@ -152,11 +166,12 @@ class Batches:
         return self._perms[epoch]
 
     def __call__(self, step: int) -> dict:
-        return rows_to_batch(self.split, np.sort(self.rows(step)), self.device)
+        return rows_to_batch(self.split, np.sort(self.rows(step)), self.device, self.vocab)
 
 
-def rows_to_batch(split, rows: np.ndarray, device: torch.device) -> dict:
-    """Gather whole sequences (one copy per array, no per-token loops) and move them to the device."""
+def rows_to_batch(split, rows: np.ndarray, device: torch.device, vocab: VocabMap) -> dict:
+    """Gather whole sequences (one copy per array, no per-token loops), move them to the device and map them to
+    the student's vocabulary."""
     tokens = torch.from_numpy(np.asarray(split.tokens[rows], dtype=np.int64))
     doc_start = torch.from_numpy(np.asarray(split.doc_start[rows], dtype=bool))
     targets = torch.roll(tokens, -1, dims=1)  # the last position's target is masked out by loss_mask
@@ -164,7 +179,7 @@ def rows_to_batch(split, rows: np.ndarray, device: torch.device) -> dict:
              "topk_ids": torch.from_numpy(np.asarray(split.topk_ids[rows], dtype=np.int64)),
              "topk_logp": torch.from_numpy(np.asarray(split.topk_logp[rows], dtype=np.float32)),
              "tail_logp": torch.from_numpy(np.asarray(split.tail_logp[rows], dtype=np.float32))}
-    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+    return vocab.restrict({k: v.to(device, non_blocking=True) for k, v in batch.items()})
 
 
 # ------------------------------------------------------------------------------------------------ optimisation
@@ -218,7 +233,7 @@ def _autocast(device: torch.device, dtype: torch.dtype):
 
 
 @torch.no_grad()
-def evaluate(model: Student, split, n_rows: int, batch_size: int, device, dtype) -> dict:
+def evaluate(model: Student, split, n_rows: int, batch_size: int, device, dtype, vocab: VocabMap) -> dict:
     """Student next-token CE and soft-target CE against the teacher (T=1, tail bucket) on the first n_rows
     validation sequences, averaged over loss_mask positions (nats/token)."""
     was_training = model.training
@@ -226,7 +241,7 @@ def evaluate(model: Student, split, n_rows: int, batch_size: int, device, dtype)
     sums = {"val_ce": 0.0, "val_kd_ce": 0.0}
     count = 0
     for start in range(0, n_rows, batch_size):
-        batch = rows_to_batch(split, np.arange(start, min(start + batch_size, n_rows)), device)
+        batch = rows_to_batch(split, np.arange(start, min(start + batch_size, n_rows)), device, vocab)
         rows = distill.flatten_batch(batch)
         with _autocast(device, dtype):
             batch_sums, batch_count = distill.eval_sums(model.hidden(batch["tokens"]).flatten(0, 1),
@@ -308,13 +323,14 @@ def run_variant(spec: RunSpec, progress: bool = True) -> dict:
 
     device = resolve_device(tp.device)
     dtype = resolve_dtype(tp.dtype, device)
+    vocab = VocabMap.for_cache(cache, prof.student.vocab)
     ckpt_dir = run_dir / "checkpoints"
     last_path = ckpt_dir / "last.pt"
     state = torch.load(last_path, map_location="cpu", weights_only=False) if last_path.exists() else None
 
     if state is None:
         torch.manual_seed(spec.seed)
-        model = Student(_student_config(spec, cache.meta["vocab_size"], phases[0].depth))
+        model = Student(_student_config(spec, vocab.size, phases[0].depth))
         counters = {"step": 0, "tokens": 0, "active_layer_tokens": 0, "trainable_layer_tokens": 0, "wall_s": 0.0,
                     "metrics_lines": 0, "phases": []}
     else:
@@ -324,7 +340,7 @@ def run_variant(spec: RunSpec, progress: bool = True) -> dict:
         print(f"resuming {run_dir} at step {counters['step']}")
     model.to(device).train()
     log = MetricsLog(run_dir / "metrics.jsonl", counters["metrics_lines"])
-    batches = Batches(cache.train, tp.batch_size, spec.seed, device)
+    batches = Batches(cache.train, tp.batch_size, spec.seed, device, vocab)
     val_rows = cache.val.tokens.shape[0]
     eval_rows = val_rows if tp.eval_tokens == 0 else max(1, min(val_rows, tp.eval_tokens // prof.data.seq_len))
 
@@ -332,6 +348,10 @@ def run_variant(spec: RunSpec, progress: bool = True) -> dict:
     bar = tqdm(total=total_steps, initial=counters["step"], desc=spec.run_name, disable=not progress, unit="step")
     session_start = time.perf_counter()
     wall_before = counters["wall_s"]
+    if counters["step"] == 0 and log.lines == 0:  # the untrained model: the start of every learning curve
+        log.write({"kind": "eval", "step": 0, "phase": 0, "depth": phases[0].depth, "tokens": 0,
+                   "active_layer_tokens": 0, **evaluate(model, cache.val, eval_rows, tp.batch_size, device, dtype,
+                                                        vocab)})
     optimizer = None
     phase_start = 0
     for phase in phases:
@@ -380,7 +400,7 @@ def run_variant(spec: RunSpec, progress: bool = True) -> dict:
             at_phase_end = counters["step"] == phase_end
             if at_phase_end or counters["step"] % tp.eval_every == 0:
                 n = val_rows if at_phase_end else eval_rows
-                metrics = evaluate(model, cache.val, n, tp.batch_size, device, dtype)
+                metrics = evaluate(model, cache.val, n, tp.batch_size, device, dtype, vocab)
                 record = {"kind": "phase_end" if at_phase_end else "eval", "step": counters["step"],
                           "phase": phase.index, "depth": phase.depth, "tokens": counters["tokens"],
                           "active_layer_tokens": counters["active_layer_tokens"], **metrics}
@@ -390,11 +410,13 @@ def run_variant(spec: RunSpec, progress: bool = True) -> dict:
                                                "active_layer_tokens", "val_ce", "val_kd_ce")}
                                               | {"trainable_layer_tokens": counters["trainable_layer_tokens"]})
                     save_student(ckpt_dir / f"phase{phase.index}_depth{phase.depth}.pt", model,
-                                 {"step": counters["step"], "phase": phase.index, "run": spec.run_name})
+                                 {"step": counters["step"], "phase": phase.index, "run": spec.run_name,
+                                  "vocab": vocab.to_json()})
             if at_phase_end or counters["step"] % tp.checkpoint_every == 0:
                 counters["wall_s"] = wall_before + time.perf_counter() - session_start
                 counters["metrics_lines"] = log.lines
-                save_student(last_path, model, {"optimizer": optimizer.state_dict(), "counters": counters})
+                save_student(last_path, model, {"optimizer": optimizer.state_dict(), "counters": counters,
+                                                "vocab": vocab.to_json()})
         phase_start = phase_end
     bar.close()
 
@@ -411,6 +433,8 @@ def run_variant(spec: RunSpec, progress: bool = True) -> dict:
                "trainable_layer_tokens": counters["trainable_layer_tokens"], "steps": counters["step"],
                "wall_s": counters["wall_s"], "train_tok_s": counters["tokens"] / max(counters["wall_s"], 1e-9),
                "n_params": sum(p.numel() for p in model.parameters()), "device": str(device), "dtype": str(dtype),
+               "vocab": {"mode": prof.student.vocab, "size": vocab.size,
+                         "teacher_mass_outside": vocab.outside_mass(cache.val, loss_mask_np(cache.val.doc_start))},
                "phases": counters["phases"]}
     atomic_write_json(run_dir / "summary.json", summary)
     os.remove(last_path)  # optimiser state is only needed to resume; the phase checkpoints stay
