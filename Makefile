@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PROFILE ?= cpu
 STAMP := $(VENV)/.installed
 
-.PHONY: install study test bench clean-outputs
+.PHONY: install study test bench sweep clean-outputs
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,3 +27,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m normgrow.bench --profile $(PROFILE)
+
+# Peak-lr sweep per norm placement (params/sweep.yaml); SWEEP_ARGS=--write stores the choice in the profile.
+sweep: $(STAMP)
+	$(PY) -m normgrow.sweep --profile $(PROFILE) $(SWEEP_ARGS)

@@ -1,0 +1,345 @@
+"""Peak learning-rate sweep per norm placement: ``python -m normgrow.sweep --profile cpu [--write]`` (make sweep).
+
+Why: pre- and post-norm may want different peak learning rates (post-norm classically a lower one); one shared lr
+could hand one placement a handicap that the study would then read as a placement effect. The sweep measures, per
+placement, the lr with the lowest final validation CE, and ``--write`` stores it in the profile as
+``train.lr: {pre: X, post: Y}`` (train.make_run_spec resolves it for each run's norm).
+
+Choices:
+  - Candidates per profile come from params/sweep.yaml (parameters are data); ``--lrs`` overrides. The grid is sorted
+    and deduplicated, so its edges are its smallest and largest values.
+  - Candidates run the schedule of params/sweep.yaml (joint: full depth from step 0). Tuning on the schedule without
+    growth keeps the choice from being tuned toward the growth effect under test.
+  - Each candidate is an ordinary run ``sweep-<norm>-<schedule>-lr<lr>-s<seed>`` in outputs/runs/<profile>/ with
+    ``train.lr`` overridden (study run names never start with ``sweep-``). run_variant resumes an interrupted run and
+    returns a finished one without training, so an interrupted sweep continues where it stopped; a finished run made
+    with other profile parameters is refused by run_variant, never silently reused.
+  - The chosen lr per norm is the argmin of final val_ce over finite values (a diverged run never wins). A minimum at
+    an edge of the grid means the optimum may lie outside it: a warning says so and sweep.json records it.
+  - One seed: the sweep picks an lr, it does not measure seed variance (rerun with --seed to check a close call).
+  - ``--write`` edits only the ``lr:`` entry of the profile's train section (a line edit, not a YAML dump, so every
+    other line and comment stays byte for byte), re-parses the result to check it, and writes atomically. A norm
+    that was not swept keeps its current value. A profile without an lr line is refused before any training.
+Outputs: outputs/sweep/<profile>/sweep.csv (one row per candidate) and sweep.json (the rows, the choice per norm,
+the grid warnings, date, profile, git commit, command line). Both describe this invocation's candidates only.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import math
+import re
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+
+import yaml
+from tqdm.auto import tqdm
+
+from .config import PARAMS_DIR, REPO_ROOT, ParamError, load_profile, outputs_dir
+from .model import NORMS
+from .train import RunSpec, make_run_spec, run_variant
+from .utils import atomic_write_json, atomic_write_text
+
+SWEEP_FILE = PARAMS_DIR / "sweep.yaml"
+PROFILES_DIR = PARAMS_DIR / "profiles"
+SWEEP_KEYS = ("lrs", "seed", "schedule")
+COLUMNS = ("norm", "lr", "seed", "val_ce", "val_kd_ce", "steps", "tokens", "wall_s", "run_name")
+EDGE_ADVICE = {"lowest": "below", "highest": "above", "only": "on both sides of"}
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """A validated sweep: one run spec per (norm, lr), norms outer, lrs ascending."""
+    profile: str
+    norms: tuple[str, ...]
+    lrs: dict[str, tuple[float, ...]]  # per norm
+    seed: int
+    schedule: str
+    specs: tuple[RunSpec, ...]
+
+
+# ------------------------------------------------------------------------------------------------ parameters
+
+def lr_tag(lr: float) -> str:
+    """Compact lr for run names: 3e-03, 1.5e-03 (6 significant digits, trailing zeros dropped)."""
+    mantissa, exponent = f"{lr:.5e}".split("e")
+    return f"{mantissa.rstrip('0').rstrip('.')}e{exponent}"
+
+
+def yaml_float(lr: float) -> str:
+    """lr as a YAML float literal, 3.0e-3: PyYAML reads a float only with a dot and a signed exponent (3e-3 is a
+    string to it)."""
+    mantissa, exponent = f"{lr:.5e}".split("e")
+    mantissa = mantissa.rstrip("0")
+    return f"{mantissa}{'0' if mantissa.endswith('.') else ''}e{int(exponent):+d}"
+
+
+def sweep_run_name(norm: str, schedule: str, lr: float, seed: int) -> str:
+    return f"sweep-{norm}-{schedule}-lr{lr_tag(lr)}-s{seed}"
+
+
+def load_sweep_config(path: Path = SWEEP_FILE) -> dict:
+    """params/sweep.yaml: ``lrs: {profile: [lr, ...] or {norm: [lr, ...]}}``, ``seed``, ``schedule``."""
+    raw = yaml.safe_load(Path(path).read_text()) or {}
+    unknown = sorted(set(raw) - set(SWEEP_KEYS))
+    if unknown:
+        raise ParamError(f"{path}: unknown key {unknown[0]!r}; allowed keys: {', '.join(SWEEP_KEYS)}")
+    if not isinstance(raw.get("lrs", {}), dict):
+        raise ParamError(f"{path}: lrs must map profile names to lists of learning rates, "
+                         "e.g. {tiny: [1.0e-3, 3.0e-3]}")
+    return raw
+
+
+def check_lrs(lrs, source: str) -> tuple[float, ...]:
+    """A non-empty list of finite positive numbers, returned sorted and deduplicated. Strings are parsed because
+    YAML reads 1e-3 (no dot) as one."""
+    if not isinstance(lrs, (list, tuple)) or not lrs:
+        raise ParamError(f"{source}={lrs!r} must be a non-empty list of learning rates, e.g. [1.0e-3, 3.0e-3]")
+    values = set()
+    for lr in lrs:
+        try:
+            value = float(lr)
+        except (TypeError, ValueError):
+            raise ParamError(f"{source}: {lr!r} is not a number") from None
+        if isinstance(lr, bool) or not (math.isfinite(value) and value > 0):
+            raise ParamError(f"{source}: lr={lr!r} must be a finite number > 0")
+        values.add(value)
+    return tuple(sorted(values))
+
+
+def make_plan(profile: str, norms: list[str] | None = None, lrs: list | None = None, seed: int | None = None,
+              overrides: dict | None = None, config_path: Path = SWEEP_FILE) -> SweepPlan:
+    """Validate everything before any training: the profile, the grid, the norms, the seed (make_run_spec checks the
+    last two with its usual messages). overrides: extra dotted profile keys for every candidate (tests shrink the
+    tiny profile onto a synthetic cache with them)."""
+    load_profile(profile)  # an unknown profile fails here, naming the available ones
+    config = load_sweep_config(config_path)
+    norms = tuple(dict.fromkeys(norms or NORMS))
+    if lrs is None:
+        grids = config.get("lrs") or {}
+        if profile not in grids:
+            raise ParamError(f"{config_path}: no candidate learning rates for profile {profile!r} (lrs lists: "
+                             f"{', '.join(grids) or 'none'}); add lrs.{profile} there or pass --lrs")
+        entry = grids[profile]  # one list for every placement, or one per placement (post-norm wants lower lrs)
+        per_norm = entry if isinstance(entry, dict) else {norm: entry for norm in norms}
+        source = f"{Path(config_path).name}: lrs.{profile}"
+        grid = {norm: check_lrs(per_norm.get(norm), f"{source}.{norm}" if isinstance(entry, dict) else source)
+                for norm in norms}
+    else:
+        grid = dict.fromkeys(norms, check_lrs(lrs, "--lrs"))
+    seed = config.get("seed", 0) if seed is None else seed
+    schedule = config.get("schedule", "joint")
+    specs = tuple(make_run_spec(profile=profile, norm=norm, schedule=schedule, seed=seed,
+                                run_name=sweep_run_name(norm, schedule, lr, seed),
+                                overrides={**(overrides or {}), "train.lr": lr})
+                  for norm in norms for lr in grid[norm])
+    names = [s.run_name for s in specs]
+    if len(set(names)) != len(names):
+        raise ParamError(f"learning rates {grid} must differ within 6 significant digits (run names {names})")
+    return SweepPlan(profile, norms, grid, seed, schedule, specs)
+
+
+# --------------------------------------------------------------------------------------------- runs, choice
+
+def run_candidates(plan: SweepPlan, progress: bool = True) -> list[dict]:
+    """Run (resume, or read back when finished) every candidate; one row per candidate. The outer bar counts
+    candidates, each run draws its own step bar below it."""
+    rows = []
+    bar = tqdm(plan.specs, desc=f"sweep {plan.profile}", unit="run", disable=not progress)
+    for spec in bar:
+        bar.set_postfix_str(spec.run_name)
+        summary = run_variant(spec, progress=progress)
+        rows.append({"norm": spec.norm, "lr": spec.profile.train.lr, "seed": spec.seed,
+                     **{key: summary[key] for key in COLUMNS[3:]}})
+    return rows
+
+
+def choose_lrs(rows: list[dict]) -> dict[str, dict]:
+    """Per norm: the lr with the lowest finite val_ce, its val_ce, and ``edge``: lowest / highest when it is the
+    smallest / largest lr of that norm's grid (the optimum may lie outside), only for a one-point grid, else None.
+    Edges count diverged runs: a best lr just below a diverged one is bracketed. All runs diverged: lr None."""
+    chosen = {}
+    for norm in dict.fromkeys(r["norm"] for r in rows):
+        grid = sorted((r for r in rows if r["norm"] == norm), key=lambda r: r["lr"])
+        finite = [r for r in grid if math.isfinite(r["val_ce"])]
+        if not finite:
+            chosen[norm] = {"lr": None, "val_ce": None, "edge": None}
+            continue
+        best = min(finite, key=lambda r: r["val_ce"])
+        edge = ("only" if len(grid) == 1 else "lowest" if best is grid[0] else "highest" if best is grid[-1]
+                else None)
+        chosen[norm] = {"lr": best["lr"], "val_ce": best["val_ce"], "edge": edge}
+    return chosen
+
+
+def grid_warnings(chosen: dict[str, dict]) -> list[str]:
+    warnings = []
+    for norm, choice in chosen.items():
+        if choice["lr"] is None:
+            warnings.append(f"{norm}: every candidate diverged (non-finite val_ce); extend the grid to lower learning "
+                            "rates")
+        elif choice["edge"]:
+            warnings.append(f"{norm}: the best lr {lr_tag(choice['lr'])} is the {choice['edge']} point of the grid; "
+                            f"extend the grid {EDGE_ADVICE[choice['edge']]} it")
+    return warnings
+
+
+def git_commit() -> str | None:
+    """HEAD of the repository; None outside a git checkout. Uncommitted edits are not captured."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def summarize(plan: SweepPlan, rows: list[dict], command: str) -> dict:
+    chosen = choose_lrs(rows)
+    return {"profile": plan.profile, "date": date.today().isoformat(), "git_commit": git_commit(), "command": command,
+            "schedule": plan.schedule, "seed": plan.seed, "norms": list(plan.norms), "lrs": {norm: list(g) for norm, g in plan.lrs.items()},
+            "rows": rows, "chosen": chosen, "warnings": grid_warnings(chosen)}
+
+
+def sweep_dir(profile: str) -> Path:
+    return outputs_dir() / "sweep" / profile
+
+
+def write_results(result: dict, out_dir: Path) -> Path:
+    """sweep.csv and sweep.json in out_dir; returns the json path."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(result["rows"])
+    atomic_write_text(out_dir / "sweep.csv", buffer.getvalue())
+    atomic_write_json(out_dir / "sweep.json", result)
+    return out_dir / "sweep.json"
+
+
+def format_table(result: dict) -> str:
+    """One line per candidate; * marks the chosen lr of each norm."""
+    lines = [f"{'norm':<5} {'lr':>9} {'val_ce':>8} {'val_kd_ce':>9} {'steps':>6} {'wall_s':>7}"]
+    for r in result["rows"]:
+        mark = " *" if result["chosen"][r["norm"]]["lr"] == r["lr"] else ""
+        lines.append(f"{r['norm']:<5} {lr_tag(r['lr']):>9} {r['val_ce']:>8.4f} {r['val_kd_ce']:>9.4f} "
+                     f"{r['steps']:>6} {r['wall_s']:>7.1f}{mark}")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------------- profile edit
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
+
+
+def lr_line_span(lines: list[str], where: str) -> tuple[int, int]:
+    """[start, end) of the lr entry of the top-level train section: the ``lr:`` line at the section's key
+    indentation plus the more-indented lines right under it (a block-style mapping). ParamError when absent."""
+    head = next((i for i, line in enumerate(lines) if re.match(r"train:\s*(#.*)?$", line)), None)
+    if head is None:
+        raise ParamError(f"{where}: no top-level train: section, so no train.lr line to replace")
+    stop = next((i for i in range(head + 1, len(lines)) if re.match(r"[^\s#]", lines[i])), len(lines))
+    keys = [i for i in range(head + 1, stop) if re.match(r" +[^\s#]", lines[i])]
+    hits = [i for i in keys if _indent(lines[i]) == _indent(lines[keys[0]]) and re.match(r" +lr\s*:", lines[i])]
+    if not hits:
+        raise ParamError(f"{where}: the train section has no lr line to replace; add one (e.g. `  lr: 3.0e-3`) first")
+    end = hits[0] + 1
+    while end < stop and lines[end].strip() and _indent(lines[end]) > _indent(lines[hits[0]]):
+        end += 1
+    return hits[0], end
+
+
+def merge_lrs(current, chosen: dict[str, float]) -> dict[str, float]:
+    """One lr per placement: the chosen value where swept, else the profile's current one (a float applies to both)."""
+    merged = {}
+    for norm in NORMS:
+        value = chosen.get(norm, current.get(norm) if isinstance(current, dict) else current)
+        if value is None:
+            raise ParamError(f"train.lr={current!r} has no value for {norm}; sweep it too (--norms {' '.join(NORMS)})")
+        merged[norm] = float(value)
+    return merged
+
+
+def rewrite_lr_line(text: str, chosen: dict[str, float], comment: str, where: str = "profile") -> str:
+    """text with the train section's lr entry replaced by ``lr: {pre: X, post: Y}  # comment``; every other line is
+    kept byte for byte (line endings included). The result is re-parsed: its train.lr must read back as written."""
+    lines = text.splitlines(keepends=True)
+    start, end = lr_line_span(lines, where)
+    lrs = merge_lrs((yaml.safe_load(text) or {})["train"]["lr"], chosen)
+    ending = lines[end - 1][len(lines[end - 1].rstrip("\r\n")):] or "\n"
+    mapping = ", ".join(f"{norm}: {yaml_float(lr)}" for norm, lr in lrs.items())
+    new_line = f"{' ' * _indent(lines[start])}lr: {{{mapping}}}  # {comment}{ending}"
+    new_text = "".join(lines[:start] + [new_line] + lines[end:])
+    raw = yaml.safe_load(new_text)
+    if raw["train"]["lr"] != lrs:
+        raise RuntimeError(f"{where}: the rewritten lr line reads back as {raw['train']['lr']!r}, not {lrs!r}")
+    return new_text
+
+
+def display_path(path: Path) -> str:
+    """Relative to the repository when inside it (what a profile comment should show), else absolute."""
+    try:
+        return str(Path(path).resolve().relative_to(REPO_ROOT))
+    except ValueError:
+        return str(path)
+
+
+def write_profile_lr(path: Path, result: dict, json_path: Path) -> None:
+    """Store the chosen lr per norm in the profile's train.lr line, with the sweep's date, file and val_ce."""
+    chosen = {norm: c["lr"] for norm, c in result["chosen"].items()}
+    missing = [norm for norm, lr in chosen.items() if lr is None]
+    if missing:
+        raise ParamError(f"--write: no learning rate chosen for {', '.join(missing)} (every run diverged); "
+                         f"{path} left unchanged")
+    scores = ", ".join(f"{norm} {c['val_ce']:.4f}" for norm, c in result["chosen"].items())
+    comment = f"sweep {result['date']}: {display_path(json_path)} (val_ce {scores})"
+    atomic_write_text(path, rewrite_lr_line(path.read_bytes().decode(), chosen, comment, str(path)))
+
+
+# ------------------------------------------------------------------------------------------------------ entry
+
+def sweep(plan: SweepPlan, write: bool = False, profiles_dir: Path = PROFILES_DIR, progress: bool = True,
+          command: str = "") -> dict:
+    """Run the plan, write outputs/sweep/<profile>/sweep.{csv,json}, print the table and grid warnings; with write,
+    store the choice in profiles_dir/<profile>.yaml (injectable so tests edit a copy). Returns sweep.json's dict."""
+    profile_path = Path(profiles_dir) / f"{plan.profile}.yaml"
+    if write:  # refuse before training, not after
+        if not profile_path.is_file():
+            raise ParamError(f"--write: no profile file {profile_path}")
+        lr_line_span(profile_path.read_bytes().decode().splitlines(keepends=True), str(profile_path))
+    result = summarize(plan, run_candidates(plan, progress), command)
+    json_path = write_results(result, sweep_dir(plan.profile))
+    print(format_table(result))
+    for warning in result["warnings"]:
+        print(f"warning: {warning}")
+    print(f"results: {json_path.parent / 'sweep.csv'}, {json_path}")
+    if write:
+        write_profile_lr(profile_path, result, json_path)
+        print(f"wrote train.lr to {profile_path}")
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m normgrow.sweep", description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", required=True, help="a file in params/profiles")
+    parser.add_argument("--norms", nargs="+", help=f"placements to sweep (default: {' '.join(NORMS)})")
+    parser.add_argument("--lrs", type=float, nargs="+", help="candidate peak lrs (default: params/sweep.yaml)")
+    parser.add_argument("--seed", type=int, help="seed of every candidate (default: params/sweep.yaml)")
+    parser.add_argument("--write", action="store_true", help="store the chosen lrs in params/profiles/<profile>.yaml")
+    args = parser.parse_args(argv)
+    command = shlex.join(["python", "-m", "normgrow.sweep", *(sys.argv[1:] if argv is None else argv)])
+    try:
+        plan = make_plan(args.profile, args.norms, args.lrs, args.seed)
+        sweep(plan, args.write, command=command)
+    except ParamError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
