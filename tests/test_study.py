@@ -207,7 +207,7 @@ def test_bad_jobs_are_named(tmp_path, jobs, needle):
         study_jobs("tiny", path)
 
 
-def test_jobs_default_to_one_and_tiny_runs_two():
+def test_jobs_default_to_one_and_small_students_run_two():
     from normgrow.study import study_jobs
-    assert study_jobs("cpu") == 1 and study_jobs("paper") == 1
-    assert study_jobs("tiny") == 2
+    assert study_jobs("paper") == 1
+    assert study_jobs("tiny") == study_jobs("quick") == study_jobs("cpu") == 2
