@@ -16,8 +16,10 @@ T975 = {1: 12.706204736174698, 2: 0.95 * math.sqrt(2 / (1 - 0.95 ** 2)), 3: 3.18
 
 
 def write_run(root, variant, seed, val_ce, phase_ce=None, val_kd_ce=None, profile="synth", schedule="grow",
-              tokens=1000, depths=(1, 2, 3)):
-    """A finished run directory (summary.json only) as train.run_variant writes it."""
+              tokens=1000, depths=(1, 2, 3), evals=None):
+    """A finished run directory (summary.json, metrics.jsonl) as train.run_variant writes it. evals: the eval records'
+    (tokens, val_ce), default a flattened curve: the untrained model 4 nats above val_ce at step 0, then within 0.01
+    of it at 80% of the tokens (flat ratio 0.0025); metrics.jsonl also gets a phase_end record per phase."""
     phase_ce = list(phase_ce) if phase_ce is not None else [val_ce]
     depths = list(depths)[-len(phase_ce):] if len(phase_ce) < len(depths) else list(depths)[:len(phase_ce)]
     phases = [{"phase": i, "depth": d, "step": 8 * (i + 1), "tokens": tokens * (i + 1) // len(phase_ce),
@@ -33,7 +35,22 @@ def write_run(root, variant, seed, val_ce, phase_ce=None, val_kd_ce=None, profil
                "val_kd_ce": val_kd_ce if val_kd_ce is not None else val_ce - 3.0, "tokens": tokens,
                "active_layer_tokens": 30, "trainable_layer_tokens": 30, "wall_s": 1.5, "phases": phases}
     (d / "summary.json").write_text(json.dumps(summary))
+    evals = evals if evals is not None else [(0, val_ce + 4.0), (tokens * 8 // 10, val_ce + 0.01)]
+    records = [{"kind": "eval", "step": t, "tokens": t, "val_ce": ce} for t, ce in evals]
+    records += [{"kind": "phase_end", "step": ph["tokens"], "tokens": ph["tokens"], "val_ce": ph["val_ce"]}
+                for ph in phases]
+    records.append({"kind": "train", "step": tokens, "tokens": tokens, "loss": 1.0})  # ignored by the report
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in sorted(records, key=lambda r: r["step"])))
     return d
+
+
+def write_metrics(run_dir, evals):
+    """Replace a run's metrics.jsonl by these eval records (tokens, val_ce)."""
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps({"kind": "eval", "step": t, "tokens": t, "val_ce": ce})
+                                                   + "\n" for t, ce in evals))
+
+
+UNIGRAM = 7.0  # the synthetic studies' val_ce are 5.0-6.0: more than UNIGRAM_MARGIN below it
 
 
 @pytest.fixture
@@ -42,9 +59,18 @@ def outputs(tmp_path, monkeypatch):
     return tmp_path
 
 
+@pytest.fixture
+def trained(monkeypatch):
+    """Baselines as a teacher cache would give them (unigram at UNIGRAM), so that the synthetic students pass the
+    regime gate's level criterion."""
+    monkeypatch.setattr(report, "baselines", lambda profile: {
+        "teacher_val_ce": 3.0, "teacher_source": "synthetic", "unigram_val_ce": UNIGRAM, "unigram_source": "synthetic"})
+
+
 def write_study(root, grow_gaps, joint_gaps, matched_gaps=None, single_gaps=None, freeze_gaps=None,
-                stage0_gaps=None, base=5.0):
-    """pre/post pairs whose per-seed differences (pre - post) are exactly the given gaps."""
+                stage0_gaps=None, base=5.0, post_joint_shift=0.0):
+    """pre/post pairs whose per-seed differences (pre - post) are exactly the given gaps (post-joint's moved by
+    post_joint_shift)."""
     seeds = range(len(grow_gaps))
     for s in seeds:
         b = base + 0.1 * s  # seed effect, cancelled by pairing
@@ -52,7 +78,7 @@ def write_study(root, grow_gaps, joint_gaps, matched_gaps=None, single_gaps=None
         write_run(root, "post-grow", s, b, phase_ce=[b + 1.0, b + 0.5, b])
         write_run(root, "pre-grow", s, b + grow_gaps[s], phase_ce=[b + 1.0 + s0, b + 0.5 + grow_gaps[s] / 2,
                                                                    b + grow_gaps[s]])
-        write_run(root, "post-joint", s, b + 0.2, schedule="joint", depths=(3,))
+        write_run(root, "post-joint", s, b + 0.2 + post_joint_shift, schedule="joint", depths=(3,))
         write_run(root, "pre-joint", s, b + 0.2 + joint_gaps[s], schedule="joint", depths=(3,))
         if matched_gaps is not None:
             write_run(root, "post-joint-matched", s, b + matched_gaps[s], schedule="joint", depths=(3,))
@@ -147,6 +173,8 @@ def test_empty_profile_gives_empty_report(outputs):
     files = report.write_report(rep)
     assert files["summary"].is_file() and files["report"].is_file()
     assert rep.baselines == {} and "no teacher cache" in files["report"].read_text()
+    assert "no teacher cache" in json.loads(files["baselines"].read_text())["note"]
+    assert rep.regime_verdict() == "no finished runs: nothing to judge" and files["regime"].is_file()
 
 
 def test_unigram_val_ce():
@@ -183,7 +211,7 @@ def test_paired_gaps_pair_by_seed_and_cancel_seed_effects(outputs):
     assert ratio["ratio"] == pytest.approx(0.04 / (0.0005 / 3)) and not ratio["joint_resolved"]
 
 
-def test_crossover_table_detects_the_switch(outputs):
+def test_crossover_table_detects_the_switch(outputs, trained):
     # stage 0: pre-grow better by 0.1 (gap -0.1 +- noise); final stage: post-grow better.
     write_study(outputs, grow_gaps=[0.03, 0.04, 0.05], joint_gaps=[0.0, 0.001, -0.001],
                 stage0_gaps=[-0.10, -0.12, -0.11])
@@ -202,7 +230,7 @@ def test_crossover_table_detects_the_switch(outputs):
 
 # ------------------------------------------------------------------------------------------------ claims flip
 
-def test_claims_supported(outputs):
+def test_claims_supported(outputs, trained):
     write_study(outputs, grow_gaps=[0.03, 0.035, 0.04], joint_gaps=[0.001, -0.001, 0.0005],
                 matched_gaps=[0.02, 0.025, 0.03], single_gaps=[0.0, 0.002, -0.002],
                 freeze_gaps=[0.02, 0.025, 0.022], stage0_gaps=[-0.05, -0.06, -0.055])
@@ -214,7 +242,7 @@ def test_claims_supported(outputs):
     assert "+0.0350" in c["headline-grow"]["sentence"]  # the numbers are in the sentence
 
 
-def test_claims_not_resolved_when_interval_includes_zero(outputs):
+def test_claims_not_resolved_when_interval_includes_zero(outputs, trained):
     write_study(outputs, grow_gaps=[0.05, -0.04, 0.02], joint_gaps=[0.03, 0.031, 0.029],
                 matched_gaps=[0.05, -0.05, 0.01], single_gaps=[0.05, -0.04, 0.02],
                 freeze_gaps=[0.03, -0.03, 0.01], stage0_gaps=[-0.05, 0.05, 0.01])
@@ -228,7 +256,7 @@ def test_claims_not_resolved_when_interval_includes_zero(outputs):
     assert "post-norm is better" in c["headline-joint"]["sentence"]
 
 
-def test_claims_not_supported_when_wrong_direction(outputs):
+def test_claims_not_supported_when_wrong_direction(outputs, trained):
     write_study(outputs, grow_gaps=[-0.03, -0.035, -0.04], joint_gaps=[0.001, -0.001, 0.0005],
                 matched_gaps=[-0.02, -0.025, -0.03], single_gaps=[0.10, 0.11, 0.12],
                 freeze_gaps=[-0.02, -0.025, -0.022], stage0_gaps=[-0.05, -0.06, -0.055])
@@ -240,14 +268,14 @@ def test_claims_not_supported_when_wrong_direction(outputs):
     assert "pre-norm still leads" in c["obs2-crossover"]["sentence"]
 
 
-def test_crossover_not_supported_when_post_leads_from_the_start(outputs):
+def test_crossover_not_supported_when_post_leads_from_the_start(outputs, trained):
     write_study(outputs, grow_gaps=[0.03, 0.035, 0.04], joint_gaps=[0.0, 0.0, 0.0],
                 stage0_gaps=[0.05, 0.06, 0.055])
     c = claims_by_id(report.build_report("synth"))["obs2-crossover"]
     assert c["status"] == report.NOT_SUPPORTED and "already leads" in c["sentence"]
 
 
-def test_single_seed_and_missing_variants(outputs):
+def test_single_seed_and_missing_variants(outputs, trained):
     write_study(outputs, grow_gaps=[0.03], joint_gaps=[0.001])
     rep = report.build_report("synth")
     c = claims_by_id(rep)
@@ -263,7 +291,7 @@ def test_single_seed_and_missing_variants(outputs):
 
 # ------------------------------------------------------------------------------------------------------- writing
 
-def test_write_report_files_and_diagnostics(outputs):
+def test_write_report_files_and_diagnostics(outputs, trained):
     write_study(outputs, grow_gaps=[0.03, 0.035, 0.04], joint_gaps=[0.001, -0.001, 0.0005])
     rep = report.build_report("synth")
     assert rep.diagnostics_claims is None and "not available" in rep.diagnostics_note
@@ -274,7 +302,15 @@ def test_write_report_files_and_diagnostics(outputs):
                                    "wall_s", "val_ce_p0", "val_ce_p2"} <= set(summary.columns)
     assert set(pd.read_csv(files["variant_stats"])["variant"]) == {"pre-grow", "post-grow", "pre-joint",
                                                                    "post-joint"}
+    regime = pd.read_csv(files["regime"])
+    assert list(regime.columns) == list(report.REGIME_FIELDS) and regime["trained"].all() and len(regime) == 4
+    assert json.loads(files["baselines"].read_text()) == {"teacher_val_ce": 3.0, "teacher_source": "synthetic",
+                                                         "unigram_val_ce": UNIGRAM, "unigram_source": "synthetic"}
+    assert {"flat_ratio", "flattened", "flat_note"} <= set(summary.columns)
+    assert pd.read_csv(files["claims"])["variants"].iloc[0] == "pre-joint post-joint"
     page = files["report"].read_text()
+    assert page.index("Baselines on the same") < page.index("Training regime") < page.index("<h2>Claims")
+    assert "students trained: claims judged" in page and "flatness per run" in page
     assert "<script src=" not in page and "<script type=\"text/javascript\" src=" not in page  # no CDN
     assert "Plotly" in page and len(page) > 1_000_000  # plotly.js embedded
     assert "Diagnostics are not available" in page
@@ -290,3 +326,118 @@ def test_write_report_files_and_diagnostics(outputs):
     assert rep.diagnostics_claims == diag  # verbatim
     page = report.report_html(rep)
     assert "obs4-boundary-scale" in page and "href='diagnostics.html'" in page
+
+
+# --------------------------------------------------------------------------------------------------- regime gate
+
+def curve(*records):
+    """(kind, tokens, val_ce) -> eval_curve records, step = tokens."""
+    return [{"kind": k, "step": t, "tokens": t, "val_ce": ce} for k, t, ce in records]
+
+
+def test_flatness_ratio_hand_computed():
+    c = curve(("eval", 0, 10.0), ("eval", 500, 6.0), ("phase_end", 800, 5.5), ("eval", 900, 5.2))
+    f = report.flatness(c, val_ce=5.0, tokens=1000)  # v_80: the phase_end at exactly 80% of the tokens
+    assert (f["v_start"], f["v_80"], f["tokens_80"]) == (10.0, 5.5, 800)
+    assert f["flat_ratio"] == pytest.approx(0.5 / 5.0) and not f["flattened"]  # 0.10 is not < 0.10
+    assert "still improving" in f["flat_note"]
+    f = report.flatness(c, val_ce=5.0, tokens=999)  # 800 > 0.8 * 999: v_80 is the record at 500 tokens
+    assert f["v_80"] == 6.0 and f["flat_ratio"] == pytest.approx(1.0 / 5.0) and not f["flattened"]
+    f = report.flatness(curve(("eval", 0, 10.0), ("eval", 800, 5.2)), val_ce=5.0, tokens=1000)
+    assert f["flat_ratio"] == pytest.approx(0.04) and f["flattened"] and f["flat_note"] == "flattened"
+    # no step-0 record: the first eval record is the start
+    f = report.flatness(curve(("eval", 100, 8.0), ("eval", 700, 5.6)), val_ce=5.0, tokens=1000)
+    assert f["v_start"] == 8.0 and f["flat_ratio"] == pytest.approx(0.2) and not f["flattened"]
+
+
+def test_flatness_undecidable_counts_as_not_flattened():
+    one = report.flatness(curve(("eval", 0, 10.0)), val_ce=5.0, tokens=1000)
+    assert not one["flattened"] and math.isnan(one["flat_ratio"]) and one["v_start"] == 10.0
+    assert one["flat_note"].startswith("too few eval records")
+    only_end = report.flatness(curve(("eval", 0, 10.0), ("phase_end", 1000, 5.0)), val_ce=5.0, tokens=1000)
+    assert not only_end["flattened"] and only_end["flat_note"].startswith("too few eval records")
+    none = report.flatness([], val_ce=5.0, tokens=1000)
+    assert not none["flattened"] and "no eval record" in none["flat_note"]
+    worse = report.flatness(curve(("eval", 0, 5.0), ("eval", 800, 5.5)), val_ce=6.0, tokens=1000)
+    assert not worse["flattened"] and "did not improve" in worse["flat_note"]
+
+
+def test_regime_from_run_directories(outputs):
+    write_run(outputs, "post-joint", 0, 5.0, schedule="joint", depths=(3,), evals=[(0, 10.0), (500, 6.0), (700, 5.6)])
+    write_run(outputs, "post-joint", 1, 5.2, schedule="joint", depths=(3,))  # default: ratio 0.01 / 4
+    d = write_run(outputs, "pre-joint", 0, 4.0, schedule="joint", depths=(3,))
+    write_metrics(d, [(0, 10.0)])  # one eval record only
+    write_run(outputs, "pre-joint", 1, 4.2, schedule="joint", depths=(3,))
+    runs = report.with_flatness(report.collect_runs("synth"), "synth").set_index("run_name")
+    assert runs.loc["post-joint-s0", "flat_ratio"] == pytest.approx(0.6 / 5.0)
+    assert runs.loc["post-joint-s1", "flat_ratio"] == pytest.approx(0.0025)
+    assert not runs.loc["pre-joint-s0", "flattened"] and math.isnan(runs.loc["pre-joint-s0", "flat_ratio"])
+    regime = report.regime_check(runs.reset_index(), unigram_val_ce=6.5).set_index("variant")
+    post, pre = regime.loc["post-joint"], regime.loc["pre-joint"]
+    assert post["val_ce_mean"] == pytest.approx(5.1) and post["margin_below_unigram"] == pytest.approx(1.4)
+    assert post["below_unigram"] and post["max_flat_ratio"] == pytest.approx(0.12)
+    assert not post["flattened"] and not post["trained"]
+    assert post["reason"] == "not flattened: seed 0 (still improving: ratio 0.120 >= 0.10)"
+    assert pre["below_unigram"] and not pre["flattened"] and not pre["trained"]
+    assert pre["max_flat_ratio"] == pytest.approx(0.0025)  # over the seeds that give a ratio
+    assert "seed 0 (too few eval records" in pre["reason"]
+    level = report.regime_check(runs.reset_index(), unigram_val_ce=6.0).set_index("variant").loc["post-joint"]
+    assert not level["below_unigram"] and "0.900 nats below the unigram level 6.000 (needs >= 1.0)" in level["reason"]
+    assert "no unigram baseline" in report.regime_check(runs.reset_index(), None).loc[0, "reason"]
+
+
+SUPPORTED_STUDY = dict(grow_gaps=[0.03, 0.035, 0.04], joint_gaps=[0.001, -0.001, 0.0005],
+                       matched_gaps=[0.02, 0.025, 0.03], single_gaps=[0.0, 0.002, -0.002],
+                       freeze_gaps=[0.02, 0.025, 0.022], stage0_gaps=[-0.05, -0.06, -0.055])
+
+
+def test_trained_study_judges_claims(outputs, trained):
+    write_study(outputs, **SUPPORTED_STUDY)
+    rep = report.build_report("synth")
+    assert rep.regime["trained"].all() and len(rep.regime) == 9
+    assert rep.regime_verdict() == "students trained: claims judged"
+    assert list(rep.regime["max_flat_ratio"]) == pytest.approx([0.0025] * 9)
+    assert rep.regime.set_index("variant").loc["post-grow", "margin_below_unigram"] == pytest.approx(UNIGRAM - 5.1)
+    assert all(c["status"] == report.SUPPORTED for c in rep.claims)
+
+
+def test_post_joint_above_unigram_margin_is_not_judged(outputs, trained):
+    write_study(outputs, **SUPPORTED_STUDY, post_joint_shift=0.9)  # post-joint mean 6.2: 0.8 below unigram
+    rep = report.build_report("synth")
+    c = claims_by_id(rep)
+    assert list(rep.regime.loc[~rep.regime["trained"], "variant"]) == ["post-joint"]
+    assert rep.regime_verdict() == ("1 variant undertrained (post-joint): claims that compare them are not judged")
+    for cid in ("headline-joint", "headline-ratio"):
+        assert c[cid]["status"] == report.NOT_JUDGED == "not judged: students undertrained"
+        assert c[cid]["supported"] is None
+        assert c[cid]["sentence"].startswith("Not judged: students undertrained (post-joint: mean val_ce 6.200 is "
+                                             "0.800 nats below the unigram level 7.000 (needs >= 1.0))")
+        assert "Ungated reading" in c[cid]["sentence"] and "pre-joint - post-joint" in c[cid]["sentence"]
+    assert c["headline-joint"]["evidence"]["ungated_status"] == report.NOT_SUPPORTED  # the gap is now -0.9
+    for cid in ("headline-grow", "obs1-matched", "obs2-crossover", "obs3-controls", "obs3-single", "obs3-freeze"):
+        assert c[cid]["status"] == report.SUPPORTED, (cid, c[cid]["sentence"])
+    frame = rep.claims_frame().set_index("claim")
+    assert frame.loc["headline-joint", "variants"] == "pre-joint post-joint"
+    assert frame.loc["headline-joint", "status"] == report.NOT_JUDGED
+
+
+def test_one_eval_record_run_makes_its_variant_undertrained(outputs, trained):
+    write_study(outputs, **SUPPORTED_STUDY)
+    write_metrics(outputs / "runs" / "synth" / "post-grow-s1", [(0, 9.1)])
+    rep = report.build_report("synth")
+    c = claims_by_id(rep)
+    row = rep.regime.set_index("variant").loc["post-grow"]
+    assert not row["trained"] and row["below_unigram"] and "seed 1 (too few eval records" in row["reason"]
+    for cid in ("headline-grow", "headline-ratio", "obs1-matched", "obs2-crossover", "obs3-controls", "obs3-single"):
+        assert c[cid]["status"] == report.NOT_JUDGED and "post-grow: not flattened: seed 1" in c[cid]["sentence"]
+    for cid in ("headline-joint", "obs3-freeze"):
+        assert c[cid]["status"] == report.SUPPORTED
+
+
+def test_without_baselines_claims_are_not_judged_and_missing_stays_not_testable(outputs):
+    write_study(outputs, grow_gaps=[0.03, 0.035, 0.04], joint_gaps=[0.001, -0.001, 0.0005])
+    rep = report.build_report("synth")
+    assert not rep.regime["trained"].any() and rep.regime_verdict().startswith("4 variants undertrained")
+    c = claims_by_id(rep)
+    assert c["headline-grow"]["status"] == report.NOT_JUDGED and "no unigram baseline" in c["headline-grow"]["sentence"]
+    assert c["obs1-matched"]["status"] == report.NOT_TESTABLE

@@ -4,13 +4,18 @@ the numbers (never written in advance). notebooks/summary.ipynb calls this and s
 
     rep = build_report("tiny")      # collect + compute (no files written)
     write_report(rep)               # outputs/study/<profile>/{summary.csv, variant_stats.csv, gaps.csv,
-                                    #   crossover.csv, claims.csv, report.html}
+                                    #   crossover.csv, claims.csv, regime.csv, baselines.json, report.html}
 
 Statistics: a variant's mean over seeds with a two-sided Student-t confidence interval (95% by default); a gap
 ``a - b`` is computed per seed on the seeds both variants finished (paired) and summarised the same way. A claim is
 judged from the interval of its gap: excludes zero in the claimed direction -> supported; includes zero -> not
 resolved at this number of seeds; excludes zero in the other direction -> not supported. Fewer than two paired
 seeds give no interval (NaN) and the claim is not resolved; a missing variant makes the claim not testable.
+
+Regime gate: a claim is judged only between students that are clearly trained. A variant is trained when its mean
+final val_ce is at least UNIGRAM_MARGIN below the unigram baseline and every seed's validation curve has flattened
+(FLAT_TAIL, FLAT_LIMIT). A claim comparing a variant that is not becomes "not judged: students undertrained", with
+the failed criteria and the ungated numbers in its sentence (see regime_check, gate_claims).
 """
 from __future__ import annotations
 
@@ -27,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from .config import outputs_dir
-from .utils import atomic_write_text
+from .utils import atomic_write_json, atomic_write_text
 
 LEVEL = 0.95
 METRICS = ("val_ce", "val_kd_ce")
@@ -38,7 +43,23 @@ SEED_SUFFIX = re.compile(r"^(?P<variant>.+)-s(?P<seed>\d+)$")
 
 # Status words of a judged claim and the value of its "supported" field (the diagnostics.json convention).
 SUPPORTED, NOT_RESOLVED, NOT_SUPPORTED, NOT_TESTABLE = "supported", "not resolved", "not supported", "not testable"
-SUPPORTED_VALUE = {SUPPORTED: True, NOT_SUPPORTED: False, NOT_RESOLVED: None, NOT_TESTABLE: None}
+NOT_JUDGED = "not judged: students undertrained"
+SUPPORTED_VALUE = {SUPPORTED: True, NOT_SUPPORTED: False, NOT_RESOLVED: None, NOT_TESTABLE: None, NOT_JUDGED: None}
+
+UNIGRAM_MARGIN = 1.0
+"""Nats/token a variant's mean final val_ce must lie below the unigram baseline for it to count as trained. The
+unigram model is the context-free level: a student within a nat of it (perplexity within a factor e) has learned
+little beyond token frequencies, and two such students differ in how fast they leave that plateau (optimisation at
+this budget), not in what norm placement does to a trained model, which is what the claims are about."""
+FLAT_TAIL = 0.2
+"""The final fraction of a run's tokens whose improvement tells whether its validation curve has flattened."""
+FLAT_LIMIT = 0.10
+"""A run has flattened when its last FLAT_TAIL of tokens improved val_ce by less than this fraction of the run's
+total improvement; a curve still falling faster than that means a longer budget would move the numbers compared."""
+CURVE_KINDS = ("eval", "phase_end")  # metrics.jsonl records that carry step, tokens and val_ce
+FLAT_FIELDS = ("v_start", "v_80", "tokens_80", "flat_ratio", "flattened", "flat_note")
+REGIME_FIELDS = ("variant", "n_seeds", "seeds", "val_ce_mean", "unigram_val_ce", "margin_below_unigram",
+                 "below_unigram", "max_flat_ratio", "flattened", "trained", "reason")
 
 
 @dataclass(frozen=True)
@@ -142,6 +163,10 @@ def study_dir(profile: str) -> Path:
     return outputs_dir() / "study" / profile
 
 
+def runs_root(profile: str) -> Path:
+    return outputs_dir() / "runs" / profile
+
+
 def split_run_name(run_name: str, seed: int | None = None) -> tuple[str, int | None]:
     """'post-grow-s2' -> ('post-grow', 2); a name without the -s<seed> suffix keeps its name and the given seed."""
     m = SEED_SUFFIX.match(run_name)
@@ -153,7 +178,7 @@ def split_run_name(run_name: str, seed: int | None = None) -> tuple[str, int | N
 def collect_runs(profile: str) -> pd.DataFrame:
     """One row per finished run (summary.json) of outputs/runs/<profile>/: the RUN_FIELDS plus, for every phase i,
     ``<field>_p<i>`` for the PHASE_FIELDS. Sorted by variant and seed."""
-    root = outputs_dir() / "runs" / profile
+    root = runs_root(profile)
     rows = []
     for path in sorted(root.glob("*/summary.json")) if root.is_dir() else []:
         try:
@@ -178,7 +203,7 @@ def collect_runs(profile: str) -> pd.DataFrame:
 
 def unfinished_runs(profile: str) -> list[str]:
     """Run directories without summary.json (running, interrupted or failed)."""
-    root = outputs_dir() / "runs" / profile
+    root = runs_root(profile)
     if not root.is_dir():
         return []
     return sorted(p.name for p in root.iterdir() if p.is_dir() and not (p / "summary.json").is_file())
@@ -322,9 +347,10 @@ def _missing(runs: pd.DataFrame, variants) -> list[str]:
     return [v for v in variants if v not in present]
 
 
-def _claim(claim: str, statement: str, status: str, sentence: str, evidence: dict) -> dict:
+def _claim(claim: str, statement: str, status: str, sentence: str, evidence: dict, variants) -> dict:
+    """A claim record; variants: the variants it compares (what the regime gate checks)."""
     return {"claim": claim, "statement": statement, "status": status, "supported": SUPPORTED_VALUE[status],
-            "sentence": sentence, "evidence": evidence}
+            "sentence": sentence, "evidence": evidence, "variants": tuple(variants)}
 
 
 def _directional(claim: str, statement: str, runs: pd.DataFrame, stats: dict, label: str, direction: int,
@@ -334,7 +360,7 @@ def _directional(claim: str, statement: str, runs: pd.DataFrame, stats: dict, la
     evidence = {k: stats.get(k) for k in ("n", "mean", "ci_low", "ci_high", "seeds")}
     if missing:
         return _claim(claim, statement, NOT_TESTABLE,
-                      f"Not testable: no finished runs of {', '.join(missing)}.", evidence)
+                      f"Not testable: no finished runs of {', '.join(missing)}.", evidence, variants)
     status = judge(stats, direction)
     where = f"{label} = {_interval(stats, level)}"
     if status == SUPPORTED:
@@ -345,7 +371,7 @@ def _directional(claim: str, statement: str, runs: pd.DataFrame, stats: dict, la
         text = f"Not resolved: {where}, so the sign cannot be judged; run more seeds."
     else:
         text = f"Not resolved at {stats['n']} seeds: {where}; the interval includes zero."
-    return _claim(claim, statement, status, text, evidence)
+    return _claim(claim, statement, status, text, evidence, variants)
 
 
 def _combine(parts: list[dict]) -> str:
@@ -371,23 +397,24 @@ def evaluate_claims(runs: pd.DataFrame, metric: str = "val_ce", level: float = L
     s, spec = g["joint"], GAP_BY_NAME["joint"]
     statement = "Jointly trained, pre-norm and post-norm are indistinguishable (reference gap 0.0004)."
     evidence = {k: s.get(k) for k in ("n", "mean", "ci_low", "ci_high", "seeds")}
-    missing = _missing(runs, (spec.a, spec.b))
+    variants = (spec.a, spec.b)
+    missing = _missing(runs, variants)
     if missing:
         claims.append(_claim("headline-joint", statement, NOT_TESTABLE,
-                             f"Not testable: no finished runs of {', '.join(missing)}.", evidence))
+                             f"Not testable: no finished runs of {', '.join(missing)}.", evidence, variants))
     elif s["n"] < 2:
         claims.append(_claim("headline-joint", statement, NOT_RESOLVED,
-                             f"Not resolved: pre-joint - post-joint = {_interval(s, level)}.", evidence))
+                             f"Not resolved: pre-joint - post-joint = {_interval(s, level)}.", evidence, variants))
     elif s["ci_low"] <= 0 <= s["ci_high"]:
         claims.append(_claim("headline-joint", statement, SUPPORTED,
                              f"Supported (no detectable difference): pre-joint - post-joint = {_interval(s, level)}; "
                              f"the interval includes zero, as the reference's near-zero gap implies (absence of a "
-                             f"detected difference at {s['n']} seeds, not proof of equality).", evidence))
+                             f"detected difference at {s['n']} seeds, not proof of equality).", evidence, variants))
     else:
         better = "post-norm" if s["mean"] > 0 else "pre-norm"
         claims.append(_claim("headline-joint", statement, NOT_SUPPORTED,
                              f"Not supported: pre-joint - post-joint = {_interval(s, level)}; the interval excludes "
-                             f"zero, so the joint runs differ ({better} is better).", evidence))
+                             f"zero, so the joint runs differ ({better} is better).", evidence, variants))
 
     # Headline (b): grow gap favours post-norm.
     claims.append(_directional(
@@ -442,7 +469,8 @@ def evaluate_claims(runs: pd.DataFrame, metric: str = "val_ce", level: float = L
     claims.append(_claim("obs3-controls", statement, status,
                          f"{status.capitalize()} (the claim needs both controls supported). Single-block control: "
                          f"{single['sentence']} Freeze control: {freeze['sentence']}",
-                         {"single": single["evidence"], "freeze": freeze["evidence"]}))
+                         {"single": single["evidence"], "freeze": freeze["evidence"]},
+                         single["variants"] + freeze["variants"]))
     claims.extend([single, freeze])
     return claims
 
@@ -450,16 +478,17 @@ def evaluate_claims(runs: pd.DataFrame, metric: str = "val_ce", level: float = L
 def _crossover_claim(runs: pd.DataFrame, metric: str, level: float) -> dict:
     statement = ("The pre/post ranking crosses over during the curriculum: post-norm takes the lead once blocks are "
                  "appended.")
-    missing = _missing(runs, ("pre-grow", "post-grow"))
+    variants = ("pre-grow", "post-grow")
+    missing = _missing(runs, variants)
     if missing:
         return _claim("obs2-crossover", statement, NOT_TESTABLE,
-                      f"Not testable: no finished runs of {', '.join(missing)}.", {})
+                      f"Not testable: no finished runs of {', '.join(missing)}.", {}, variants)
     table = crossover_table(runs, metric=metric, level=level)
     evidence = {"stages": [{k: r[k] for k in ("stage", "depth", "gap_mean", "gap_ci_low", "gap_ci_high", "n_pairs")}
                            for r in table.to_dict("records")]}
     if len(table) < 2:
         return _claim("obs2-crossover", statement, NOT_TESTABLE,
-                      "Not testable: the grown runs have fewer than two stages.", evidence)
+                      "Not testable: the grown runs have fewer than two stages.", evidence, variants)
     per_stage = "; ".join(f"stage {r['stage']} (depth {r['depth']}): pre-grow - post-grow = "
                           f"{_interval({'n': r['n_pairs'], 'mean': r['gap_mean'], 'ci_low': r['gap_ci_low'], 'ci_high': r['gap_ci_high']}, level)}"
                           for r in table.to_dict("records"))
@@ -483,7 +512,119 @@ def _crossover_claim(runs: pd.DataFrame, metric: str, level: float) -> dict:
     else:
         status, why = NOT_RESOLVED, "the final-stage interval includes zero"
     words = {SUPPORTED: "Supported", NOT_SUPPORTED: "Not supported", NOT_RESOLVED: "Not resolved"}[status]
-    return _claim("obs2-crossover", statement, status, f"{words}: {why}. {per_stage}.", evidence)
+    return _claim("obs2-crossover", statement, status, f"{words}: {why}. {per_stage}.", evidence, variants)
+
+
+# ---------------------------------------------------------------------------------------------------- regime gate
+
+def eval_curve(run_dir: Path) -> list[dict]:
+    """The validation records of run_dir/metrics.jsonl (kind in CURVE_KINDS; kind, step, tokens, val_ce), ordered by
+    step (stable sort: after a resume the re-written record follows the one it replaces); [] when the file is missing
+    or unreadable, and the run then counts as not flattened (see flatness)."""
+    path = run_dir / "metrics.jsonl"
+    try:
+        records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    except (OSError, json.JSONDecodeError) as err:
+        print(f"no validation curve from {path}: {err}")
+        return []
+    curve = [{k: r[k] for k in ("kind", "step", "tokens", "val_ce")} for r in records if r.get("kind") in CURVE_KINDS]
+    return sorted(curve, key=lambda r: r["step"])
+
+
+def flatness(curve: list[dict], val_ce: float, tokens: float) -> dict:
+    """How much of a run's improvement came in its last FLAT_TAIL of tokens (the FLAT_FIELDS).
+
+    v_start: val_ce of the first eval record (the step-0 evaluation of the untrained model, where the run has one);
+    v_80: val_ce of the last record after it with tokens <= (1 - FLAT_TAIL) * tokens; v_end: the final val_ce
+    (summary.json). flat_ratio = (v_80 - v_end) / (v_start - v_end); flattened iff flat_ratio < FLAT_LIMIT. A run
+    whose records cannot give the ratio (no eval record, none after the start by the 80% point, no improvement)
+    counts as not flattened, since the gate asks for evidence of training; flat_note says why."""
+    out = dict.fromkeys(FLAT_FIELDS, math.nan) | {"flattened": False}
+    evals = [r for r in curve if r["kind"] == "eval"]
+    if not evals:
+        return out | {"flat_note": "no eval record in metrics.jsonl"}
+    start = evals[0]
+    out["v_start"] = start["val_ce"]
+    cut = (1 - FLAT_TAIL) * tokens
+    before = [r for r in curve if r["step"] > start["step"] and r["tokens"] <= cut]
+    if not before:
+        return out | {"flat_note": f"too few eval records: none after step {start['step']} by "
+                                   f"{1 - FLAT_TAIL:.0%} of the tokens"}
+    out.update(v_80=before[-1]["val_ce"], tokens_80=before[-1]["tokens"])
+    total = start["val_ce"] - val_ce
+    if not total > 0:
+        return out | {"flat_note": "val_ce did not improve over the run"}
+    ratio = (out["v_80"] - val_ce) / total
+    flattened = bool(ratio < FLAT_LIMIT)
+    return out | {"flat_ratio": ratio, "flattened": flattened,
+                  "flat_note": "flattened" if flattened else f"still improving: ratio {ratio:.3f} >= {FLAT_LIMIT:.2f}"}
+
+
+def with_flatness(runs: pd.DataFrame, profile: str) -> pd.DataFrame:
+    """runs with the FLAT_FIELDS of every run, from its outputs/runs/<profile>/<run>/metrics.jsonl."""
+    rows = [flatness(eval_curve(runs_root(profile) / name), ce, tokens)
+            for name, ce, tokens in zip(runs["run_name"], runs["val_ce"], runs["tokens"])]
+    return pd.concat([runs, pd.DataFrame(rows, index=runs.index, columns=list(FLAT_FIELDS))], axis=1)
+
+
+def _level_failure(mean: float, margin: float, unigram_val_ce: float | None) -> str:
+    """Why a variant fails the trained-below-unigram criterion."""
+    if unigram_val_ce is None:
+        return "no unigram baseline (no teacher cache), so the level cannot be checked"
+    return (f"mean val_ce {mean:.3f} is {margin:.3f} nats below the unigram level {unigram_val_ce:.3f} "
+            f"(needs >= {UNIGRAM_MARGIN:.1f})")
+
+
+def _flatness_failure(group: pd.DataFrame) -> str:
+    """Which seeds of a variant have not flattened, and why."""
+    bad = group[~group["flattened"].astype(bool)]
+    return "not flattened: " + ", ".join(f"seed {s} ({note})" for s, note in zip(bad["seed"], bad["flat_note"]))
+
+
+def regime_check(runs: pd.DataFrame, unigram_val_ce: float | None) -> pd.DataFrame:
+    """Per variant (the REGIME_FIELDS): is it clearly trained? Both criteria must hold, over its seeds:
+    below unigram: mean final val_ce at least UNIGRAM_MARGIN below unigram_val_ce (no baseline: not shown, fails);
+    flattened: every seed's curve has flattened (see flatness; runs need the FLAT_FIELDS, see with_flatness).
+    reason names the failed criteria with their numbers."""
+    rows = []
+    for variant, g in runs.groupby("variant", sort=True) if len(runs) else []:
+        mean = float(pd.to_numeric(g["val_ce"], errors="coerce").mean())
+        margin = unigram_val_ce - mean if unigram_val_ce is not None else math.nan
+        below, flat = bool(margin >= UNIGRAM_MARGIN), bool(g["flattened"].all())  # NaN margin: not below
+        failures = ([] if below else [_level_failure(mean, margin, unigram_val_ce)]) + (
+            [] if flat else [_flatness_failure(g)])
+        rows.append({"variant": variant, "n_seeds": len(g), "seeds": " ".join(str(s) for s in sorted(g["seed"])),
+                     "val_ce_mean": mean, "unigram_val_ce": unigram_val_ce, "margin_below_unigram": margin,
+                     "below_unigram": below, "max_flat_ratio": g["flat_ratio"].max(), "flattened": flat,
+                     "trained": below and flat, "reason": "; ".join(failures) or "meets both criteria"})
+    return pd.DataFrame(rows, columns=list(REGIME_FIELDS))
+
+
+def undertrained(regime: pd.DataFrame) -> pd.DataFrame:
+    """The rows of regime_check's table whose variant is not trained."""
+    return regime[~regime["trained"].astype(bool)]
+
+
+def gate_claims(claims: list[dict], regime: pd.DataFrame) -> list[dict]:
+    """The regime gate: a judged claim (supported, not supported, not resolved) that compares a variant regime_check
+    finds undertrained becomes NOT_JUDGED, since a verdict between students that have not left the unigram plateau
+    or are still improving is about this budget's optimisation, not about norm placement. Its sentence names the
+    variants and the criteria they fail, then keeps the ungated reading with the numbers; evidence keeps the ungated
+    status. A not-testable claim (a variant has no runs) stays not testable."""
+    bad = undertrained(regime)
+    failing = dict(zip(bad["variant"], bad["reason"]))
+    gated = []
+    for c in claims:
+        failed = [v for v in c["variants"] if v in failing]
+        if not failed or c["status"] == NOT_TESTABLE:
+            gated.append(c)
+            continue
+        why = "; ".join(f"{v}: {failing[v]}" for v in failed)
+        gated.append(_claim(c["claim"], c["statement"], NOT_JUDGED,
+                            f"Not judged: students undertrained ({why}). Ungated reading of the numbers, not a "
+                            f"verdict: {c['sentence']}", {**c["evidence"], "ungated_status": c["status"]},
+                            c["variants"]))
+    return gated
 
 
 def read_diagnostics(profile: str) -> tuple[list[dict] | None, str]:
@@ -515,7 +656,18 @@ class Report:
     diagnostics_note: str
     unfinished: list[str] = field(default_factory=list)
     level: float = LEVEL
-    baselines: dict = field(default_factory=dict)  # teacher_val_ce, unigram_val_ce (see baselines())
+    baselines: dict = field(default_factory=dict)  # teacher_val_ce, unigram_val_ce and their sources (baselines())
+    regime: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(REGIME_FIELDS)))
+
+    def regime_verdict(self) -> str:
+        """One line: are the claims judged (see gate_claims)?"""
+        if not len(self.regime):
+            return "no finished runs: nothing to judge"
+        bad = list(undertrained(self.regime)["variant"])
+        if not bad:
+            return "students trained: claims judged"
+        return (f"{len(bad)} variant{'s' if len(bad) != 1 else ''} undertrained ({', '.join(bad)}): claims that "
+                f"compare them are not judged")
 
     def baselines_text(self) -> str:
         if not self.baselines:
@@ -525,12 +677,14 @@ class Report:
                 f"unigram model fitted on the training tokens {b['unigram_val_ce']:.3f} nats/token.")
 
     def claims_frame(self) -> pd.DataFrame:
-        df = pd.DataFrame(self.claims, columns=["claim", "status", "supported", "sentence", "statement", "evidence"])
+        df = pd.DataFrame(self.claims, columns=["claim", "status", "supported", "sentence", "statement", "variants",
+                                                "evidence"])
+        df["variants"] = df["variants"].map(" ".join)
         df["evidence"] = df["evidence"].map(lambda e: json.dumps(e, default=_json_default))
         return df
 
     def sentences(self) -> list[str]:
-        out = [f"[{c['claim']}] {c['sentence']}" for c in self.claims]
+        out = [f"[regime] {self.regime_verdict()}"] + [f"[{c['claim']}] {c['sentence']}" for c in self.claims]
         if self.diagnostics_claims is None:
             out.append(self.diagnostics_note)
         else:
@@ -549,7 +703,8 @@ def _json_default(o):
 
 def baselines(profile: str) -> dict:
     """{"teacher_val_ce", "unigram_val_ce"} on the profile's validation positions (the levels that frame a student's
-    val_ce), or {} when there is no teacher cache for it (not built, or runs without a profile file)."""
+    val_ce) with where each comes from ("teacher_source", "unigram_source"), or {} when there is no teacher cache for
+    it (not built, or runs without a profile file)."""
     from .config import ParamError, load_profile
     from .data import unigram_val_ce
     from .teacher import open_cache
@@ -557,19 +712,26 @@ def baselines(profile: str) -> dict:
         cache = open_cache(load_profile(profile))
     except (FileNotFoundError, ParamError):
         return {}
-    return {"teacher_val_ce": cache.report["val_ce"],
+    where = f"outputs/teacher/{cache.key}"
+    return {"teacher_val_ce": cache.report["val_ce"], "teacher_source": f"{where}/teacher.json (val_ce)",
             "unigram_val_ce": unigram_val_ce(cache.train.tokens, cache.val.tokens, cache.val.doc_start,
-                                             cache.meta["vocab_size"])}
+                                             cache.meta["vocab_size"]),
+            "unigram_source": f"normgrow.data.unigram_val_ce: unigram fitted on {where}/train tokens, scored on "
+                              f"{where}/val"}
 
 
 def build_report(profile: str, level: float = LEVEL) -> Report:
-    runs = collect_runs(profile)
+    """Collect the finished runs (with their flatness) and compute every table; the claims pass the regime gate."""
+    runs = with_flatness(collect_runs(profile), profile)
     gaps = gap_table(runs, level=level)
     diag, note = read_diagnostics(profile)
+    base = baselines(profile)
+    regime = regime_check(runs, base.get("unigram_val_ce"))
     return Report(profile=profile, runs=runs, stats=variant_stats(runs, level), gaps=gaps,
                   ratio=gap_ratio(gaps), crossover=crossover_table(runs, level=level),
-                  claims=evaluate_claims(runs, level=level), diagnostics_claims=diag, diagnostics_note=note,
-                  unfinished=unfinished_runs(profile), level=level, baselines=baselines(profile))
+                  claims=gate_claims(evaluate_claims(runs, level=level), regime), diagnostics_claims=diag,
+                  diagnostics_note=note, unfinished=unfinished_runs(profile), level=level, baselines=base,
+                  regime=regime)
 
 
 # --------------------------------------------------------------------------------------------------------- figures
@@ -642,7 +804,23 @@ def _table(df: pd.DataFrame) -> str:
                       escape=True)
 
 
-STATUS_COLORS = {SUPPORTED: "#2ca02c", NOT_SUPPORTED: "#d62728", NOT_RESOLVED: "#ff7f0e", NOT_TESTABLE: "#7f7f7f"}
+STATUS_COLORS = {SUPPORTED: "#2ca02c", NOT_SUPPORTED: "#d62728", NOT_RESOLVED: "#ff7f0e", NOT_TESTABLE: "#7f7f7f",
+                 NOT_JUDGED: "#9467bd"}
+REGIME_CRITERIA = (f"A variant is trained when its mean final val_ce is at least {UNIGRAM_MARGIN:.1f} nat below the "
+                   f"unigram baseline and, for every seed, the last {FLAT_TAIL:.0%} of its tokens improved val_ce by "
+                   f"less than {FLAT_LIMIT:.0%} of the run's total improvement (flat_ratio = (v_80 - v_end) / "
+                   f"(v_start - v_end), v_start the step-0 evaluation). A claim comparing a variant that is not "
+                   f"trained is '{NOT_JUDGED}'.")
+
+
+def _regime_html(rep: Report) -> str:
+    """The regime section: the verdict line, the criteria, the per-variant table and every run's flatness."""
+    e = html.escape
+    per_run = ["run_name", "variant", "seed", "tokens", "v_start", "tokens_80", "v_80", "val_ce", "flat_ratio",
+               "flattened", "flat_note"]
+    return (f"<h2>Training regime</h2><p><b>{e(rep.regime_verdict())}</b>. {e(REGIME_CRITERIA)}</p>"
+            f"<div class='scroll'>{_table(rep.regime)}</div><details><summary>flatness per run</summary>"
+            f"<div class='scroll'>{_table(rep.runs.reindex(columns=per_run))}</div></details>")
 
 
 def report_html(rep: Report, figs: dict | None = None) -> str:
@@ -662,6 +840,7 @@ def report_html(rep: Report, figs: dict | None = None) -> str:
              "Claims are judged from the numbers: interval excludes zero in the claimed direction: supported; "
              "includes zero: not resolved at this number of seeds; excludes zero the other way: not supported.</p>",
              f"<p>{e(rep.baselines_text())}</p>",
+             _regime_html(rep),
              "<h2>Claims</h2>"]
     for c in rep.claims:
         color = STATUS_COLORS.get(c["status"], "#000")
@@ -703,16 +882,20 @@ def report_html(rep: Report, figs: dict | None = None) -> str:
 
 
 def write_report(rep: Report, out_dir: Path | None = None, figs: dict | None = None) -> dict:
-    """Write summary.csv (one row per run and seed), variant_stats.csv, gaps.csv, crossover.csv, claims.csv and
-    report.html into outputs/study/<profile>/ (or out_dir). Returns {name: path}."""
+    """Write summary.csv (one row per run and seed), variant_stats.csv, gaps.csv, crossover.csv, claims.csv,
+    regime.csv, baselines.json (the baselines with their sources, or a note that there are none) and report.html
+    into outputs/study/<profile>/ (or out_dir). Returns {name: path}."""
     out = Path(out_dir) if out_dir is not None else study_dir(rep.profile)
     out.mkdir(parents=True, exist_ok=True)
     files = {"summary": out / "summary.csv", "variant_stats": out / "variant_stats.csv", "gaps": out / "gaps.csv",
-             "crossover": out / "crossover.csv", "claims": out / "claims.csv", "report": out / "report.html"}
+             "crossover": out / "crossover.csv", "claims": out / "claims.csv", "regime": out / "regime.csv",
+             "baselines": out / "baselines.json", "report": out / "report.html"}
     atomic_write_text(files["summary"], rep.runs.to_csv(index=False))
     atomic_write_text(files["variant_stats"], rep.stats.to_csv(index=False))
     atomic_write_text(files["gaps"], rep.gaps.to_csv(index=False))
     atomic_write_text(files["crossover"], rep.crossover.to_csv(index=False))
     atomic_write_text(files["claims"], rep.claims_frame().to_csv(index=False))
+    atomic_write_text(files["regime"], rep.regime.to_csv(index=False))
+    atomic_write_json(files["baselines"], rep.baselines or {"note": rep.baselines_text()})
     atomic_write_text(files["report"], report_html(rep, figs))
     return files
