@@ -144,6 +144,8 @@ def test_collect_runs_and_variant_stats(outputs):
         write_run(outputs, "post-grow", seed, ce, phase_ce=[7.0 + seed, 6.0, ce])
     write_run(outputs, "pre-grow", 0, 5.5, phase_ce=[7.0, 6.1, 5.5])
     (outputs / "runs" / "synth" / "pre-grow-s1").mkdir()  # unfinished: no summary.json
+    write_run(outputs, "sweep-pre-joint-lr3e-03", 0, 4.0)  # the lr sweep's runs are not study runs
+    (outputs / "runs" / "synth" / "sweep-post-joint-lr1e-03-s0").mkdir()
     runs = report.collect_runs("synth")
     assert list(runs["run_name"]) == ["post-grow-s0", "post-grow-s1", "post-grow-s2", "pre-grow-s0"]
     assert list(runs["variant"]) == ["post-grow"] * 3 + ["pre-grow"]

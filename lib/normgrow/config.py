@@ -30,6 +30,15 @@ PARAMS_DIR = REPO_ROOT / "params"
 OUTPUTS_DIR = REPO_ROOT / "outputs"
 
 
+SWEEP_RUN_PREFIX = "sweep-"
+"""Run names of the lr sweep (sweep.py) start with this; they share outputs/runs/<profile>/ with the study's runs,
+which the report and the diagnostics read, so both skip them (their results are outputs/sweep/<profile>/)."""
+
+
+def is_study_run(run_dir: Path) -> bool:
+    return not Path(run_dir).name.startswith(SWEEP_RUN_PREFIX)
+
+
 def outputs_dir() -> Path:
     """Root of all outputs; NORMGROW_OUTPUTS moves it (tests point it at a temporary directory)."""
     return Path(os.environ.get("NORMGROW_OUTPUTS", OUTPUTS_DIR))

@@ -44,7 +44,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .config import load_profile, outputs_dir
+from .config import is_study_run, load_profile, outputs_dir
 from .data import loss_mask
 from .distill import eval_sums
 from .model import Student, load_checkpoint
@@ -527,7 +527,7 @@ def final_block_rows(runs: dict[str, dict]) -> list[dict]:
 
 def finished_runs(profile: str) -> list[Path]:
     root = outputs_dir() / "runs" / profile
-    return sorted(p.parent for p in root.glob("*/summary.json") if phase_checkpoints(p.parent))
+    return sorted(p.parent for p in root.glob("*/summary.json") if is_study_run(p.parent) and phase_checkpoints(p.parent))
 
 
 def diagnose_study(profile: str, n: int = DEFAULT_N, force: bool = False, skip: bool = True,

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .config import outputs_dir
+from .config import is_study_run, outputs_dir
 from .utils import atomic_write_json, atomic_write_text
 
 LEVEL = 0.95
@@ -180,7 +180,7 @@ def collect_runs(profile: str) -> pd.DataFrame:
     ``<field>_p<i>`` for the PHASE_FIELDS. Sorted by variant and seed."""
     root = runs_root(profile)
     rows = []
-    for path in sorted(root.glob("*/summary.json")) if root.is_dir() else []:
+    for path in sorted(p for p in root.glob("*/summary.json") if is_study_run(p.parent)) if root.is_dir() else []:
         try:
             summary = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError) as err:  # written atomically, so this is a foreign or damaged file
@@ -206,7 +206,8 @@ def unfinished_runs(profile: str) -> list[str]:
     root = runs_root(profile)
     if not root.is_dir():
         return []
-    return sorted(p.name for p in root.iterdir() if p.is_dir() and not (p / "summary.json").is_file())
+    return sorted(p.name for p in root.iterdir()
+                  if p.is_dir() and is_study_run(p) and not (p / "summary.json").is_file())
 
 
 def n_phases(runs: pd.DataFrame) -> int:

@@ -40,7 +40,7 @@ from pathlib import Path
 import yaml
 from tqdm.auto import tqdm
 
-from .config import PARAMS_DIR, REPO_ROOT, ParamError, load_profile, outputs_dir
+from .config import PARAMS_DIR, REPO_ROOT, SWEEP_RUN_PREFIX, ParamError, load_profile, outputs_dir
 from .model import NORMS
 from .train import RunSpec, make_run_spec, run_variant
 from .utils import atomic_write_json, atomic_write_text
@@ -80,7 +80,7 @@ def yaml_float(lr: float) -> str:
 
 
 def sweep_run_name(norm: str, schedule: str, lr: float, seed: int) -> str:
-    return f"sweep-{norm}-{schedule}-lr{lr_tag(lr)}-s{seed}"
+    return f"{SWEEP_RUN_PREFIX}{norm}-{schedule}-lr{lr_tag(lr)}-s{seed}"
 
 
 def load_sweep_config(path: Path = SWEEP_FILE) -> dict:
