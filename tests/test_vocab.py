@@ -123,13 +123,23 @@ def test_learning_rate_per_placement(tmp_path, monkeypatch):
         make_run_spec(profile="tiny", overrides={"train.lr": {"pre": 1e-3, "post": -1.0}})
 
 
-def test_auto_dtype_is_float32_on_a_cpu_without_native_bf16(monkeypatch):
+@pytest.mark.parametrize("flags", [{"avx2", "fma"}, {"avx2", "avx512f", "avx512bw", "avx512vl", "avx512dq"}, set()])
+def test_auto_dtype_is_float32_on_a_cpu_without_native_bf16(monkeypatch, flags):
+    """AVX2 only, plain AVX512 (bf16 emulated, oneDNN would say yes) and unreadable flags all give float32."""
     from normgrow import teacher, utils
-    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)
+    monkeypatch.setattr(utils.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(utils, "cpu_flags", lambda: frozenset(flags))
     assert not utils.bf16_supported(torch.device("cpu"))
     assert utils.resolve_dtype("auto", torch.device("cpu")) == torch.float32
     assert teacher.teacher_dtype(TeacherParams(dtype="auto", device="cpu")) == "float32"
-    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True)
+    assert teacher.teacher_dtype(TeacherParams(dtype="bfloat16", device="cpu")) == "bfloat16"  # explicit wins
+
+
+@pytest.mark.parametrize("flag", ["avx512_bf16", "amx_bf16"])
+def test_auto_dtype_is_bf16_on_a_cpu_with_native_bf16(monkeypatch, flag):
+    from normgrow import teacher, utils
+    monkeypatch.setattr(utils.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(utils, "cpu_flags", lambda: frozenset({"avx2", "avx512f", flag}))
     assert utils.resolve_dtype("auto", torch.device("cpu")) == torch.bfloat16
     assert teacher.teacher_dtype(TeacherParams(dtype="auto", device="cpu")) == "bfloat16"
     assert teacher.teacher_dtype(TeacherParams(dtype="float32", device="cpu")) == "float32"

@@ -46,7 +46,7 @@ from . import distill
 from .config import PARAMS_DIR, load_profile, outputs_dir
 from .growth import plan_phases
 from .model import Student, StudentConfig
-from .utils import resolve_dtype
+from .utils import cpu_flags, resolve_dtype
 
 CANDIDATES = ("normgrow", "normgrow_trainpy", "normgrow_reference", "hf_cached", "hf_online")
 
@@ -343,9 +343,9 @@ def machine() -> dict:
                 model = line.split(":", 1)[1].strip()
     except OSError:
         pass
-    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    flags = cpu_flags()
     return {"cpu": model, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
-            "amx_bf16": " amx_bf16" in flags, "avx512_bf16": " avx512_bf16" in flags,
+            "amx_bf16": "amx_bf16" in flags, "avx512_bf16": "avx512_bf16" in flags,
             "load_avg_1m": os.getloadavg()[0]}
 
 

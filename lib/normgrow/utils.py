@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform
 from pathlib import Path
 from typing import Any
 
@@ -42,10 +43,30 @@ def resolve_device(name: str = "auto") -> torch.device:
     return device
 
 
+NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")  # x86 instructions that compute bf16 dot products in hardware
+
+
+def cpu_flags() -> frozenset:
+    """The CPU feature flags of /proc/cpuinfo (empty where there is none: non-Linux systems)."""
+    info = Path("/proc/cpuinfo")
+    if not info.is_file():
+        return frozenset()
+    for line in info.read_text().splitlines():
+        if line.startswith("flags"):
+            return frozenset(line.split(":", 1)[1].split())
+    return frozenset()
+
+
 def bf16_supported(device: torch.device) -> bool:
-    """bf16 is fast on CUDA with bf16 support and on CPUs with AVX512-BF16 / AMX."""
+    """Whether bf16 compute is native (fast) on device: CUDA with bf16; on x86, AMX-BF16 or AVX512-BF16.
+
+    Not oneDNN's own check (torch.ops.mkldnn._is_mkldnn_bf16_supported): it also says yes on plain AVX512, where
+    bf16 is emulated and slower than float32. An x86 CPU whose flags cannot be read gets float32 (safe, never
+    60x slow); other CPUs (ARM) fall back to oneDNN's check."""
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported()
+    if platform.machine().lower() in ("x86_64", "amd64", "i386", "i686"):
+        return bool(set(NATIVE_BF16_FLAGS) & cpu_flags())
     try:
         return bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):
