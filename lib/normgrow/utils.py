@@ -73,6 +73,11 @@ def bf16_supported(device: torch.device) -> bool:
         return False
 
 
+def dtype_name(dtype: torch.dtype) -> str:
+    """torch.bfloat16 -> 'bfloat16' (the spelling of the dtype options and of teacher.json)."""
+    return str(dtype).removeprefix("torch.")
+
+
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     """'auto' means bf16 where the hardware supports it, else float32."""
     if name == "auto":

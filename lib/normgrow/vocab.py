@@ -25,7 +25,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-VOCABS = ("full", "corpus")
+from .config import CHOICES
+
+VOCABS = CHOICES["student.vocab"]  # allowed values of student.vocab, declared once in config
 
 
 def corpus_ids(cache) -> np.ndarray:
