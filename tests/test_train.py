@@ -16,7 +16,7 @@ import fakes
 from normgrow.config import ParamError
 from normgrow.growth import plan_phases
 from normgrow.model import load_student
-from normgrow.train import make_run_spec, run_variant
+from normgrow.train import derive_run_name, make_run_spec, run_variant
 
 
 @pytest.fixture
@@ -27,7 +27,12 @@ def outputs(tmp_path, monkeypatch):
 
 
 def run(**kw):
+    """A run on the fake cache, named as the study would name it without overrides (derive_run_name would append
+    the overrides' hash)."""
     kw.setdefault("overrides", fakes.TINY_OVERRIDES)
+    kw.setdefault("run_name", derive_run_name(kw.get("norm", "pre"), kw.get("schedule", "grow"),
+                                              kw.get("freeze_prefix", False), kw.get("match_active_layer_tokens"),
+                                              kw.get("seed", 0)))
     return run_variant(make_run_spec(profile="tiny", **kw), progress=False)
 
 
@@ -49,7 +54,13 @@ def test_plan_phases_accounting():
 @pytest.mark.parametrize("kw, needle", [
     ({"norm": "sideways"}, "norm='sideways' is not allowed; allowed values: pre, post"),
     ({"schedule": "zigzag"}, "schedule='zigzag' is not allowed; allowed values: joint, grow, single"),
-    ({"seed": -1}, "seed=-1 must be an integer >= 0"),
+    ({"seed": -1}, "seed=-1 must be an integer in [0, 2**32)"),
+    ({"seed": 18446744073709551616}, "seed=18446744073709551616 must be an integer in [0, 2**32)"),
+    ({"profile": "../../params/profiles/tiny"}, "profile='../../params/profiles/tiny' must be 1-128 letters"),
+    ({"run_name": "a\n"}, "run_name='a\\n' must be 1-128 letters"),
+    ({"overrides": {"name": "/tmp/victim"}}, "unknown profile section 'name'"),
+    ({"schedule": "joint", "match_active_layer_tokens": "/tmp/fakedonor/zzz"},
+     "match_active_layer_tokens='/tmp/fakedonor/zzz' must be"),
     ({"overrides": {"train.stages": [3, 3, 9]}}, "train.stages=[3, 3, 9] must strictly increase"),
     ({"overrides": {"train.lr": -1}}, "train.lr=-1.0 must be > 0"),
     ({"overrides": {"train.bogus": 1}}, "unknown key train.bogus"),
@@ -145,7 +156,7 @@ def test_finished_run_is_not_overwritten(outputs):
 def test_finished_run_with_other_parameters_is_refused(outputs):
     run(norm="pre", schedule="single")
     changed = dict(fakes.TINY_OVERRIDES, **{"train.lr": 1e-3})
-    with pytest.raises(ParamError, match="finished run with different parameters \\(profile\\)"):
+    with pytest.raises(ParamError, match="finished run with different parameters \\(profile.train.lr\\)"):
         run(norm="pre", schedule="single", overrides=changed)
 
 
@@ -168,8 +179,8 @@ def slowed(self, step):
     time.sleep(0.15)
     return slow(self, step)
 train.Batches.__call__ = slowed
-train.run_variant(train.make_run_spec(profile="tiny", norm="pre", schedule="grow", overrides=fakes.TINY_OVERRIDES),
-                  progress=False)
+train.run_variant(train.make_run_spec(profile="tiny", norm="pre", schedule="grow", overrides=fakes.TINY_OVERRIDES,
+                                      run_name="pre-grow-s0"), progress=False)
 """
 
 

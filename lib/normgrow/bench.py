@@ -6,9 +6,10 @@ Candidates (same batch, same student shape: the profile's full depth train.stage
 Qwen3ForCausalLM; every one is a full training step: forward, loss, backward, grad-norm clip, AdamW step, loss.item()):
   normgrow           Student under bf16 autocast (train.dtype) + distill_loss_chunked (cached top-k teacher, fused
                      chunked head) called inside the autocast region, so the head runs in the autocast dtype
-  normgrow_trainpy   the same, with the loss called after the autocast region as train.py does today (float32 head)
-  normgrow_reference the same as normgrow_trainpy with fused=False: the per-chunk autograd head (the code before the
-                     fused head; the "before" of docs/performance.md)
+  normgrow_trainpy   the same, with the loss called after the autocast region (a float32 head; train.py calls it inside,
+                     as normgrow does): what the head's dtype costs
+  normgrow_reference the same as normgrow_trainpy with fused=False: the per-chunk autograd head that the fused head
+                     replaced
   hf_cached          transformers Qwen3ForCausalLM of the same shape under the same autocast, full logits
                      (model(input_ids).logits) + normgrow's cached top-k loss (distill.distill_loss on full logits):
                      the same loss, the model/head implementation differs
@@ -129,19 +130,11 @@ def _vocab_size(profile) -> int:
     """The teacher's vocabulary (its config; the model is not loaded)."""
     from transformers import AutoConfig
 
-    from .teacher import _resolve_source
-    return int(AutoConfig.from_pretrained(_resolve_source(profile.teacher, progress=False)).vocab_size)
+    from .teacher import resolve_source
+    return int(AutoConfig.from_pretrained(resolve_source(profile.teacher, progress=False)).vocab_size)
 
 
 # ----------------------------------------------------------------------------------------------- candidates
-def _adamw(model: torch.nn.Module, tp) -> torch.optim.AdamW:
-    """train.make_optimizer's AdamW: weight decay on matrices only."""
-    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    groups = [{"params": [p for n, p in named if p.ndim >= 2], "weight_decay": tp.weight_decay},
-              {"params": [p for n, p in named if p.ndim < 2], "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=tp.lr, betas=tuple(tp.betas), fused=False)
-
-
 def _autocast(dtype: torch.dtype):
     return nullcontext() if dtype == torch.float32 else torch.autocast("cpu", dtype=dtype)
 
@@ -158,14 +151,15 @@ def build_steps(profile, batch: dict, names, dtype: torch.dtype, teacher=None, c
                 seed: int = 0) -> tuple[dict, dict]:
     """({name: step()}, info) for the requested candidates; teacher is loaded only for hf_online when None."""
     from .export import to_qwen3
-    from .train import _student_config, make_run_spec
+    from .train import make_optimizer, run_profile
 
+    profile = run_profile(profile.name, "pre")  # train.lr resolved for the pre-norm student the bench builds
     tp, P = profile.train, profile.distill
     chunk = chunk_size or distill.DEFAULT_CHUNK
-    spec = make_run_spec(profile.name, norm="pre", schedule="joint", seed=seed)
     vocab = _vocab_size(profile) if teacher is None else int(teacher.get_output_embeddings().weight.shape[0])
     torch.manual_seed(seed)
-    cfg = _student_config(spec, vocab, tp.stages[-1])
+    cfg = StudentConfig.from_params(profile.student, vocab_size=vocab, n_layers=tp.stages[-1], norm="pre",
+                                    max_seq_len=max(profile.data.seq_len, 16))
     proto = Student(cfg)
     tokens = batch["tokens"]
     flat = distill.flatten_batch({k: v for k, v in batch.items() if k != "tokens"})
@@ -176,7 +170,6 @@ def build_steps(profile, batch: dict, names, dtype: torch.dtype, teacher=None, c
         model = Student(cfg)
         model.load_state_dict(proto.state_dict())
         model.train()
-        from .train import make_optimizer
         opt = make_optimizer(model, tp, None)
 
         def step():
@@ -193,7 +186,7 @@ def build_steps(profile, batch: dict, names, dtype: torch.dtype, teacher=None, c
 
     def hf_model():
         hf = to_qwen3(proto).train()
-        return hf, _adamw(hf, tp)
+        return hf, make_optimizer(hf, tp, None)
 
     if "normgrow" in names:
         steps["normgrow"] = normgrow_step(True, True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import json
 import os
 import typing
@@ -28,15 +29,6 @@ import yaml
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PARAMS_DIR = REPO_ROOT / "params"
 OUTPUTS_DIR = REPO_ROOT / "outputs"
-
-
-SWEEP_RUN_PREFIX = "sweep-"
-"""Run names of the lr sweep (sweep.py) start with this; they share outputs/runs/<profile>/ with the study's runs,
-which the report and the diagnostics read, so both skip them (their results are outputs/sweep/<profile>/)."""
-
-
-def is_study_run(run_dir: Path) -> bool:
-    return not Path(run_dir).name.startswith(SWEEP_RUN_PREFIX)
 
 
 def outputs_dir() -> Path:
@@ -139,16 +131,19 @@ class Profile:
         return json.loads(json.dumps(dataclasses.asdict(self)))
 
 
-CHOICES = {
-    "teacher.dtype": ("auto", "bfloat16", "float16", "float32"),
-    "student.vocab": ("full", "corpus"),
-    "student.new_block_init": ("random", "copy_last", "zero_out"),
-    "train.lr_schedule": ("per_stage", "global"),
-    "train.optimizer_on_grow": ("reset", "keep"),
-    "train.dtype": ("auto", "bfloat16", "float32"),
-    "distill.loss": ("ce", "kl"),
-    "distill.tail": ("bucket", "renormalize"),
-}
+@functools.cache
+def choices() -> dict[str, tuple]:
+    """Allowed values, by dotted key. Each list lives in the module that branches on it (imported here on first use:
+    distill.py imports this module); the two train.* lists live here because train.py imports this module too."""
+    from .distill import LOSSES, TAILS
+    from .model import BLOCK_INITS
+    from .utils import DTYPES
+    from .vocab import VOCABS
+    return {"teacher.dtype": ("auto",) + tuple(DTYPES), "student.vocab": VOCABS, "student.new_block_init": BLOCK_INITS,
+            "train.lr_schedule": ("per_stage", "global"), "train.optimizer_on_grow": ("reset", "keep"),
+            "train.dtype": ("auto", "bfloat16", "float32"), "distill.loss": LOSSES, "distill.tail": TAILS}
+
+
 POSITIVE = {
     "teacher.batch_size", "data.seq_len", "data.train_tokens", "data.val_tokens", "cache.k",
     "student.d_model", "student.n_heads", "student.n_kv_heads", "student.head_dim", "student.d_ff",
@@ -203,8 +198,9 @@ def _build(cls, raw: Any, prefix: str):
             continue
         key = f"{prefix}.{name}"
         value = _coerce(key, raw[name], hints[name])
-        if key in CHOICES and value not in CHOICES[key]:
-            raise ParamError(f"{key}={value!r} is not allowed; allowed values: {', '.join(CHOICES[key])}")
+        allowed_values = choices().get(key)
+        if allowed_values is not None and value not in allowed_values:
+            raise ParamError(f"{key}={value!r} is not allowed; allowed values: {', '.join(allowed_values)}")
         if key in POSITIVE and value <= 0:
             raise ParamError(f"{key}={value!r} must be > 0")
         values[name] = value
@@ -227,7 +223,7 @@ SECTIONS = {"teacher": TeacherParams, "data": DataParams, "cache": CacheParams, 
 
 def load_profile(name: str, overrides: dict | None = None) -> Profile:
     """Read params/profiles/<name>.yaml, apply dotted overrides ({"cache.k": 16}), validate."""
-    if not isinstance(name, str) or not (PARAMS_DIR / "profiles" / f"{name}.yaml").is_file():
+    if name not in available_profiles():  # a name, not a path: '../x' never reads or names another folder
         raise ParamError(f"profile={name!r} is not a profile; allowed values: {', '.join(available_profiles())}"
                          f" (files in {PARAMS_DIR / 'profiles'})")
     raw = yaml.safe_load((PARAMS_DIR / "profiles" / f"{name}.yaml").read_text()) or {}
@@ -238,12 +234,12 @@ def load_profile(name: str, overrides: dict | None = None) -> Profile:
 
 
 def profile_from_dict(raw: dict, name: str) -> Profile:
-    unknown = sorted(set(raw) - set(SECTIONS) - {"name"})
+    unknown = sorted(set(raw) - set(SECTIONS))
     if unknown:
         raise ParamError(f"unknown profile section {unknown[0]!r}; allowed sections: {', '.join(SECTIONS)}")
     sections = {s: _build(cls, raw.get(s), s) for s, cls in SECTIONS.items()}
     sections["train"] = dataclasses.replace(sections["train"], lr=_check_lr(sections["train"].lr))
-    profile = Profile(name=raw.get("name", name), **sections)
+    profile = Profile(name=name, **sections)  # the file's stem: a profile cannot name another outputs folder
     _check_cross(profile)
     return profile
 

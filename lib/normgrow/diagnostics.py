@@ -33,8 +33,6 @@ observations 4 and 5 of STUDY.md, written to outputs/study/<profile>/diagnostics
 from __future__ import annotations
 
 import math
-import os
-import re
 import statistics
 import time
 import unicodedata
@@ -44,12 +42,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .config import is_study_run, load_profile, outputs_dir
-from .data import loss_mask
+from .claims import NOT_SUPPORTED, NOT_TESTABLE, SUPPORTED, Claim
+from .config import load_profile
 from .distill import eval_sums
-from .model import Student, load_checkpoint
-from .vocab import VocabMap
+from .model import Student, StudentConfig, load_checkpoint
+from .rundir import finished_runs, is_finished, phase_checkpoints, read_identity, study_dir
+from .train import rows_to_batch
 from .utils import atomic_write_json, read_json, stable_hash
+from .variants import GapSpec, collect_runs, load_gaps
+from .vocab import VocabMap
 
 VERSION = 2
 CLASSES = ("first", "special", "separator", "content")
@@ -61,7 +62,6 @@ DEFAULT_N = 8  # validation sequences in the fixed batch
 STABLE_RATIO = 1.25  # post-norm boundary RMS counts as stable when last/first phase stays within [1/1.25, 1.25]
 IDENTITY_RATIO = 0.5  # final block counts as "nearly identity" when its update ratio < 0.5 x median of the others
 
-PHASE_FILE = re.compile(r"^phase(\d+)_depth(\d+)\.pt$")
 
 
 # ------------------------------------------------------------------------------------------------ token classes
@@ -168,18 +168,15 @@ def fixed_batch(profile, n: int = DEFAULT_N, cache=None) -> dict:
 
 
 def make_batch(split, tokenizer_or_meta, n: int = DEFAULT_N, cache_key: str | None = None) -> dict:
-    """Batch from a cache split (anything with tokens, doc_start, topk_ids, topk_logp, tail_logp arrays)."""
+    """Batch of the first n sequences of a cache split (train.rows_to_batch, in teacher ids: each checkpoint maps it
+    to its own vocabulary), plus doc_start, the token classes and "meta"."""
     n = min(int(n), int(split.tokens.shape[0]))
     if n < 1:
         raise ValueError("the validation split is empty (or n < 1)")
-    tokens = torch.from_numpy(np.array(split.tokens[:n], dtype=np.int64))
-    doc_start = torch.from_numpy(np.array(split.doc_start[:n], dtype=bool))
-    batch = {"tokens": tokens, "targets": torch.roll(tokens, -1, dims=1), "mask": loss_mask(doc_start),
-             "doc_start": doc_start,
-             "topk_ids": torch.from_numpy(np.array(split.topk_ids[:n], dtype=np.int64)),
-             "topk_logp": torch.from_numpy(np.array(split.topk_logp[:n], dtype=np.float32)),
-             "tail_logp": torch.from_numpy(np.array(split.tail_logp[:n], dtype=np.float32))}
-    batch["classes"] = token_classes(tokens, doc_start, tokenizer_or_meta)
+    batch = rows_to_batch(split, np.arange(n), torch.device("cpu"), VocabMap(None, 0))
+    batch["doc_start"] = torch.from_numpy(np.asarray(split.doc_start[:n], dtype=bool))
+    tokens = batch["tokens"]
+    batch["classes"] = token_classes(tokens, batch["doc_start"], tokenizer_or_meta)
     counts = {g: int(m.sum()) for g, m in group_masks(batch["classes"]).items()}
     fingerprint = stable_hash({"tokens": tokens.flatten().tolist(), "classes": batch["classes"].flatten().tolist()}, 12)
     batch["meta"] = {"n": n, "seq_len": int(tokens.shape[1]), "cache_key": cache_key, "fingerprint": fingerprint,
@@ -198,18 +195,6 @@ def val_losses(model: Student, final_h: Tensor, batch: dict) -> dict:
     """Mean next-token CE and soft-target CE over loss_mask positions from the last boundary h_N."""
     sums, count = eval_sums(model.norm(final_h).flatten(0, 1), model.head_weight, _loss_rows(batch))
     return {k: v / max(count, 1) for k, v in sums.items()}
-
-
-@torch.no_grad()
-def forward_boundaries(model: Student, tokens: Tensor) -> tuple[list[Tensor], list[Tensor]]:
-    """([h_0, ..., h_N], [s_0, ..., s_{N-1}]): boundaries and each block's residual sum before its output norm."""
-    rope = model.rope(tokens.shape[1])
-    hs, sums = [model.embed_tokens(tokens)], []
-    for block in model.blocks:
-        out, s = block(hs[-1], rope, return_residual_sum=True)
-        hs.append(out)
-        sums.append(s)
-    return hs, sums
 
 
 @torch.no_grad()
@@ -245,7 +230,7 @@ def diagnose_model(model: Student, batch: dict, skip: bool = True) -> dict:
     """Boundary, block and final-block diagnostics of one model on the fixed batch (see module docstring)."""
     model = model.float().eval()
     masks = group_masks(batch["classes"])
-    hs, sums = forward_boundaries(model, batch["tokens"])
+    hs, sums = model.boundaries(batch["tokens"], residual_sums=True)
     base = val_losses(model, hs[-1], batch)
     boundaries = []
     for i, h in enumerate(hs):
@@ -293,16 +278,6 @@ def final_block_summary(blocks: list[dict]) -> dict | None:
 
 
 # ------------------------------------------------------------------------------------------------ runs
-def phase_checkpoints(run_dir) -> list[tuple[int, int, Path]]:
-    """[(phase, depth, path)] of a run's phase checkpoints, in phase order."""
-    found = []
-    for p in (Path(run_dir) / "checkpoints").glob("phase*_depth*.pt"):
-        m = PHASE_FILE.match(p.name)
-        if m:
-            found.append((int(m.group(1)), int(m.group(2)), p))
-    return sorted(found)
-
-
 def _drift(checkpoints: list[dict]) -> dict:
     """{kind: {group: [rms per phase]}} for kind in top, growth, fixed (see module docstring)."""
     out = {"top": {}, "growth": {}, "fixed": {}, "phases": [c["phase"] for c in checkpoints],
@@ -336,8 +311,7 @@ def diagnose_run(run_dir, batch: dict, force: bool = False, skip: bool = True) -
                 and cache_path.stat().st_mtime >= newest and cached.get("skip") == skip):
             return cached
     t0 = time.perf_counter()
-    info = read_json(run_dir / "summary.json") if (run_dir / "summary.json").is_file() else \
-        (read_json(run_dir / "config.json") if (run_dir / "config.json").is_file() else {})
+    info = read_identity(run_dir) or {}
     checkpoints = []
     prev_depth = None
     for phase, depth, path in ckpts:
@@ -350,7 +324,7 @@ def diagnose_run(run_dir, batch: dict, force: bool = False, skip: bool = True) -
         del model
     result = {"version": VERSION, "run": run_dir.name, "run_dir": str(run_dir), "norm": checkpoints[-1]["norm"],
               "schedule": info.get("schedule"), "freeze_prefix": info.get("freeze_prefix"), "seed": info.get("seed"),
-              "finished": (run_dir / "summary.json").is_file(), "batch": batch["meta"], "skip": skip,
+              "finished": is_finished(run_dir), "batch": batch["meta"], "skip": skip,
               "checkpoint_files": [p.name for _, _, p in ckpts], "checkpoints": checkpoints,
               "drift": _drift(checkpoints), "wall_s": time.perf_counter() - t0,
               "disk_bytes": run_disk_bytes(run_dir)}
@@ -378,13 +352,10 @@ CHECKPOINT_OVERHEAD = 16 * 1024  # torch.save zip entries, key names, config and
 
 
 def student_param_count(profile, depth: int, vocab_size: int = 49152) -> int:
-    """Parameters of a student of the profile at a depth (built on the meta device: no memory)."""
-    from .model import StudentConfig
+    """Parameters of a student of the profile at a depth (built on the meta device: no memory). vocab_size: the
+    student's vocabulary (49152: SmolLM2's full vocabulary; a corpus vocabulary is smaller, see vocab.py)."""
     prof = load_profile(profile) if isinstance(profile, str) else profile
-    s = prof.student
-    cfg = StudentConfig(vocab_size=vocab_size, n_layers=depth, d_model=s.d_model, n_heads=s.n_heads,
-                        n_kv_heads=s.n_kv_heads, head_dim=s.head_dim, d_ff=s.d_ff, norm="pre",
-                        tie_embeddings=s.tie_embeddings)
+    cfg = StudentConfig.from_params(prof.student, vocab_size=vocab_size, n_layers=depth, norm="pre")
     with torch.device("meta"):
         return sum(p.numel() for p in Student(cfg).parameters())
 
@@ -404,11 +375,8 @@ def run_disk_estimate(profile, vocab_size: int = 49152) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------ the study
-RUN_NAME = re.compile(r"^(?P<variant>.+)-s(?P<seed>\d+)$")
-
-
 def study_diag_path(profile: str) -> Path:
-    return outputs_dir() / "study" / profile / "diagnostics.json"
+    return study_dir(profile) / "diagnostics.json"
 
 
 def _log_ratio(first, last):
@@ -426,12 +394,10 @@ def drift_rows(runs: dict[str, dict], kind: str = "top") -> list[dict]:
     """One row per (run, group): boundary RMS at the first and last phase and their ratio."""
     rows = []
     for name, d in sorted(runs.items()):
-        m = RUN_NAME.match(name)
         curve = d["drift"][kind]
         for g in GROUPS:
             first, last = curve[g][0], curve[g][-1]
-            rows.append({"run": name, "variant": m.group("variant") if m else name,
-                         "seed": int(m.group("seed")) if m else None, "norm": d["norm"], "group": g,
+            rows.append({"run": name, "variant": d.get("variant"), "seed": d.get("seed"), "norm": d["norm"], "group": g,
                          "boundary": kind, "rms_first_phase": first, "rms_last_phase": last,
                          "ratio": (last / first) if first and last is not None else None})
     return rows
@@ -441,15 +407,21 @@ def _fmt(x, digits=3):
     return "n/a" if x is None else f"{x:.{digits}g}"
 
 
-def claim4(runs: dict[str, dict]) -> dict:
+def _of_variant(runs: dict[str, dict], variant: str) -> dict[str, dict]:
+    return {n: d for n, d in runs.items() if d.get("variant") == variant}
+
+
+def claim4(runs: dict[str, dict], grow: GapSpec) -> Claim:
+    """Observation 4 from the grow gap's variants (grow.a pre-norm, grow.b post-norm), see the evidence text."""
     statement = ("Boundary diagnostics: post-norm keeps residual scales stable at the boundary; pre-norm shows scale "
                  "drift concentrated on structural tokens (first position/BOS, special tokens, separators).")
-    pre = {n: d for n, d in runs.items() if re.match(r"^pre-grow-s\d+$", n) and len(d["checkpoints"]) > 1}
-    post = {n: d for n, d in runs.items() if re.match(r"^post-grow-s\d+$", n) and len(d["checkpoints"]) > 1}
+    variants = (grow.a, grow.b)
+    pre = {n: d for n, d in _of_variant(runs, grow.a).items() if len(d["checkpoints"]) > 1}
+    post = {n: d for n, d in _of_variant(runs, grow.b).items() if len(d["checkpoints"]) > 1}
     if not pre or not post:
-        return {"claim": 4, "statement": statement, "supported": None,
-                "evidence": f"needs finished grow runs of both placements (pre-grow-s*: {len(pre)}, post-grow-s*: "
-                            f"{len(post)}); not tested."}
+        return Claim("obs4-boundary", statement, NOT_TESTABLE,
+                     f"Not testable: needs finished multi-phase runs of both {grow.a} ({len(pre)}) and {grow.b} "
+                     f"({len(post)}).", {}, variants)
 
     def ratios(group_runs, g, kind="top"):  # geometric mean over seeds of last/first-phase RMS
         return _geo_mean([_log_ratio(d["drift"][kind][g][0], d["drift"][kind][g][-1]) for d in group_runs.values()])
@@ -476,26 +448,30 @@ def claim4(runs: dict[str, dict]) -> dict:
                 f"{'larger' if concentrated else 'not larger'} (in |log ratio|) than content drift "
                 f"x{_fmt(r[('pre', 'content')])}. At the growth boundary of the last phase against the first phase's "
                 f"top boundary: {growth}.")
-    return {"claim": 4, "statement": statement, "supported": supported, "evidence": evidence,
-            "numbers": {f"{norm}/{g}": v for (norm, g), v in r.items()}
-            | {f"growth/{norm}/{g}": v for (norm, g), v in rg.items()}}
+    return Claim("obs4-boundary", statement, SUPPORTED if supported else NOT_SUPPORTED,
+                 f"{'Supported' if supported else 'Not supported'}: {evidence}",
+                 {f"{norm}/{g}": v for (norm, g), v in r.items()} | {f"growth/{norm}/{g}": v for (norm, g), v in rg.items()},
+                 variants)
 
 
-def claim5(runs: dict[str, dict]) -> dict:
+def claim5(runs: dict[str, dict], grow: GapSpec) -> Claim:
+    """Observation 5 from the pre-norm grown runs (grow.a), with the post-norm ones (grow.b) for context."""
     statement = ("On a fixed batch, the final block of the pre-norm grown student is nearly an identity map (its "
                  "update is tiny relative to its input, compared with the other blocks).")
-    pre = {n: d for n, d in runs.items() if re.match(r"^pre-grow-s\d+$", n)}
+    variants = (grow.a,)
+    pre = _of_variant(runs, grow.a)
     if not pre:
-        return {"claim": 5, "statement": statement, "supported": None,
-                "evidence": "needs finished pre-grow-s* runs; not tested."}
+        return Claim("obs5-identity", statement, NOT_TESTABLE, f"Not testable: needs finished {grow.a} runs.", {},
+                     variants)
     fb = [d["checkpoints"][-1]["final_block"] for d in pre.values()]
     rel = [f["ratio_to_median"] for f in fb if f and f["ratio_to_median"] is not None]
     if not rel:
-        return {"claim": 5, "statement": statement, "supported": None,
-                "evidence": "the pre-grow students have a single block; no other blocks to compare with."}
+        return Claim("obs5-identity", statement, NOT_TESTABLE,
+                     f"Not testable: the {grow.a} students have a single block; no other blocks to compare with.", {},
+                     variants)
     rel_gm = _geo_mean([math.log(x) for x in rel if x > 0])
     mean = lambda xs: sum(xs) / len(xs) if xs else None  # noqa: E731
-    post = {n: d for n, d in runs.items() if re.match(r"^post-grow-s\d+$", n)}
+    post = _of_variant(runs, grow.b)
     post_rel = [d["checkpoints"][-1]["final_block"]["ratio_to_median"] for d in post.values()
                 if d["checkpoints"][-1]["final_block"]["ratio_to_median"]]
     supported = rel_gm is not None and rel_gm < IDENTITY_RATIO
@@ -511,9 +487,11 @@ def claim5(runs: dict[str, dict]) -> dict:
                       if rel_gm is not None and _geo_mean([math.log(x) for x in post_rel]) < rel_gm else "")
                    if post_rel else "")
                 + f". Threshold for 'nearly identity': below {IDENTITY_RATIO} x the median.")
-    return {"claim": 5, "statement": statement, "supported": bool(supported), "evidence": evidence,
-            "numbers": {"ratio_to_median_geomean": rel_gm, "post_ratio_to_median_geomean":
-                        _geo_mean([math.log(x) for x in post_rel]) if post_rel else None}}
+    return Claim("obs5-identity", statement, SUPPORTED if supported else NOT_SUPPORTED,
+                 f"{'Supported' if supported else 'Not supported'}: {evidence}",
+                 {"ratio_to_median_geomean": rel_gm,
+                  "post_ratio_to_median_geomean": _geo_mean([math.log(x) for x in post_rel]) if post_rel else None},
+                 variants)
 
 
 def final_block_rows(runs: dict[str, dict]) -> list[dict]:
@@ -525,26 +503,29 @@ def final_block_rows(runs: dict[str, dict]) -> list[dict]:
     return rows
 
 
-def finished_runs(profile: str) -> list[Path]:
-    root = outputs_dir() / "runs" / profile
-    return sorted(p.parent for p in root.glob("*/summary.json") if is_study_run(p.parent) and phase_checkpoints(p.parent))
+def study_result(profile: str, batch_meta: dict, runs: dict[str, dict]) -> dict:
+    """The study's diagnostics.json content: every run's diagnostics (with its variant) and the claims."""
+    grow = load_gaps()["grow"]
+    return {"version": VERSION, "profile": profile, "batch": batch_meta, "classes": list(CLASSES),
+            "groups": list(GROUPS), "runs": runs, "claims": [claim4(runs, grow).to_json(), claim5(runs, grow).to_json()],
+            "claims_table": {"boundary_drift": drift_rows(runs, "top"), "final_block": final_block_rows(runs)},
+            "disk_bytes": {name: d.get("disk_bytes") for name, d in runs.items()}}
 
 
 def diagnose_study(profile: str, n: int = DEFAULT_N, force: bool = False, skip: bool = True,
                    progress: bool = True) -> dict:
     """Diagnose every finished run of outputs/runs/<profile>/; write outputs/study/<profile>/diagnostics.json."""
     batch = fixed_batch(profile, n)
+    variant_of = {summary.run_name: variant for (variant, _), summary in collect_runs(profile).assigned.items()}
     runs = {}
     for run_dir in finished_runs(profile):
+        if run_dir.name not in variant_of or not phase_checkpoints(run_dir):
+            continue  # not part of the study (report.py lists why), or its checkpoints were deleted
         t0 = time.perf_counter()
-        runs[run_dir.name] = diagnose_run(run_dir, batch, force=force, skip=skip)
+        runs[run_dir.name] = diagnose_run(run_dir, batch, force=force, skip=skip) | {"variant": variant_of[run_dir.name]}
         if progress:
             print(f"diagnostics {run_dir.name}: {time.perf_counter() - t0:.1f} s")
-    claims = [claim4(runs), claim5(runs)]
-    result = {"version": VERSION, "profile": profile, "batch": batch["meta"], "classes": list(CLASSES),
-              "groups": list(GROUPS), "runs": runs, "claims": claims,
-              "claims_table": {"boundary_drift": drift_rows(runs, "top"), "final_block": final_block_rows(runs)},
-              "disk_bytes": {name: d.get("disk_bytes") for name, d in runs.items()}}
+    result = study_result(profile, batch["meta"], runs)
     path = study_diag_path(profile)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(path, result)

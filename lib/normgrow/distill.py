@@ -37,6 +37,7 @@ from torch import Tensor
 from .config import DistillParams
 
 TAILS = ("bucket", "renormalize")
+LOSSES = ("ce", "kl")
 
 
 def _check_tail(tail: str) -> None:
@@ -118,7 +119,7 @@ def distill_rows(logits: Tensor, batch: Mapping[str, Tensor], params: DistillPar
     elif params.loss == "ce":
         kd = kd_ce
     else:
-        raise ValueError(f"distill.loss={params.loss!r}; allowed values: ce, kl")
+        raise ValueError(f"distill.loss={params.loss!r}; allowed values: {', '.join(LOSSES)}")
     w = params.ce_weight
     return (1.0 - w) * T * T * kd + w * ce, metrics
 
@@ -234,8 +235,8 @@ def _fused_rows(x: Tensor, rows: Mapping[str, Tensor], params: DistillParams, ro
     x is a scratch buffer: it is overwritten with the returned gradient. Everything is computed in float32 (in
     x32_buf, an [n, V] float32 buffer, when x is not float32); the gradient is rounded to x's dtype once."""
     _check_tail(params.tail)
-    if params.loss not in ("ce", "kl"):
-        raise ValueError(f"distill.loss={params.loss!r}; allowed values: ce, kl")
+    if params.loss not in LOSSES:
+        raise ValueError(f"distill.loss={params.loss!r}; allowed values: {', '.join(LOSSES)}")
     T, w, bucket = float(params.temperature), float(params.ce_weight), params.tail == "bucket"
     ids, targets = rows["topk_ids"], rows["targets"]
     x32 = x if x.dtype == torch.float32 else (x.float() if x32_buf is None else x32_buf.copy_(x))

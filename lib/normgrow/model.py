@@ -42,7 +42,10 @@ attention norm is applied after the attention, not at the block input.
 from __future__ import annotations
 
 import copy
+import dataclasses
+import errno
 import os
+import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -77,6 +80,13 @@ class StudentConfig:
             raise ValueError(f"StudentConfig.n_heads={self.n_heads} must be a multiple of n_kv_heads={self.n_kv_heads}")
         if self.head_dim % 2:
             raise ValueError(f"StudentConfig.head_dim={self.head_dim} must be even (RoPE rotates pairs)")
+
+    @classmethod
+    def from_params(cls, student, **fields_from_run) -> "StudentConfig":
+        """The config for a profile's student section (config.StudentParams: width, heads, init, ...) plus what the
+        run decides (vocab_size, n_layers, norm, max_seq_len): every field of this class found on the section."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{n: getattr(student, n) for n in names if hasattr(student, n)} | fields_from_run)
 
 
 class RMSNorm(nn.Module):
@@ -203,16 +213,22 @@ class Student(nn.Module):
         """[V, d]: the embedding matrix when tied."""
         return self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
 
-    def boundaries(self, idx: Tensor) -> list[Tensor]:
-        """Residual stream at every block boundary: [h_0 = embeddings, h_1, ..., h_N], each [B, T, d]."""
+    def boundaries(self, idx: Tensor, residual_sums: bool = False):
+        """Residual stream at every block boundary: [h_0 = embeddings, h_1, ..., h_N], each [B, T, d]. With
+        residual_sums, (boundaries, [s_0, ..., s_{N-1}]): also each block's residual sum before its output norm
+        (what post-norm normalises; the diagnostics measure it)."""
         T = idx.shape[1]
         if T > self.cfg.max_seq_len:
             raise ValueError(f"sequence length {T} exceeds max_seq_len={self.cfg.max_seq_len}")
         rope = self.rope(T)
-        hs = [self.embed_tokens(idx)]
+        hs, sums = [self.embed_tokens(idx)], []
         for block in self.blocks:
-            hs.append(block(hs[-1], rope))
-        return hs
+            out = block(hs[-1], rope, return_residual_sum=residual_sums)
+            if residual_sums:
+                out, s = out
+                sums.append(s)
+            hs.append(out)
+        return (hs, sums) if residual_sums else hs
 
     def hidden(self, idx: Tensor) -> Tensor:
         """[B, T, d]: the final hidden state the head consumes (final norm for pre, h_N itself for post)."""
@@ -243,12 +259,21 @@ class Student(nn.Module):
 
 
 def save_student(path, model: Student, extra: dict | None = None) -> None:
-    """torch.save({"config", "model", **extra}) atomically (temporary file, then os.replace)."""
+    """torch.save({"config", "model", **extra}) atomically (temporary file, then os.replace). A failed write leaves
+    no temporary file; when the disk is full the error says so and names the file (torch's own message does not)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    torch.save({"config": asdict(model.cfg), "model": model.state_dict(), **(extra or {})}, tmp)
-    os.replace(tmp, path)
+    try:
+        torch.save({"config": asdict(model.cfg), "model": model.state_dict(), **(extra or {})}, tmp)
+        os.replace(tmp, path)
+    except (OSError, RuntimeError) as err:
+        tmp.unlink(missing_ok=True)
+        full = getattr(err, "errno", None) == errno.ENOSPC or shutil.disk_usage(path.parent).free < (1 << 20)
+        if full:
+            raise OSError(errno.ENOSPC, f"no space left on device writing {path}; free space under "
+                                        f"{path.parent} and rerun (the run resumes from its last checkpoint)") from err
+        raise
 
 
 def resolve_checkpoint(path) -> Path:

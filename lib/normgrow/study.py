@@ -17,6 +17,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import signal
 import sys
 import threading
 import time
@@ -24,66 +25,93 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import yaml
 from tqdm.auto import tqdm
 
-from .config import PARAMS_DIR, REPO_ROOT, ParamError, load_profile, outputs_dir
-from .train import make_run_spec, runs_dir
+from .config import PARAMS_DIR, REPO_ROOT, ParamError, load_profile
+from .rundir import NOTEBOOK, identity_differences, is_finished, read_identity, run_path, seeded_name, study_dir
+from .train import make_run_spec
+from .variants import Variant, load_variants
 
 NOTEBOOKS = REPO_ROOT / "notebooks"
-RUN_KEYS = ("norm", "schedule", "freeze_prefix", "match_active_layer_tokens")
 
 
 @dataclass(frozen=True)
 class StudyRun:
-    variant: str  # file stem in params/runs
+    variant: Variant
     seed: int
-    params: dict  # the run file's keys (papermill parameters)
 
     @property
     def name(self) -> str:
-        return f"{self.variant}-s{self.seed}"
+        return seeded_name(self.variant.name, self.seed)
+
+    @property
+    def params(self) -> dict:
+        """The papermill parameters of this run file (the donor as this seed's run of the donor variant)."""
+        return self.variant.parameters()
 
     @property
     def depends_on(self) -> str | None:
-        target = self.params.get("match_active_layer_tokens")
-        return f"{target}-s{self.seed}" if target else None
+        donor = self.variant.match_active_layer_tokens
+        return seeded_name(donor, self.seed) if donor else None
+
+
+def _unique(values: list, what: str) -> list:
+    """values without repeats (first occurrence kept), saying which were dropped."""
+    seen = list(dict.fromkeys(values))
+    if len(seen) < len(values):
+        print(f"note: duplicate {what} ignored: {' '.join(map(str, sorted({v for v in values if values.count(v) > 1})))}")
+    return seen
 
 
 def load_study(path: Path | None = None, seeds: list[int] | None = None, variants: list[str] | None = None) -> list[StudyRun]:
-    """Read params/study.yaml and the run files; validate; order so that matched runs follow their donors."""
+    """Read params/study.yaml and the run files; validate; drop repeated runs and seeds; order so that matched runs
+    follow their donors."""
     path = Path(path or PARAMS_DIR / "study.yaml")
     study = yaml.safe_load(path.read_text()) or {}
     unknown = sorted(set(study) - {"runs", "seeds", "jobs"})
     if unknown:
         raise ParamError(f"{path}: unknown key {unknown[0]!r}; allowed keys: runs, seeds, jobs")
-    available = sorted(p.stem for p in (PARAMS_DIR / "runs").glob("*.yaml"))
-    names = variants or study.get("runs", [])
-    seeds = seeds if seeds is not None else study.get("seeds", [0])
+    available = load_variants()
+    names = _unique(list(variants or study.get("runs", [])), "runs")
+    seeds = _unique(list(seeds if seeds is not None else study.get("seeds", [0])), "seeds")
     if not names or not seeds:
         raise ParamError(f"{path}: runs and seeds must be non-empty lists")
+    for seed in seeds:
+        if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+            raise ParamError(f"{path}: seeds must be integers >= 0 (got {seed!r})")
     runs = []
     for name in names:
         if name not in available:
-            raise ParamError(f"study run {name!r} has no file params/runs/{name}.yaml; allowed values: {', '.join(available)}")
-        params = yaml.safe_load((PARAMS_DIR / "runs" / f"{name}.yaml").read_text()) or {}
-        bad = sorted(set(params) - set(RUN_KEYS))
-        if bad:
-            raise ParamError(f"params/runs/{name}.yaml: unknown key {bad[0]!r}; allowed keys: {', '.join(RUN_KEYS)}")
-        target = params.get("match_active_layer_tokens")
-        if target and target not in names:
-            raise ParamError(f"params/runs/{name}.yaml: match_active_layer_tokens={target!r} is not a run of the study "
-                             f"({', '.join(names)})")
-        for seed in seeds:
-            if not isinstance(seed, int) or seed < 0:
-                raise ParamError(f"{path}: seeds must be integers >= 0 (got {seed!r})")
-            runs.append(StudyRun(name, seed, params))
+            raise ParamError(f"study run {name!r} has no file params/runs/{name}.yaml; allowed values: "
+                             f"{', '.join(available)}")
+        donor = available[name].match_active_layer_tokens
+        if donor and donor not in names:
+            raise ParamError(f"params/runs/{name}.yaml: match_active_layer_tokens={donor!r} is not a run of the "
+                             f"study ({', '.join(names)})")
+        runs += [StudyRun(available[name], seed) for seed in seeds]
     # donors first: a stable sort on "has a dependency" suffices because donors are never matched runs themselves
-    matched_names = {r.variant for r in runs if r.depends_on}
-    for r in runs:
-        if r.depends_on and r.params["match_active_layer_tokens"] in matched_names:
-            raise ParamError(f"params/runs/{r.variant}.yaml: a matched run cannot take its budget from another matched run")
-    return sorted(runs, key=lambda r: (r.depends_on is not None, names.index(r.variant), r.seed))
+    return sorted(runs, key=lambda r: (r.depends_on is not None, names.index(r.variant.name), r.seed))
+
+
+def conflicting_run(profile: str, run: StudyRun, teacher_key: str | None) -> str | None:
+    """Why the directory of a study run holds something else (a run made with other settings, e.g. by hand with
+    overrides), or None when it is empty or holds this run. Such a directory is never counted nor resumed."""
+    recorded = read_identity(run_path(profile, run.name))
+    if recorded is None:
+        return None
+    params = {k: v for k, v in run.params.items() if k != "match_active_layer_tokens"}
+    expected = make_run_spec(profile=profile, seed=run.seed, run_name=run.name, **params).identity()
+    if run.depends_on:
+        expected["match_active_layer_tokens"] = run.depends_on
+    if teacher_key is not None:
+        expected["teacher_key"] = teacher_key
+    differing = identity_differences({k: v for k, v in recorded.items() if k in expected}, expected)
+    if not differing:
+        return None
+    return (f"{run_path(profile, run.name)} holds a run made with other settings ({', '.join(differing[:4])}); "
+            "move it away (or delete it) and run the study again")
 
 
 def study_jobs(profile: str, path: Path | None = None) -> int:
@@ -111,8 +139,36 @@ def _error_line(err: Exception) -> str:
 
 
 def _worker_init(threads: int | None) -> None:
-    if threads is not None:  # inherited by the kernels this worker starts
+    """In each worker: its thread count (inherited by the kernels it starts), and its fate tied to the runner's: the
+    kernel sends SIGTERM when the runner dies, even by SIGKILL (Linux PR_SET_PDEATHSIG), and SIGTERM stops the
+    worker's kernels before the worker exits, so no orphan keeps training a run a restarted runner would resume."""
+    if threads is not None:
         os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)
+    if sys.platform == "linux":
+        import ctypes
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+    signal.signal(signal.SIGTERM, _stop_worker)
+
+
+def kill_descendants(timeout: float = 5.0) -> None:
+    """Terminate every descendant of this process (workers, their kernels), then kill what is left."""
+    children = psutil.Process().children(recursive=True)
+    for child in children:
+        try:
+            child.terminate()
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(children, timeout=timeout)
+    for child in alive:
+        try:
+            child.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
+def _stop_worker(signum, frame) -> None:
+    kill_descendants()
+    os._exit(128 + signum)
 
 
 def _execute_run(notebook: Path, output: Path, parameters: dict) -> str | None:
@@ -171,16 +227,20 @@ def _show_cache_build(bar) -> None:
     bar.refresh()
 
 
-def build_teacher_cache(profile: str, study_dir: Path) -> None:
+def build_teacher_cache(profile: str, out_dir: Path) -> None:
     """Execute notebooks/00_teacher.ipynb, with a live bar of the teacher's pass over the corpus."""
     bar = tqdm(desc="teacher cache", unit="tok", file=sys.stdout)
     poller = Poller(lambda: _show_cache_build(bar))
     try:
-        execute_notebook(NOTEBOOKS / "00_teacher.ipynb", study_dir / "00_teacher.ipynb", {"profile": profile})
+        execute_notebook(NOTEBOOKS / "00_teacher.ipynb", out_dir / "00_teacher.ipynb", {"profile": profile})
         bar.n = bar.total or 0  # done (the last poll may predate the last batches)
     finally:
         poller.close()
         bar.close()
+
+
+def _raise_keyboard_interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 def run_study(profile: str, seeds: list[int] | None = None, variants: list[str] | None = None,
@@ -193,38 +253,47 @@ def run_study(profile: str, seeds: list[int] | None = None, variants: list[str] 
     for r in runs:  # validate every run's parameters up front (matched donors may not exist yet)
         make_run_spec(profile=profile, seed=r.seed, run_name=r.name,
                       **{k: v for k, v in r.params.items() if k != "match_active_layer_tokens"})
-    study_dir = outputs_dir() / "study" / profile
-    study_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = study_dir(profile)
+    out_dir.mkdir(parents=True, exist_ok=True)
     start = time.time()
 
     from .teacher import open_cache
     try:
-        print(f"teacher cache: complete, reused ({open_cache(prof).dir})")
+        teacher_key = open_cache(prof).key
+        print(f"teacher cache: complete, reused (outputs/teacher/{teacher_key})")
     except FileNotFoundError:
         print("teacher cache: building (notebooks/00_teacher.ipynb)")
-        build_teacher_cache(profile, study_dir)
+        build_teacher_cache(profile, out_dir)
+        teacher_key = open_cache(prof).key
 
-    failed: dict[str, Path] = {}
-    done = {r.name for r in runs if (runs_dir(profile) / r.name / "summary.json").is_file()}
-    pending = [r for r in runs if r.name not in done]
+    failed: dict[str, str] = {}  # run name -> why (the executed notebook, or the reason it did not start)
+    for r in runs:
+        conflict = conflicting_run(profile, r, teacher_key)
+        if conflict:
+            failed[r.name] = conflict
+            print(f"refused {r.name}: {conflict}")
+    done = {r.name for r in runs if r.name not in failed and is_finished(run_path(profile, r.name))}
+    pending = [r for r in runs if r.name not in done and r.name not in failed]
     print(f"runs: {len(done)} of {len(runs)} finished, {len(pending)} to run"
           + (f", {jobs} at a time" if jobs > 1 else ""))
-    bar = tqdm(total=len(runs), initial=len(done), desc=f"study {profile}", unit="run", file=sys.stdout)
+    bar = tqdm(total=len(runs), initial=len(done) + len(failed), desc=f"study {profile}", unit="run", file=sys.stdout)
     running: dict[str, Path] = {}  # run name -> run directory, while its notebook executes
     poller = Poller(lambda: bar.set_postfix_str(_run_steps(running)))  # also redraws elapsed / remaining
     threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
-    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init,
-                             initargs=(threads,)) as pool:
+    previous = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init,
+                               initargs=(threads,))
+    try:
         futures = {}  # future -> StudyRun
         while pending or futures:
             for r in list(pending):
                 if r.depends_on in failed:
-                    failed[r.name] = failed[r.depends_on]
+                    failed[r.name] = f"skipped: its budget donor {r.depends_on} failed"
                     print(f"\nskipped {r.name}: its budget donor {r.depends_on} failed")
                     pending.remove(r)
                     bar.update(1)
                 elif len(futures) < jobs and (r.depends_on is None or r.depends_on in done):
-                    notebook = runs_dir(profile) / r.name / "run.ipynb"
+                    notebook = run_path(profile, r.name) / NOTEBOOK
                     future = pool.submit(_execute_run, NOTEBOOKS / "run_variant.ipynb", notebook,
                                          {"profile": profile, "seed": r.seed, "run_name": r.name, **r.params})
                     futures[future] = r
@@ -242,24 +311,31 @@ def run_study(profile: str, seeds: list[int] | None = None, variants: list[str] 
                 if error is None:
                     done.add(r.name)
                 else:
-                    failed[r.name] = runs_dir(profile) / r.name / "run.ipynb"
-                    print(f"\nFAILED {r.name}: {error}\n  executed notebook: {failed[r.name]}")
+                    failed[r.name] = f"executed notebook {run_path(profile, r.name) / NOTEBOOK}"
+                    print(f"\nFAILED {r.name}: {error}\n  {failed[r.name]}")
                 bar.update(1)
-    poller.close()
-    bar.close()
+    except KeyboardInterrupt:
+        print("\nstudy interrupted: stopping its runs (they resume from their last checkpoint next time)")
+        kill_descendants()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        signal.signal(signal.SIGTERM, previous)
+        poller.close()
+        bar.close()
 
     for name in ("diagnostics", "summary"):
         if (NOTEBOOKS / f"{name}.ipynb").exists():
-            print(f"{name}: notebooks/{name}.ipynb -> {study_dir / (name + '.ipynb')}")
+            print(f"{name}: notebooks/{name}.ipynb -> {out_dir / (name + '.ipynb')}")
             try:
-                execute_notebook(NOTEBOOKS / f"{name}.ipynb", study_dir / f"{name}.ipynb", {"profile": profile})
+                execute_notebook(NOTEBOOKS / f"{name}.ipynb", out_dir / f"{name}.ipynb", {"profile": profile})
             except Exception as err:
-                failed[name] = study_dir / f"{name}.ipynb"
-                print(f"FAILED {name}: {_error_line(err)}\n  executed notebook: {failed[name]}")
-    print(f"study {profile}: {len(runs) - len([f for f in failed if f not in ('diagnostics', 'summary')])}"
-          f"/{len(runs)} runs finished in {time.time() - start:.0f} s; results in {study_dir}")
+                failed[name] = f"executed notebook {out_dir / (name + '.ipynb')}"
+                print(f"FAILED {name}: {_error_line(err)}\n  {failed[name]}")
+    print(f"study {profile}: {len(done)}/{len(runs)} runs finished in {time.time() - start:.0f} s; results in "
+          f"{out_dir}")
     if failed:
-        print("failures:\n" + "\n".join(f"  {name}: {path}" for name, path in failed.items()))
+        print("failures:\n" + "\n".join(f"  {name}: {why}" for name, why in failed.items()))
         return 1
     return 0
 
@@ -276,6 +352,8 @@ def main(argv: list[str] | None = None) -> int:
     except ParamError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        return 130
 
 
 if __name__ == "__main__":

@@ -40,7 +40,8 @@ from pathlib import Path
 import yaml
 from tqdm.auto import tqdm
 
-from .config import PARAMS_DIR, REPO_ROOT, SWEEP_RUN_PREFIX, ParamError, load_profile, outputs_dir
+from .config import PARAMS_DIR, REPO_ROOT, ParamError, load_profile, outputs_dir
+from .rundir import SWEEP_RUN_PREFIX
 from .model import NORMS
 from .train import RunSpec, make_run_spec, run_variant
 from .utils import atomic_write_json, atomic_write_text

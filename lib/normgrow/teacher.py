@@ -138,7 +138,7 @@ def convert_bundled(progress: bool = True) -> Path:
     return out
 
 
-def _resolve_source(params: TeacherParams, progress: bool = True) -> str:
+def resolve_source(params: TeacherParams, progress: bool = True) -> str:
     kind = check_teacher_source(params.source)
     if kind == "bundled":
         return str(convert_bundled(progress))
@@ -170,7 +170,7 @@ def _load_error(params: TeacherParams, path: str, what: str, e: Exception) -> Te
 def load_tokenizer(params: TeacherParams, progress: bool = True):
     """The teacher's tokenizer (cheap; for 'bundled' converts the GGUF once)."""
     from transformers import AutoTokenizer
-    path = _resolve_source(params, progress)
+    path = resolve_source(params, progress)
     try:
         return AutoTokenizer.from_pretrained(path)
     except Exception as e:  # noqa: BLE001
@@ -180,7 +180,7 @@ def load_tokenizer(params: TeacherParams, progress: bool = True):
 def load_teacher(params: TeacherParams, progress: bool = True):
     """(model, tokenizer): model in eval mode, in the compute dtype, on the resolved device."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    path = _resolve_source(params, progress)
+    path = resolve_source(params, progress)
     device = resolve_device(params.device)
     dtype = resolve_dtype(params.dtype, device)
     try:

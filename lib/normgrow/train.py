@@ -24,11 +24,11 @@ import dataclasses
 import json
 import math
 import os
-import re
+import platform
 import shutil
 import time
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -36,18 +36,15 @@ import torch
 from tqdm.auto import tqdm
 
 from . import distill
-from .config import ParamError, outputs_dir, Profile, load_profile
+from .config import ParamError, Profile, load_profile
 from .data import loss_mask, loss_mask_np
 from .growth import SCHEDULES, Phase, plan_phases
-from .model import NORMS, Student, StudentConfig, load_student, save_student
+from .model import NORMS, Student, StudentConfig, save_student
+from .rundir import (CHECKPOINTS, FINAL, LAST, METRICS, NUMERICS_VERSION, PhaseSummary, RunDirError, RunLock, Summary,
+                     check_name, identity_differences, is_finished, phase_checkpoint, phase_checkpoints,
+                     read_identity, read_summary, run_path, runs_root, write_summary)
+from .utils import atomic_write_json, dtype_name, resolve_device, resolve_dtype, stable_hash
 from .vocab import VocabMap
-from .utils import atomic_write_json, read_json, resolve_device, resolve_dtype, stable_hash
-
-RUN_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-
-
-def runs_dir(profile_name: str) -> Path:
-    return outputs_dir() / "runs" / profile_name
 
 
 @dataclass(frozen=True)
@@ -65,17 +62,23 @@ class RunSpec:
 
     @property
     def dir(self) -> Path:
-        return runs_dir(self.profile.name) / self.run_name
+        return run_path(self.profile.name, self.run_name)
 
     def identity(self) -> dict:
-        """What a run directory must agree with to be resumed (everything but force)."""
+        """What changes the run's numbers (see rundir): a directory must agree on all of it to be resumed or reused.
+        Overrides are in it through the profile content they change."""
         return {"profile": self.profile.to_dict(), "norm": self.norm, "schedule": self.schedule,
                 "freeze_prefix": self.freeze_prefix, "match_active_layer_tokens": self.match_active_layer_tokens,
-                "seed": self.seed, "run_name": self.run_name}
+                "seed": self.seed, "run_name": self.run_name, "numerics": NUMERICS_VERSION}
 
 
-def derive_run_name(norm: str, schedule: str, freeze_prefix: bool, match: str | None, seed: int) -> str:
+def derive_run_name(norm: str, schedule: str, freeze_prefix: bool, match: str | None, seed: int,
+                    overrides: dict | None = None) -> str:
+    """The default run name: the parameters in order, then '-o<hash>' when overrides change the profile (so a run
+    with other settings never lands in, or is taken for, the directory of the study's run), then '-s<seed>'."""
     parts = [norm, schedule] + (["freeze"] if freeze_prefix else []) + ([f"match-{match}"] if match else [])
+    if overrides:
+        parts.append(f"o{stable_hash(overrides, 8)}")
     return "-".join(parts + [f"s{seed}"])
 
 
@@ -85,11 +88,13 @@ def _choice(name: str, value, allowed) -> None:
 
 
 def resolve_match_target(profile_name: str, target: str, seed: int) -> Path:
-    """The finished run whose active-layer tokens a matched run gets: NAME, or NAME-s<seed> for a seedless name."""
-    root = runs_dir(profile_name)
+    """The finished run whose active-layer tokens a matched run gets: NAME, or NAME-s<seed> for a seedless name.
+    Only runs of the same profile count: the name is checked like a run name, so it cannot point elsewhere."""
+    root = runs_root(profile_name)
+    check_name("match_active_layer_tokens", target)
     for name in (target, f"{target}-s{seed}"):
         if (root / name).is_dir():
-            if not (root / name / "summary.json").is_file():
+            if not is_finished(root / name):
                 raise ParamError(f"match_active_layer_tokens={target!r}: run {root / name} is not finished "
                                  "(no summary.json); run it to completion first")
             return root / name
@@ -110,17 +115,24 @@ def lr_for_norm(lr, norm: str) -> float:
     return lr[norm]
 
 
+def run_profile(profile: str, norm: str, overrides: dict | None = None) -> Profile:
+    """The profile a run trains with: the file, the overrides, and train.lr resolved for the run's placement."""
+    prof = load_profile(profile, overrides)
+    return dataclasses.replace(prof, train=dataclasses.replace(prof.train, lr=lr_for_norm(prof.train.lr, norm)))
+
+
 def make_run_spec(profile: str = "tiny", norm: str = "pre", schedule: str = "grow", freeze_prefix: bool = False,
                   match_active_layer_tokens: str | None = None, seed: int = 0, run_name: str = "",
                   force: bool = False, overrides: dict | None = None) -> RunSpec:
     """Validate run_variant's parameters; every error names the parameter and its allowed values."""
+    check_name("profile", profile)
     _choice("norm", norm, NORMS)
     _choice("schedule", schedule, SCHEDULES)
     for name, value in (("freeze_prefix", freeze_prefix), ("force", force)):
         if not isinstance(value, bool):
             raise ParamError(f"{name}={value!r} must be True or False")
-    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-        raise ParamError(f"seed={seed!r} must be an integer >= 0")
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2 ** 32:
+        raise ParamError(f"seed={seed!r} must be an integer in [0, 2**32) (what numpy's generators accept)")
     if freeze_prefix and schedule != "grow":
         raise ParamError(f"freeze_prefix=True needs schedule='grow' (got schedule={schedule!r})")
     if match_active_layer_tokens in ("", "None", "null"):
@@ -129,16 +141,14 @@ def make_run_spec(profile: str = "tiny", norm: str = "pre", schedule: str = "gro
         raise ParamError(f"match_active_layer_tokens needs schedule='joint' (got schedule={schedule!r})")
     if overrides is not None and not isinstance(overrides, dict):
         raise ParamError(f"overrides={overrides!r} must be a mapping of dotted keys, e.g. {{'train.lr': 1e-3}}")
-    prof = load_profile(profile, overrides)
-    prof = dataclasses.replace(prof, train=dataclasses.replace(prof.train, lr=lr_for_norm(prof.train.lr, norm)))
+    prof = run_profile(profile, norm, overrides)
     if len(prof.train.stages) < 2 and schedule == "grow":
         raise ParamError(f"schedule='grow' needs at least two train.stages (got {list(prof.train.stages)})")
     match_name = None
     if match_active_layer_tokens is not None:
         match_name = resolve_match_target(prof.name, str(match_active_layer_tokens), seed).name
-    run_name = run_name or derive_run_name(norm, schedule, freeze_prefix, match_active_layer_tokens, seed)
-    if not isinstance(run_name, str) or not RUN_NAME_PATTERN.match(run_name):
-        raise ParamError(f"run_name={run_name!r} must be letters, digits, '.', '_' or '-' (no '/')")
+    run_name = run_name or derive_run_name(norm, schedule, freeze_prefix, match_active_layer_tokens, seed, overrides)
+    check_name("run_name", run_name)
     return RunSpec(prof, norm, schedule, freeze_prefix, match_name, seed, run_name, force, dict(overrides or {}))
 
 
@@ -266,176 +276,273 @@ class MetricsLog:
 
     def write(self, record: dict) -> None:
         with self.path.open("a") as f:
-            f.write(json.dumps(record, sort_keys=True) + "\n")
+            f.write(json.dumps(record, sort_keys=True, allow_nan=False) + "\n")
         self.lines += 1
 
 
-def _student_config(spec: RunSpec, vocab_size: int, depth: int) -> StudentConfig:
-    s = spec.profile.student
-    return StudentConfig(vocab_size=vocab_size, n_layers=depth, d_model=s.d_model, n_heads=s.n_heads,
-                         n_kv_heads=s.n_kv_heads, head_dim=s.head_dim, d_ff=s.d_ff, norm=spec.norm,
-                         tie_embeddings=s.tie_embeddings, rope_theta=s.rope_theta, rms_eps=s.rms_eps,
-                         init_std=s.init_std, max_seq_len=max(spec.profile.data.seq_len, 16))
+class NonFiniteError(RuntimeError):
+    """A loss, gradient norm or validation metric is NaN or infinite: the run stops unfinished."""
+
+
+def check_finite(run_name: str, step: int, values: dict) -> None:
+    """NonFiniteError naming the step and the values when any of them is NaN or infinite."""
+    bad = {k: v for k, v in values.items() if not math.isfinite(v)}
+    if bad:
+        raise NonFiniteError(f"run {run_name}: {', '.join(f'{k}={v}' for k, v in bad.items())} at step {step}; the "
+                             "run stops unfinished (its last checkpoint is kept). Lower train.lr, check "
+                             "distill.temperature and the teacher cache, then rerun with force=True")
 
 
 def _grow_generator(seed: int, phase: int) -> torch.Generator:
     return torch.Generator().manual_seed(int(stable_hash({"seed": seed, "phase": phase}, 8), 16))
 
 
-def prepare_run_dir(spec: RunSpec, teacher_key: str) -> tuple[Path, dict | None]:
-    """Create or validate the run directory. Returns (dir, summary if already finished).
+def prepare_run_dir(spec: RunSpec, teacher_key: str) -> tuple[Path, Summary | None]:
+    """Create or validate the run directory (the caller holds its lock). Returns (dir, summary if finished).
 
-    A directory holding a run (finished or not) with other parameters is never reused nor overwritten."""
+    A directory holding a run (finished or not) with another identity is never reused nor overwritten; force=True
+    empties only a directory inside outputs/runs/<profile>/ (run_path checks), keeping its LOCK."""
     run_dir = spec.dir
-    if spec.force and run_dir.exists():
-        shutil.rmtree(run_dir)
+    if spec.force:
+        for child in run_dir.iterdir():
+            if child.name != "LOCK":
+                shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
     identity = spec.identity() | {"teacher_key": teacher_key}
-    if (run_dir / "config.json").is_file():
-        existing = read_json(run_dir / "config.json")
-        if existing != identity:
-            differing = sorted(k for k in identity if existing.get(k) != identity[k])
-            state = "a finished" if (run_dir / "summary.json").is_file() else "an unfinished"
-            raise ParamError(f"{run_dir} holds {state} run with different parameters ({', '.join(differing)}); "
-                             "pass force=True to discard it, or choose another run_name")
-    if (run_dir / "summary.json").is_file():
-        return run_dir, read_json(run_dir / "summary.json")
-    (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
-    atomic_write_json(run_dir / "config.json", identity)
+    existing = read_identity(run_dir)
+    if existing is not None and identity_differences(existing, identity):
+        differing = identity_differences(existing, identity)
+        state = "a finished" if is_finished(run_dir) else "an unfinished"
+        raise ParamError(f"{run_dir} holds {state} run with different parameters ({', '.join(differing[:6])}); "
+                         "pass force=True to discard it, or choose another run_name")
+    if is_finished(run_dir):
+        return run_dir, read_summary(run_dir)
+    (run_dir / CHECKPOINTS).mkdir(parents=True, exist_ok=True)
+    environment = {"torch": torch.__version__, "python": platform.python_version()}
+    atomic_write_json(run_dir / "config.json", identity | {"environment": environment})
     return run_dir, None
 
 
-def run_variant(spec: RunSpec, progress: bool = True) -> dict:
-    """Train (or resume, or return the finished) run described by spec; returns its summary."""
-    from .teacher import ensure_cache  # heavy import, only once parameters are valid
+def _new_counters() -> dict:
+    return {"step": 0, "tokens": 0, "active_layer_tokens": 0, "trainable_layer_tokens": 0, "wall_s": 0.0,
+            "metrics_lines": 0, "phases": []}
 
+
+def load_resume_state(run_dir: Path, optimizer_on_grow: str) -> dict | None:
+    """What a restarted run continues from: checkpoints/last.pt, or, when that file is damaged, the latest readable
+    phase checkpoint (the damaged file is kept as last.pt.damaged and the fallback is printed). A phase checkpoint
+    carries the run's counters but no optimiser state; the next phase builds a fresh optimiser anyway when
+    train.optimizer_on_grow is reset, so the result is the same as from last.pt at that step. Under 'keep' it would
+    not be, so that case stops with the way forward. None: start from scratch."""
+    last = run_dir / CHECKPOINTS / LAST
+    damaged = None
+    if last.exists():
+        try:
+            return torch.load(last, map_location="cpu", weights_only=False)
+        except Exception as err:  # torch raises RuntimeError / EOFError / pickle errors for a damaged zip
+            damaged = last.with_name(LAST + ".damaged")
+            os.replace(last, damaged)
+            print(f"{last} is damaged ({type(err).__name__}: {str(err).splitlines()[0][:120]}); kept as {damaged}")
+    checkpoints = phase_checkpoints(run_dir)
+    for phase, depth, path in reversed(checkpoints):
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=False)
+        except Exception as err:
+            print(f"{path} is damaged ({type(err).__name__}); trying an earlier phase checkpoint")
+            continue
+        if "counters" not in state or (optimizer_on_grow != "reset" and phase < checkpoints[-1][0]):
+            break
+        print(f"resuming {run_dir.name} from its phase checkpoint {path.name} (step {state['counters']['step']})")
+        return state | {"optimizer": None}
+    if damaged is None:
+        return None  # killed before its first resume checkpoint: nothing to continue from
+    raise RunDirError(f"{last} is damaged (kept as {damaged}) and no phase checkpoint of {run_dir} can replace it "
+                      "(none readable with the run's counters, or train.optimizer_on_grow=keep needs the lost "
+                      "optimiser state); rerun with force=True to train the run again from scratch")
+
+
+@dataclass
+class Run:
+    """A run in progress: its spec, data, model, counters, log and progress bar (set up by start_run)."""
+    spec: RunSpec
+    dir: Path
+    cache: object
+    vocab: VocabMap
+    device: torch.device
+    dtype: torch.dtype
+    phases: list[Phase]
+    model: Student
+    counters: dict
+    log: MetricsLog
+    batches: Batches
+    eval_rows: int
+    resume_optimizer: dict | None  # the optimiser state of last.pt, consumed by the phase it belongs to
+    bar: tqdm
+    session_start: float = field(default_factory=time.perf_counter)
+    wall_before: float = 0.0
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.spec.profile.train.batch_size * self.spec.profile.data.seq_len
+
+    def wall_s(self) -> float:
+        return self.wall_before + time.perf_counter() - self.session_start
+
+    def evaluate(self, n_rows: int) -> dict:
+        tp = self.spec.profile.train
+        metrics = evaluate(self.model, self.cache.val, n_rows, tp.batch_size, self.device, self.dtype, self.vocab)
+        check_finite(self.spec.run_name, self.counters["step"], {k: metrics[k] for k in ("val_ce", "val_kd_ce")})
+        return metrics
+
+
+def start_run(spec: RunSpec, cache, run_dir: Path, phases: list[Phase], progress: bool) -> Run:
+    """Set-up: device, dtype, vocabulary, and the model and counters, new or resumed (load_resume_state)."""
     prof, tp = spec.profile, spec.profile.train
-    budget = None
-    if spec.match_active_layer_tokens:
-        budget = read_json(runs_dir(prof.name) / spec.match_active_layer_tokens / "summary.json")["active_layer_tokens"]
-    tokens_per_step = tp.batch_size * prof.data.seq_len
-    phases = plan_phases(spec.schedule, tp.stages, tp.stage_tokens, tokens_per_step, spec.freeze_prefix, budget)
-
-    cache = ensure_cache(prof, progress=progress)
-    run_dir, finished = prepare_run_dir(spec, cache.key)
-    if finished is not None:
-        print(f"{run_dir} is finished (summary.json); not re-running. Pass force=True to retrain.")
-        return finished
-
     device = resolve_device(tp.device)
-    dtype = resolve_dtype(tp.dtype, device)
     vocab = VocabMap.for_cache(cache, prof.student.vocab)
-    ckpt_dir = run_dir / "checkpoints"
-    last_path = ckpt_dir / "last.pt"
-    state = torch.load(last_path, map_location="cpu", weights_only=False) if last_path.exists() else None
-
+    state = load_resume_state(run_dir, tp.optimizer_on_grow)
     if state is None:
         torch.manual_seed(spec.seed)
-        model = Student(_student_config(spec, vocab.size, phases[0].depth))
-        counters = {"step": 0, "tokens": 0, "active_layer_tokens": 0, "trainable_layer_tokens": 0, "wall_s": 0.0,
-                    "metrics_lines": 0, "phases": []}
+        model = Student(StudentConfig.from_params(prof.student, vocab_size=vocab.size, n_layers=phases[0].depth,
+                                                  norm=spec.norm, max_seq_len=max(prof.data.seq_len, 16)))
+        counters = _new_counters()
     else:
         model = Student(StudentConfig(**state["config"]))
         model.load_state_dict(state["model"])
         counters = state["counters"]
         print(f"resuming {run_dir} at step {counters['step']}")
     model.to(device).train()
-    log = MetricsLog(run_dir / "metrics.jsonl", counters["metrics_lines"])
-    batches = Batches(cache.train, tp.batch_size, spec.seed, device, vocab)
     val_rows = cache.val.tokens.shape[0]
-    eval_rows = val_rows if tp.eval_tokens == 0 else max(1, min(val_rows, tp.eval_tokens // prof.data.seq_len))
+    run = Run(spec=spec, dir=run_dir, cache=cache, vocab=vocab, device=device, dtype=resolve_dtype(tp.dtype, device),
+              phases=phases, model=model, counters=counters,
+              log=MetricsLog(run_dir / METRICS, counters["metrics_lines"]),
+              batches=Batches(cache.train, tp.batch_size, spec.seed, device, vocab),
+              eval_rows=val_rows if tp.eval_tokens == 0 else max(1, min(val_rows, tp.eval_tokens // prof.data.seq_len)),
+              resume_optimizer=None if state is None else state.get("optimizer"),
+              bar=tqdm(total=sum(p.steps for p in phases), initial=counters["step"], desc=spec.run_name,
+                       disable=not progress, unit="step"),
+              wall_before=counters["wall_s"])
+    if counters["step"] == 0 and run.log.lines == 0:  # the untrained model: the start of every learning curve
+        run.log.write({"kind": "eval", "step": 0, "phase": 0, "depth": phases[0].depth, "tokens": 0,
+                       "active_layer_tokens": 0, **run.evaluate(run.eval_rows)})
+    return run
 
-    total_steps = sum(p.steps for p in phases)
-    bar = tqdm(total=total_steps, initial=counters["step"], desc=spec.run_name, disable=not progress, unit="step")
-    session_start = time.perf_counter()
-    wall_before = counters["wall_s"]
-    if counters["step"] == 0 and log.lines == 0:  # the untrained model: the start of every learning curve
-        log.write({"kind": "eval", "step": 0, "phase": 0, "depth": phases[0].depth, "tokens": 0,
-                   "active_layer_tokens": 0, **evaluate(model, cache.val, eval_rows, tp.batch_size, device, dtype,
-                                                        vocab)})
-    optimizer = None
-    phase_start = 0
-    for phase in phases:
-        phase_end = phase_start + phase.steps
-        if counters["step"] >= phase_end:
-            phase_start = phase_end
-            continue
-        if model.cfg.n_layers < phase.depth:
-            model.append_blocks(phase.depth - model.cfg.n_layers, prof.student.new_block_init,
-                                generator=_grow_generator(spec.seed, phase.index))
-            model.to(device)
-        set_trainable(model, phase)
-        optimizer = make_optimizer(model, tp, optimizer)
-        if state is not None and counters["step"] > phase_start:
-            optimizer.load_state_dict(state["optimizer"])
-        state = None
-        trainable = [p for p in model.parameters() if p.requires_grad]
 
-        while counters["step"] < phase_end:
-            step = counters["step"]
-            t0 = time.perf_counter()
-            lr = lr_at(step, phases, tp)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            batch = batches(step)
-            with _autocast(device, dtype):  # the head's matmuls too; the loss math itself runs in float32
-                hidden = model.hidden(batch["tokens"])
-                loss, stats = distill.distill_loss_chunked(hidden.flatten(0, 1), model.head_weight,
-                                                           distill.flatten_batch(batch), prof.distill)
-            loss.backward()
-            grad_norm = torch.nn.utils.clip_grad_norm_(trainable, tp.grad_clip)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            counters["step"] += 1
-            counters["tokens"] += tokens_per_step
-            counters["active_layer_tokens"] += tokens_per_step * phase.depth
-            counters["trainable_layer_tokens"] += tokens_per_step * (phase.depth - phase.first_trainable_block)
-            step_s = time.perf_counter() - t0
-            log.write({"kind": "train", "step": counters["step"], "phase": phase.index, "depth": phase.depth,
+def train_phase(run: Run, phase: Phase, phase_start: int, optimizer: torch.optim.Optimizer | None):
+    """One phase: grow the model to the phase's depth, freeze its prefix, then step to the phase's end with
+    evaluations, the phase checkpoint and resume checkpoints. Returns the phase's optimiser."""
+    spec, tp, counters, model = run.spec, run.spec.profile.train, run.counters, run.model
+    phase_end = phase_start + phase.steps
+    if model.cfg.n_layers < phase.depth:
+        model.append_blocks(phase.depth - model.cfg.n_layers, spec.profile.student.new_block_init,
+                            generator=_grow_generator(spec.seed, phase.index))
+        model.to(run.device)
+    set_trainable(model, phase)
+    optimizer = make_optimizer(model, tp, optimizer)
+    if run.resume_optimizer is not None and counters["step"] > phase_start:
+        optimizer.load_state_dict(run.resume_optimizer)
+    run.resume_optimizer = None
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    ckpt_dir = run.dir / CHECKPOINTS
+
+    while counters["step"] < phase_end:
+        step = counters["step"]
+        t0 = time.perf_counter()
+        lr = lr_at(step, run.phases, tp)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        batch = run.batches(step)
+        with _autocast(run.device, run.dtype):  # the head's matmuls too; the loss math itself runs in float32
+            hidden = model.hidden(batch["tokens"])
+            loss, stats = distill.distill_loss_chunked(hidden.flatten(0, 1), model.head_weight,
+                                                       distill.flatten_batch(batch), spec.profile.distill)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(trainable, tp.grad_clip)
+        check_finite(spec.run_name, step + 1, {"loss": loss.item(), "grad_norm": float(grad_norm)})
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        counters["step"] += 1
+        counters["tokens"] += run.tokens_per_step
+        counters["active_layer_tokens"] += run.tokens_per_step * phase.depth
+        counters["trainable_layer_tokens"] += run.tokens_per_step * (phase.depth - phase.first_trainable_block)
+        step_s = time.perf_counter() - t0
+        run.log.write({"kind": "train", "step": counters["step"], "phase": phase.index, "depth": phase.depth,
                        "lr": lr, "loss": loss.item(), **{k: float(v) for k, v in stats.items()},
                        "grad_norm": float(grad_norm), "tokens": counters["tokens"],
-                       "active_layer_tokens": counters["active_layer_tokens"], "tok_s": tokens_per_step / step_s})
-            bar.update(1)
-            bar.set_postfix(phase=phase.index, depth=phase.depth, loss=f"{loss.item():.3f}",
-                            tok_s=f"{tokens_per_step / step_s:.0f}")
-            at_phase_end = counters["step"] == phase_end
-            if at_phase_end or counters["step"] % tp.eval_every == 0:
-                n = val_rows if at_phase_end else eval_rows
-                metrics = evaluate(model, cache.val, n, tp.batch_size, device, dtype, vocab)
-                record = {"kind": "phase_end" if at_phase_end else "eval", "step": counters["step"],
-                          "phase": phase.index, "depth": phase.depth, "tokens": counters["tokens"],
-                          "active_layer_tokens": counters["active_layer_tokens"], **metrics}
-                log.write(record)
-                if at_phase_end:
-                    counters["phases"].append({k: record[k] for k in ("phase", "depth", "step", "tokens",
-                                               "active_layer_tokens", "val_ce", "val_kd_ce")}
-                                              | {"trainable_layer_tokens": counters["trainable_layer_tokens"]})
-                    save_student(ckpt_dir / f"phase{phase.index}_depth{phase.depth}.pt", model,
-                                 {"step": counters["step"], "phase": phase.index, "run": spec.run_name,
-                                  "vocab": vocab.to_json()})
-            if at_phase_end or counters["step"] % tp.checkpoint_every == 0:
-                counters["wall_s"] = wall_before + time.perf_counter() - session_start
-                counters["metrics_lines"] = log.lines
-                save_student(last_path, model, {"optimizer": optimizer.state_dict(), "counters": counters,
-                                                "vocab": vocab.to_json()})
-        phase_start = phase_end
-    bar.close()
+                       "active_layer_tokens": counters["active_layer_tokens"], "tok_s": run.tokens_per_step / step_s})
+        run.bar.update(1)
+        run.bar.set_postfix(phase=phase.index, depth=phase.depth, loss=f"{loss.item():.3f}",
+                            tok_s=f"{run.tokens_per_step / step_s:.0f}")
+        at_phase_end = counters["step"] == phase_end
+        if at_phase_end or counters["step"] % tp.eval_every == 0:
+            metrics = run.evaluate(run.cache.val.tokens.shape[0] if at_phase_end else run.eval_rows)
+            record = {"kind": "phase_end" if at_phase_end else "eval", "step": counters["step"],
+                      "phase": phase.index, "depth": phase.depth, "tokens": counters["tokens"],
+                      "active_layer_tokens": counters["active_layer_tokens"], **metrics}
+            run.log.write(record)
+        if at_phase_end or counters["step"] % tp.checkpoint_every == 0:
+            counters["wall_s"] = run.wall_s()
+            if at_phase_end:
+                counters["phases"].append(dataclasses.asdict(PhaseSummary(
+                    phase=phase.index, depth=phase.depth, step=counters["step"], tokens=counters["tokens"],
+                    active_layer_tokens=counters["active_layer_tokens"],
+                    trainable_layer_tokens=counters["trainable_layer_tokens"], val_ce=record["val_ce"],
+                    val_kd_ce=record["val_kd_ce"])))
+            counters["metrics_lines"] = run.log.lines
+            if at_phase_end:  # carries the counters, so a damaged last.pt can resume from here (load_resume_state)
+                save_student(phase_checkpoint(run.dir, phase.index, phase.depth), model,
+                             {"step": counters["step"], "phase": phase.index, "run": spec.run_name,
+                              "vocab": run.vocab.to_json(), "counters": counters})
+            save_student(ckpt_dir / LAST, model, {"optimizer": optimizer.state_dict(), "counters": counters,
+                                                 "vocab": run.vocab.to_json()})
+    return optimizer
 
-    final_phase = counters["phases"][-1]
-    final = ckpt_dir / f"phase{final_phase['phase']}_depth{final_phase['depth']}.pt"
-    if (ckpt_dir / "final.pt").exists():
-        os.remove(ckpt_dir / "final.pt")
-    os.link(final, ckpt_dir / "final.pt")
-    summary = {"run_name": spec.run_name, "profile": prof.name, "norm": spec.norm, "schedule": spec.schedule,
-               "freeze_prefix": spec.freeze_prefix, "match_active_layer_tokens": spec.match_active_layer_tokens,
-               "seed": spec.seed, "teacher_key": cache.key, "depth": final_phase["depth"],
-               "val_ce": final_phase["val_ce"], "val_kd_ce": final_phase["val_kd_ce"],
-               "tokens": counters["tokens"], "active_layer_tokens": counters["active_layer_tokens"],
-               "trainable_layer_tokens": counters["trainable_layer_tokens"], "steps": counters["step"],
-               "wall_s": counters["wall_s"], "train_tok_s": counters["tokens"] / max(counters["wall_s"], 1e-9),
-               "n_params": sum(p.numel() for p in model.parameters()), "device": str(device), "dtype": str(dtype),
-               "vocab": {"mode": prof.student.vocab, "size": vocab.size,
-                         "teacher_mass_outside": vocab.outside_mass(cache.val, loss_mask_np(cache.val.doc_start))},
-               "phases": counters["phases"]}
-    atomic_write_json(run_dir / "summary.json", summary)
-    os.remove(last_path)  # optimiser state is only needed to resume; the phase checkpoints stay
+
+def finish_run(run: Run) -> Summary:
+    """final.pt (a hard link to the last phase checkpoint), summary.json, and last.pt removed."""
+    prof, counters, ckpt_dir = run.spec.profile, run.counters, run.dir / CHECKPOINTS
+    run.bar.close()
+    final_phase = PhaseSummary(**counters["phases"][-1])
+    final = ckpt_dir / FINAL
+    final.unlink(missing_ok=True)
+    os.link(phase_checkpoint(run.dir, final_phase.phase, final_phase.depth), final)
+    summary = Summary(
+        run_name=run.spec.run_name, profile=prof.name, norm=run.spec.norm, schedule=run.spec.schedule,
+        freeze_prefix=run.spec.freeze_prefix, match_active_layer_tokens=run.spec.match_active_layer_tokens,
+        seed=run.spec.seed, teacher_key=run.cache.key, depth=final_phase.depth, val_ce=final_phase.val_ce,
+        val_kd_ce=final_phase.val_kd_ce, tokens=counters["tokens"], active_layer_tokens=counters["active_layer_tokens"],
+        trainable_layer_tokens=counters["trainable_layer_tokens"], steps=counters["step"], wall_s=counters["wall_s"],
+        train_tok_s=counters["tokens"] / max(counters["wall_s"], 1e-9),
+        n_params=sum(p.numel() for p in run.model.parameters()), device=str(run.device), dtype=dtype_name(run.dtype),
+        vocab={"mode": prof.student.vocab, "size": run.vocab.size,
+               "teacher_mass_outside": run.vocab.outside_mass(run.cache.val, loss_mask_np(run.cache.val.doc_start))},
+        phases=tuple(PhaseSummary(**p) for p in counters["phases"]))
+    write_summary(run.dir, summary)
+    os.remove(ckpt_dir / LAST)  # optimiser state is only needed to resume; the phase checkpoints stay
     return summary
+
+
+def run_variant(spec: RunSpec, progress: bool = True) -> dict:
+    """Train (or resume, or return the finished) run described by spec; returns its summary as a dict.
+
+    Holds the run directory's lock throughout, so a second process on the same run stops with the holder's pid."""
+    from .teacher import ensure_cache  # heavy import, only once parameters are valid
+
+    prof, tp = spec.profile, spec.profile.train
+    budget = None
+    if spec.match_active_layer_tokens:
+        budget = read_summary(run_path(prof.name, spec.match_active_layer_tokens)).active_layer_tokens
+    phases = plan_phases(spec.schedule, tp.stages, tp.stage_tokens, tp.batch_size * prof.data.seq_len,
+                         spec.freeze_prefix, budget)
+    cache = ensure_cache(prof, progress=progress)
+    with RunLock(spec.dir):
+        run_dir, finished = prepare_run_dir(spec, cache.key)
+        if finished is not None:
+            print(f"{run_dir} is finished (summary.json); not re-running. Pass force=True to retrain.")
+            return finished.to_json()
+        run = start_run(spec, cache, run_dir, phases, progress)
+        optimizer, phase_start = None, 0
+        for phase in phases:
+            if run.counters["step"] < phase_start + phase.steps:
+                optimizer = train_phase(run, phase, phase_start, optimizer)
+            phase_start += phase.steps
+        return finish_run(run).to_json()

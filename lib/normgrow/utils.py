@@ -78,8 +78,12 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+"""The dtype options by name (teacher.dtype, train.dtype and bench --dtype allow 'auto' and a subset of these)."""
+
+
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     """'auto' means bf16 where the hardware supports it, else float32."""
     if name == "auto":
         return torch.bfloat16 if bf16_supported(device) else torch.float32
-    return {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[name]
+    return DTYPES[name]

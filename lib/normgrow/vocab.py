@@ -25,9 +25,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .config import CHOICES
-
-VOCABS = CHOICES["student.vocab"]  # allowed values of student.vocab, declared once in config
+VOCABS = ("full", "corpus")  # allowed values of student.vocab (config.choices refers here)
 
 
 def corpus_ids(cache) -> np.ndarray:

@@ -1,0 +1,288 @@
+"""Claims: each claim of shared/STUDY.md judged from this study's numbers (never written in advance), as one Claim
+record that the report and the diagnostics (observations 4 and 5) share.
+
+A claim is judged from the interval of its gap: excludes zero in the claimed direction -> supported; includes zero
+-> not resolved at this number of seeds; excludes zero in the other direction -> not supported; a missing variant
+makes it not testable. The regime gate (gate_claims) then marks a claim "not judged: students undertrained" when it
+compares a variant that stats.regime_check finds not clearly trained.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from .stats import (LEVEL, difference_in_gaps, gap_ratio, gap_table, crossover_table, paired_gap,
+                    undertrained)
+from .rundir import study_dir
+from .variants import GapSpec
+
+# Status words of a judged claim and the value of its "supported" field (the diagnostics.json convention).
+SUPPORTED, NOT_RESOLVED, NOT_SUPPORTED, NOT_TESTABLE = "supported", "not resolved", "not supported", "not testable"
+NOT_JUDGED = "not judged: students undertrained"
+SUPPORTED_VALUE = {SUPPORTED: True, NOT_SUPPORTED: False, NOT_RESOLVED: None, NOT_TESTABLE: None, NOT_JUDGED: None}
+
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One claim and its verdict. status: one of STATUSES; sentence: the verdict in words with the numbers; evidence:
+    the numbers (JSON-ready); variants: the variants it compares (what the regime gate checks)."""
+    claim: str
+    statement: str
+    status: str
+    sentence: str
+    evidence: dict = field(default_factory=dict)
+    variants: tuple = ()
+
+    def __post_init__(self):
+        if self.status not in SUPPORTED_VALUE:
+            raise ValueError(f"claim {self.claim}: status {self.status!r} is not one of {', '.join(SUPPORTED_VALUE)}")
+
+    @property
+    def supported(self) -> bool | None:
+        """True / False for a judged claim, None when it is not resolved, not testable or not judged."""
+        return SUPPORTED_VALUE[self.status]
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self) | {"supported": self.supported, "variants": list(self.variants)}
+
+    @classmethod
+    def from_json(cls, raw: dict) -> "Claim":
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in raw.items() if k in names} | {"variants": tuple(raw.get("variants", ()))})
+
+
+def judge(stats: dict, direction: int = +1) -> str:
+    """Status of the claim "the quantity has the sign of direction", from its interval (see module docstring)."""
+    if stats.get("n", 0) == 0:
+        return NOT_TESTABLE
+    low, high = stats["ci_low"], stats["ci_high"]
+    if not (np.isfinite(low) and np.isfinite(high)):
+        return NOT_RESOLVED
+    if (direction > 0 and low > 0) or (direction < 0 and high < 0):
+        return SUPPORTED
+    if (direction > 0 and high < 0) or (direction < 0 and low > 0):
+        return NOT_SUPPORTED
+    return NOT_RESOLVED
+
+
+def _fmt(x: float, digits: int = 4) -> str:
+    return "nan" if x is None or not np.isfinite(x) else f"{x:+.{digits}f}"
+
+
+def _interval(s: dict, level: float = LEVEL) -> str:
+    if s["n"] < 2:
+        return f"{_fmt(s['mean'])} from {s['n']} paired seed{'s' if s['n'] != 1 else ''} (no CI: needs at least 2)"
+    return f"{_fmt(s['mean'])} (95% CI [{_fmt(s['ci_low'])}, {_fmt(s['ci_high'])}], {s['n']} paired seeds)".replace(
+        "95%", f"{round(level * 100)}%")
+
+
+def _missing(runs: pd.DataFrame, variants) -> list[str]:
+    """The variants without finished runs."""
+    present = set(runs["variant"]) if len(runs) else set()
+    return [v for v in variants if v not in present]
+
+
+def _directional(claim: str, statement: str, runs: pd.DataFrame, stats: dict, label: str, direction: int,
+                 variants, yes: str, no: str, level: float) -> dict:
+    """A claim that a quantity is > 0 (direction +1): the sentence states the status and why, from the numbers."""
+    missing = _missing(runs, variants)
+    evidence = {k: stats.get(k) for k in ("n", "mean", "ci_low", "ci_high", "seeds")}
+    if missing:
+        return Claim(claim, statement, NOT_TESTABLE,
+                      f"Not testable: no finished runs of {', '.join(missing)}.", evidence, variants)
+    status = judge(stats, direction)
+    where = f"{label} = {_interval(stats, level)}"
+    if status == SUPPORTED:
+        text = f"Supported: {where}; the interval excludes zero in the claimed direction ({yes})."
+    elif status == NOT_SUPPORTED:
+        text = f"Not supported: {where}; the interval excludes zero in the opposite direction ({no})."
+    elif stats["n"] < 2:
+        text = f"Not resolved: {where}, so the sign cannot be judged; run more seeds."
+    else:
+        text = f"Not resolved at {stats['n']} seeds: {where}; the interval includes zero."
+    return Claim(claim, statement, status, text, evidence, variants)
+
+
+def _combine(parts: list[dict]) -> str:
+    statuses = [p.status for p in parts]
+    if NOT_SUPPORTED in statuses:
+        return NOT_SUPPORTED
+    if NOT_TESTABLE in statuses:
+        return NOT_TESTABLE
+    if all(s == SUPPORTED for s in statuses):
+        return SUPPORTED
+    return NOT_RESOLVED
+
+
+def evaluate_claims(runs: pd.DataFrame, gaps: dict[str, GapSpec], metric: str = "val_ce",
+                    level: float = LEVEL) -> list[Claim]:
+    """The headline comparison and observations 1-3 of shared/STUDY.md, each judged from this study's numbers; gaps
+    from variants.load_gaps (which variants each compares, and the reference's numbers)."""
+    g = {name: paired_gap(runs, s.a, s.b, metric, level=level) for name, s in gaps.items()}
+    joint, grow = gaps["joint"], gaps["grow"]
+    claims = []
+
+    # Headline (a): joint gap indistinguishable from zero (a claim of no detectable difference).
+    s, spec = g["joint"], joint
+    statement = (f"Jointly trained, pre-norm and post-norm are indistinguishable (reference gap "
+                 f"{joint.reference_text}).")
+    evidence = {k: s.get(k) for k in ("n", "mean", "ci_low", "ci_high", "seeds")}
+    variants = (spec.a, spec.b)
+    missing = _missing(runs, variants)
+    if missing:
+        claims.append(Claim("headline-joint", statement, NOT_TESTABLE,
+                             f"Not testable: no finished runs of {', '.join(missing)}.", evidence, variants))
+    elif s["n"] < 2:
+        claims.append(Claim("headline-joint", statement, NOT_RESOLVED,
+                             f"Not resolved: {spec.a} - {spec.b} = {_interval(s, level)}.", evidence, variants))
+    elif s["ci_low"] <= 0 <= s["ci_high"]:
+        claims.append(Claim("headline-joint", statement, SUPPORTED,
+                             f"Supported (no detectable difference): {spec.a} - {spec.b} = {_interval(s, level)}; "
+                             f"the interval includes zero, as the reference's near-zero gap implies (absence of a "
+                             f"detected difference at {s['n']} seeds, not proof of equality).", evidence, variants))
+    else:
+        better = "post-norm" if s["mean"] > 0 else "pre-norm"
+        claims.append(Claim("headline-joint", statement, NOT_SUPPORTED,
+                             f"Not supported: {spec.a} - {spec.b} = {_interval(s, level)}; the interval excludes "
+                             f"zero, so the joint runs differ ({better} is better).", evidence, variants))
+
+    # Headline (b): grow gap favours post-norm.
+    claims.append(_directional(
+        "headline-grow", f"Grown by appending blocks, post-norm beats pre-norm (reference {grow.a} - {grow.b} = "
+        f"{grow.reference}).", runs, g["grow"], f"{grow.a} - {grow.b}", +1, (grow.a, grow.b),
+        "post-norm is better when grown", "pre-norm is better when grown", level))
+
+    # Headline (c): the placement matters more under growth than jointly (difference of the two gaps, paired).
+    did = difference_in_gaps(runs, grow, joint, metric, level)
+    ratio = gap_ratio(gap_table(runs, gaps, (metric,), level), metric)
+    c = _directional(
+        "headline-ratio", f"The grow gap is much larger than the joint gap (reference about "
+        f"{ratio['reference_ratio']:.0f}x).", runs, did, f"({grow.a} - {grow.b}) - ({joint.a} - {joint.b})", +1,
+        (grow.a, grow.b, joint.a, joint.b),
+        "post-norm's advantage is larger under growth", "post-norm's advantage is smaller under growth", level)
+    if c.status != NOT_TESTABLE:
+        if np.isfinite(ratio["ratio"]):
+            note = (f" Ratio of mean gaps: grow {_fmt(ratio['grow_mean'])} / joint {_fmt(ratio['joint_mean'])} = "
+                    f"{ratio['ratio']:.1f}x (reference +{grow.reference} / +{joint.reference} = "
+                    f"~{ratio['reference_ratio']:.0f}x)"
+                    + ("" if ratio["joint_resolved"] else "; the joint gap's interval includes zero, so the ratio is "
+                       "unbounded and only the difference above is meaningful") + ".")
+        else:
+            note = " The ratio of mean gaps is undefined (joint gap mean is zero or missing)."
+        c = dataclasses.replace(c, sentence=c.sentence + note, evidence=c.evidence | {"ratio": ratio["ratio"]})
+    claims.append(c)
+
+    # Observation 1: compute-matched joint still worse than grow.
+    claims.append(_directional(
+        "obs1-matched", "A post-norm joint run given post-grow's active-layer-token budget is still worse than "
+        "post-grow: compute alone does not explain the gain.", runs, g["matched"],
+        f"{gaps['matched'].a} - {gaps['matched'].b}", +1, (gaps["matched"].a, gaps["matched"].b),
+        "the matched joint run is worse",
+        "the matched joint run is better: compute explains the gain", level))
+
+    # Observation 2: phase-wise crossover of pre-grow vs post-grow.
+    claims.append(_crossover_claim(runs, grow, metric, level))
+
+    # Observation 3: single-block and freeze controls.
+    statement = ("Single-block and freeze controls place the change at block appending, not at the quality of the "
+                 "shallow blocks nor at retraining of the prefix.")
+    single = _directional(
+        "obs3-single", "Post-norm's advantage when grown exceeds its advantage as the shallow prefix alone.", runs,
+        difference_in_gaps(runs, grow, gaps["single"], metric, level),
+        f"({grow.a} - {grow.b}) - ({gaps['single'].a} - {gaps['single'].b})", +1,
+        (grow.a, grow.b, gaps["single"].a, gaps["single"].b),
+        "post-norm fares better relative to pre-norm when grown than as the shallow prefix alone",
+        "post-norm fares better relative to pre-norm as the shallow prefix alone than when grown", level)
+    freeze = _directional(
+        "obs3-freeze", "With the prefix frozen while new blocks train, post-norm still beats pre-norm.", runs,
+        g["freeze"], f"{gaps['freeze'].a} - {gaps['freeze'].b}", +1, (gaps["freeze"].a, gaps["freeze"].b),
+        "the gain does not need prefix retraining", "pre-norm is better with a frozen prefix", level)
+    status = _combine([single, freeze])
+    claims.append(Claim("obs3-controls", statement, status,
+                         f"{status.capitalize()} (the claim needs both controls supported). Single-block control: "
+                         f"{single.sentence} Freeze control: {freeze.sentence}",
+                         {"single": single.evidence, "freeze": freeze.evidence},
+                         single.variants + freeze.variants))
+    claims.extend([single, freeze])
+    return claims
+
+
+def _crossover_claim(runs: pd.DataFrame, grow: GapSpec, metric: str, level: float) -> Claim:
+    statement = ("The pre/post ranking crosses over during the curriculum: post-norm takes the lead once blocks are "
+                 "appended.")
+    variants = (grow.a, grow.b)
+    missing = _missing(runs, variants)
+    if missing:
+        return Claim("obs2-crossover", statement, NOT_TESTABLE,
+                      f"Not testable: no finished runs of {', '.join(missing)}.", {}, variants)
+    table = crossover_table(runs, grow.a, grow.b, metric=metric, level=level)
+    evidence = {"stages": [{k: r[k] for k in ("stage", "depth", "gap_mean", "gap_ci_low", "gap_ci_high", "n_pairs")}
+                           for r in table.to_dict("records")]}
+    if len(table) < 2:
+        return Claim("obs2-crossover", statement, NOT_TESTABLE,
+                      "Not testable: the grown runs have fewer than two stages.", evidence, variants)
+    per_stage = "; ".join(f"stage {r['stage']} (depth {r['depth']}): {grow.a} - {grow.b} = "
+                          f"{_interval({'n': r['n_pairs'], 'mean': r['gap_mean'], 'ci_low': r['gap_ci_low'], 'ci_high': r['gap_ci_high']}, level)}"
+                          for r in table.to_dict("records"))
+    first, last = table.iloc[0], table.iloc[-1]
+    first_lead, last_lead = first["resolved_leader"], last["resolved_leader"]
+    later_post = [int(r["stage"]) for r in table.iloc[1:].to_dict("records") if r["resolved_leader"] == grow.b]
+    if int(last["n_pairs"]) < 2:
+        status, why = NOT_RESOLVED, "fewer than two paired seeds give no intervals"
+    elif first_lead == grow.a and last_lead == grow.b:
+        status = SUPPORTED
+        why = (f"pre-norm leads before any block is appended and post-norm leads from stage {later_post[0]} on "
+               f"(intervals exclude zero)")
+    elif first_lead == grow.b:
+        status, why = NOT_SUPPORTED, "post-norm already leads before any block is appended, so there is no crossover"
+    elif last_lead == grow.a:
+        status, why = NOT_SUPPORTED, "pre-norm still leads at the end of the curriculum"
+    elif last_lead == grow.b:
+        status = NOT_RESOLVED
+        why = ("post-norm leads at the end, but the ranking before appending is not resolved (interval includes "
+               "zero), so a change of sign is not established")
+    else:
+        status, why = NOT_RESOLVED, "the final-stage interval includes zero"
+    words = {SUPPORTED: "Supported", NOT_SUPPORTED: "Not supported", NOT_RESOLVED: "Not resolved"}[status]
+    return Claim("obs2-crossover", statement, status, f"{words}: {why}. {per_stage}.", evidence, variants)
+
+
+def gate_claims(claims: list[Claim], regime: pd.DataFrame) -> list[Claim]:
+    """The regime gate: a judged claim (supported, not supported, not resolved) that compares a variant regime_check
+    finds undertrained becomes NOT_JUDGED, since a verdict between students that have not left the unigram plateau
+    or are still improving is about this budget's optimisation, not about norm placement. Its sentence names the
+    variants and the criteria they fail, then keeps the ungated reading with the numbers; evidence keeps the ungated
+    status. A not-testable claim (a variant has no runs) stays not testable."""
+    bad = undertrained(regime)
+    failing = dict(zip(bad["variant"], bad["reason"]))
+    gated = []
+    for c in claims:
+        failed = [v for v in c.variants if v in failing]
+        if not failed or c.status == NOT_TESTABLE:
+            gated.append(c)
+            continue
+        why = "; ".join(f"{v}: {failing[v]}" for v in failed)
+        gated.append(Claim(c.claim, c.statement, NOT_JUDGED,
+                            f"Not judged: students undertrained ({why}). Ungated reading of the numbers, not a "
+                            f"verdict: {c.sentence}", {**c.evidence, "ungated_status": c.status},
+                            c.variants))
+    return gated
+
+
+def read_diagnostics(profile: str) -> tuple[list[Claim] | None, str]:
+    """The claims of outputs/study/<profile>/diagnostics.json (observations 4 and 5, written by diagnostics.py as
+    Claim records), and a note saying where they come from or why there are none."""
+    path = study_dir(profile) / "diagnostics.json"
+    if not path.is_file():
+        return None, f"Diagnostics are not available: {path} does not exist (notebooks/diagnostics.ipynb not run)."
+    try:
+        claims = [Claim.from_json(c) for c in json.loads(path.read_text())["claims"]]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        return None, (f"Diagnostics are not available: {path} could not be read as claims ({type(err).__name__}: "
+                      f"{err}); rerun notebooks/diagnostics.ipynb.")
+    return claims, f"Observations 4 and 5: claims of {path}."

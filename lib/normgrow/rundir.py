@@ -1,0 +1,278 @@
+"""The run directory: where a run lives, what its files are called, who may write it, and what summary.json holds.
+
+Every module that reads or writes a run goes through here; nothing else builds these paths or parses these names::
+
+    outputs/runs/<profile>/<run_name>/
+        config.json      the run's identity (run_identity), written once when the run starts
+        LOCK             held (flock) by the one process writing the run; holds its pid
+        metrics.jsonl    one JSON record per line (kind: eval | train | phase_end)
+        checkpoints/     last.pt (resume state, deleted when the run finishes), phase<i>_depth<d>.pt (the model at
+                         the end of phase i), final.pt (hard link to the last phase checkpoint)
+        summary.json     a Summary record, written last: its presence means the run finished
+        run.ipynb        the executed notebook (study runner)    diagnostics.json  (diagnostics.py)
+    outputs/study/<profile>/   the study's tables, claims, report
+
+Names: a profile name or run name is letters, digits, '.', '_', '-', starting with a letter or digit (so never
+'..', never a path separator, never a newline). ``runs_root`` / ``run_path`` / ``study_dir`` check the name and that
+the resolved path lies inside outputs/, before anything is created or deleted there.
+
+Identity: config.json holds everything that changes a run's numbers: the profile content after overrides (so a run
+with ``overrides: {train.lr: 0.5}`` differs from one without), the run parameters, the teacher cache key and
+NUMERICS_VERSION. A directory whose config.json differs is never resumed, counted or overwritten (train.py, study.py,
+the report). Library versions (torch, python) are recorded beside it as provenance but not compared: a patch release
+does not change what a run means, and refusing every run after an upgrade would lose more than it protects.
+"""
+from __future__ import annotations
+
+import dataclasses
+import errno
+import fcntl
+import os
+import re
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from .config import ParamError, outputs_dir
+from .utils import atomic_write_json, read_json
+
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+NUMERICS_VERSION = 1
+"""Bump when a code change changes the numbers a run produces: runs recorded with another value no longer count."""
+
+SWEEP_RUN_PREFIX = "sweep-"
+"""Run names of the lr sweep (sweep.py) start with this; they share outputs/runs/<profile>/ with the study's runs, so
+the report and the diagnostics skip them (their results are outputs/sweep/<profile>/)."""
+
+CONFIG, SUMMARY, METRICS, LOCK, NOTEBOOK = "config.json", "summary.json", "metrics.jsonl", "LOCK", "run.ipynb"
+CHECKPOINTS, LAST, FINAL = "checkpoints", "last.pt", "final.pt"
+PHASE_FILE = re.compile(r"phase(\d+)_depth(\d+)\.pt")
+
+
+class RunDirError(RuntimeError):
+    """A run directory is locked, damaged or holds something else; the message names the file and what to do."""
+
+
+# ----------------------------------------------------------------------------------------------------------- paths
+
+def check_name(what: str, value) -> str:
+    """value if it is a safe profile / run name, else ParamError naming the parameter."""
+    if not isinstance(value, str) or not NAME.fullmatch(value):
+        raise ParamError(f"{what}={value!r} must be 1-128 letters, digits, '.', '_' or '-', starting with a letter or "
+                         "digit (no '/', no '..', no spaces)")
+    return value
+
+
+def inside(root: Path, path: Path) -> Path:
+    """path, resolved, if it lies inside root (resolved); ParamError otherwise. Symlinks are followed."""
+    resolved, base = Path(path).resolve(), Path(root).resolve()
+    if not resolved.is_relative_to(base):
+        raise ParamError(f"{path} resolves to {resolved}, outside {base}; refusing to write or delete there")
+    return resolved
+
+
+def runs_root(profile: str) -> Path:
+    return inside(outputs_dir(), outputs_dir() / "runs" / check_name("profile", profile))
+
+
+def run_path(profile: str, run_name: str) -> Path:
+    return inside(runs_root(profile), runs_root(profile) / check_name("run_name", run_name))
+
+
+def study_dir(profile: str) -> Path:
+    return inside(outputs_dir(), outputs_dir() / "study" / check_name("profile", profile))
+
+
+def seeded_name(variant: str, seed: int) -> str:
+    """The study's run name for a variant (a file stem of params/runs) and a seed: 'post-grow', 2 -> 'post-grow-s2'."""
+    return f"{variant}-s{seed}"
+
+
+def is_study_run(run_dir: Path) -> bool:
+    return not Path(run_dir).name.startswith(SWEEP_RUN_PREFIX)
+
+
+def phase_checkpoint(run_dir: Path, phase: int, depth: int) -> Path:
+    return Path(run_dir) / CHECKPOINTS / f"phase{phase}_depth{depth}.pt"
+
+
+def phase_checkpoints(run_dir: Path) -> list[tuple[int, int, Path]]:
+    """[(phase, depth, path)] of a run's phase checkpoints, in phase order."""
+    found = [(int(m[1]), int(m[2]), p) for p in (Path(run_dir) / CHECKPOINTS).glob("phase*_depth*.pt")
+             if (m := PHASE_FILE.fullmatch(p.name))]
+    return sorted(found)
+
+
+def is_finished(run_dir: Path) -> bool:
+    return (Path(run_dir) / SUMMARY).is_file()
+
+
+def finished_runs(profile: str) -> list[Path]:
+    """The study's finished run directories of a profile (sweep runs excluded), by name."""
+    root = runs_root(profile)
+    return sorted(p.parent for p in root.glob(f"*/{SUMMARY}") if is_study_run(p.parent))
+
+
+def unfinished_runs(profile: str) -> list[str]:
+    """Names of the study's run directories without summary.json (running, interrupted or failed)."""
+    root = runs_root(profile)
+    return sorted(p.name for p in root.iterdir() if p.is_dir() and is_study_run(p) and not is_finished(p)) \
+        if root.is_dir() else []
+
+
+# -------------------------------------------------------------------------------------------------------- identity
+
+def read_identity(run_dir: Path) -> dict | None:
+    """config.json of a run (None when absent); a damaged one is a RunDirError naming it."""
+    path = Path(run_dir) / CONFIG
+    if not path.is_file():
+        return None
+    try:
+        return read_json(path)
+    except (OSError, ValueError) as err:
+        raise RunDirError(f"{path} is damaged ({err}); the run's parameters are unknown: move the directory away or "
+                          "delete it") from err
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def identity_differences(recorded: dict, expected: dict) -> list[str]:
+    """The dotted keys (e.g. 'profile.train.lr') on which two identities differ; provenance is not compared."""
+    a, b = _flatten(recorded), _flatten(expected)
+    return sorted(k for k in set(a) | set(b) if k.split(".")[0] != "environment" and a.get(k) != b.get(k))
+
+
+# --------------------------------------------------------------------------------------------------------- summary
+
+@dataclass(frozen=True)
+class PhaseSummary:
+    """The model at the end of one phase (a stage of the schedule)."""
+    phase: int
+    depth: int
+    step: int
+    tokens: int
+    active_layer_tokens: int
+    trainable_layer_tokens: int
+    val_ce: float
+    val_kd_ce: float
+
+
+@dataclass(frozen=True)
+class Summary:
+    """summary.json: the finished run's parameters, final numbers and one PhaseSummary per phase.
+
+    Read and written only through read_summary / write_summary: a missing, unknown or mistyped field is an error
+    naming the file, so a renamed field cannot silently become a NaN column in a table."""
+    run_name: str
+    profile: str
+    norm: str
+    schedule: str
+    freeze_prefix: bool
+    match_active_layer_tokens: str | None  # run name of the budget donor (same profile)
+    seed: int
+    teacher_key: str
+    depth: int
+    val_ce: float
+    val_kd_ce: float
+    tokens: int
+    active_layer_tokens: int
+    trainable_layer_tokens: int
+    steps: int
+    wall_s: float
+    train_tok_s: float
+    n_params: int
+    device: str
+    dtype: str
+    vocab: dict  # {mode, size, teacher_mass_outside}
+    phases: tuple[PhaseSummary, ...]
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self) | {"phases": [dataclasses.asdict(p) for p in self.phases]}
+
+
+_TYPES = {"str": (str,), "bool": (bool,), "int": (int,), "float": (int, float), "dict": (dict,),
+          "str | None": (str, type(None))}
+
+
+def _typed(cls, raw, where: str):
+    if not isinstance(raw, dict):
+        raise RunDirError(f"{where}: expected a JSON object, got {type(raw).__name__}")
+    names = [f.name for f in fields(cls)]
+    missing, unknown = [n for n in names if n not in raw], sorted(set(raw) - set(names))
+    if missing or unknown:
+        raise RunDirError(f"{where}: missing field(s) {missing or 'none'}, unknown field(s) {unknown or 'none'}; "
+                          f"{cls.__name__} has {', '.join(names)}")
+    for f in fields(cls):
+        allowed = _TYPES.get(str(f.type))
+        value = raw[f.name]
+        if allowed and (not isinstance(value, allowed) or (bool not in allowed and isinstance(value, bool))):
+            raise RunDirError(f"{where}: field {f.name}={value!r} is not a {f.type}")
+    return raw
+
+
+def read_summary(run_dir: Path) -> Summary:
+    path = Path(run_dir) / SUMMARY
+    try:
+        raw = read_json(path)
+    except (OSError, ValueError) as err:
+        raise RunDirError(f"{path} cannot be read ({err}); rerun the run with force=True") from err
+    _typed(Summary, raw, str(path))
+    if not isinstance(raw["phases"], list) or not raw["phases"]:
+        raise RunDirError(f"{path}: field phases must be a non-empty list")
+    phases = tuple(PhaseSummary(**_typed(PhaseSummary, p, f"{path} phases[{i}]")) for i, p in enumerate(raw["phases"]))
+    return Summary(**(raw | {"phases": phases}))
+
+
+def write_summary(run_dir: Path, summary: Summary) -> None:
+    _typed(Summary, summary.to_json(), "summary")
+    atomic_write_json(Path(run_dir) / SUMMARY, summary.to_json())
+
+
+# ------------------------------------------------------------------------------------------------------------ lock
+
+class RunLock:
+    """One writer per run directory: an exclusive flock on <run_dir>/LOCK, which holds the writer's pid.
+
+    flock is released by the kernel when its holder dies, so a lock left by a killed process is simply taken over;
+    a live holder makes acquire() raise RunDirError with its pid. The LOCK file itself stays (removing it would let
+    a second writer lock a new inode while the first still holds the old one)."""
+
+    def __init__(self, run_dir: Path):
+        self.path = Path(run_dir) / LOCK
+        self._fd: int | None = None
+
+    def acquire(self) -> "RunLock":
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            if err.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+            raise RunDirError(f"{self.path.parent} is being written by another process (pid {holder}, {self.path}); "
+                              "wait for it to finish or stop it, then run again") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.ftruncate(self._fd, 0)
+            os.close(self._fd)  # closing the descriptor releases the flock
+            self._fd = None
+
+    def __enter__(self) -> "RunLock":
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()

@@ -1,0 +1,140 @@
+"""The run directory contract (rundir.py) and what train.py guarantees through it: one writer per run, no run with
+other settings taken for a study run, non-finite numbers stop a run, damaged checkpoints are replaced or named."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import fakes
+from normgrow import rundir, train
+from normgrow.config import ParamError
+from normgrow.rundir import RunDirError, RunLock
+from normgrow.train import NonFiniteError, derive_run_name, make_run_spec, run_variant
+
+
+@pytest.fixture
+def outputs(tmp_path, monkeypatch):
+    monkeypatch.setenv("NORMGROW_OUTPUTS", str(tmp_path))
+    fakes.install(monkeypatch)
+    return tmp_path
+
+
+def spec(run_name="pre-grow-s0", **kw):
+    return make_run_spec(profile="tiny", norm=kw.pop("norm", "pre"), schedule=kw.pop("schedule", "grow"),
+                         run_name=run_name, overrides=kw.pop("overrides", fakes.TINY_OVERRIDES), **kw)
+
+
+def test_names_and_paths_stay_inside_outputs(outputs):
+    for bad in ("..", "../x", "a/b", "/tmp/victim", "a\n", "", ".hidden", "x" * 129, 3):
+        with pytest.raises(ParamError):
+            rundir.check_name("run_name", bad)
+    assert rundir.run_path("tiny", "pre-grow-s0") == (outputs / "runs" / "tiny" / "pre-grow-s0").resolve()
+    (outputs / "runs" / "tiny").mkdir(parents=True)
+    (outputs / "runs" / "tiny" / "link").symlink_to(outputs.parent)  # a symlinked run dir pointing outside
+    with pytest.raises(ParamError, match="outside"):
+        rundir.run_path("tiny", "link")
+
+
+def test_overrides_change_the_derived_name():
+    plain = derive_run_name("pre", "single", False, None, 0)
+    assert plain == "pre-single-s0"
+    tuned = derive_run_name("pre", "single", False, None, 0, {"train.lr": 0.5})
+    assert tuned.startswith("pre-single-o") and tuned.endswith("-s0") and tuned != plain
+    assert make_run_spec(profile="tiny", schedule="single", overrides={"train.lr": 0.5}).run_name == tuned
+
+
+def test_summary_record_fails_loudly(outputs):
+    summary = run_variant(spec(), progress=False)
+    run_dir = outputs / "runs" / "tiny" / "pre-grow-s0"
+    assert rundir.read_summary(run_dir).to_json() == summary
+    raw = json.loads((run_dir / "summary.json").read_text())
+    raw["valid_ce"] = raw.pop("val_ce")  # a renamed field
+    (run_dir / "summary.json").write_text(json.dumps(raw))
+    with pytest.raises(RunDirError, match=r"missing field\(s\) \['val_ce'\], unknown field\(s\) \['valid_ce'\]"):
+        rundir.read_summary(run_dir)
+    raw["val_ce"] = "5.0"
+    del raw["valid_ce"]
+    (run_dir / "summary.json").write_text(json.dumps(raw))
+    with pytest.raises(RunDirError, match="field val_ce='5.0' is not a float"):
+        rundir.read_summary(run_dir)
+
+
+def test_one_writer_per_run_directory(outputs):
+    run_dir = outputs / "runs" / "tiny" / "pre-grow-s0"
+    with RunLock(run_dir):
+        with pytest.raises(RunDirError, match=rf"being written by another process \(pid {__import__('os').getpid()}"):
+            run_variant(spec(), progress=False)
+    # a lock left by a process that died is taken over: flock is released with its holder
+    subprocess.run([sys.executable, "-c", f"import fcntl, os; fd = os.open({str(run_dir / 'LOCK')!r}, os.O_RDWR); "
+                    "fcntl.flock(fd, fcntl.LOCK_EX); os.write(fd, b'99999'); os._exit(9)"], check=False)
+    assert run_variant(spec(), progress=False)["steps"] == 12
+
+
+def test_non_finite_loss_stops_the_run_naming_the_step(outputs, monkeypatch):
+    real = train.distill.distill_loss_chunked
+    calls = {"n": 0}
+
+    def poisoned(*args, **kw):
+        loss, stats = real(*args, **kw)
+        calls["n"] += torch.is_grad_enabled()  # training steps only (evaluation runs under no_grad)
+        return (loss * float("nan"), stats) if calls["n"] == 5 and torch.is_grad_enabled() else (loss, stats)
+
+    monkeypatch.setattr(train.distill, "distill_loss_chunked", poisoned)
+    with pytest.raises(NonFiniteError, match=r"loss=nan, grad_norm=nan at step 5; the run stops unfinished"):
+        run_variant(spec(), progress=False)
+    run_dir = outputs / "runs" / "tiny" / "pre-grow-s0"
+    assert not (run_dir / "summary.json").exists()
+    assert "NaN" not in (run_dir / "metrics.jsonl").read_text()
+
+
+def _interrupt_at(monkeypatch, step):
+    real = train.Batches.__call__
+
+    def interrupted(self, s):
+        if s == step:
+            raise KeyboardInterrupt
+        return real(self, s)
+    monkeypatch.setattr(train.Batches, "__call__", interrupted)
+
+
+def test_damaged_last_checkpoint_resumes_from_the_phase_checkpoint(outputs, monkeypatch):
+    reference = run_variant(spec("reference"), progress=False)
+    with monkeypatch.context() as m:
+        _interrupt_at(m, 7)  # phase 0 ends at step 4; last.pt is rewritten at step 6 (checkpoint_every 3)
+        with pytest.raises(KeyboardInterrupt):
+            run_variant(spec(), progress=False)
+    run_dir = outputs / "runs" / "tiny" / "pre-grow-s0"
+    last = run_dir / "checkpoints" / "last.pt"
+    assert torch.load(last, weights_only=False)["counters"]["step"] == 6
+    last.write_bytes(last.read_bytes()[:1000])  # truncated
+    resumed = run_variant(spec(), progress=False)
+    assert (run_dir / "checkpoints" / "last.pt.damaged").is_file()
+    for key in ("val_ce", "val_kd_ce", "tokens", "active_layer_tokens", "steps"):
+        assert resumed[key] == pytest.approx(reference[key], abs=1e-6), key
+    steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+             if json.loads(line)["kind"] == "train"]
+    assert steps == list(range(1, 13))
+
+
+def test_damaged_checkpoints_without_replacement_name_the_way_forward(outputs, monkeypatch):
+    with monkeypatch.context() as m:
+        _interrupt_at(m, 3)  # before the first phase end: only last.pt (step 3) exists
+        with pytest.raises(KeyboardInterrupt):
+            run_variant(spec(), progress=False)
+    last = outputs / "runs" / "tiny" / "pre-grow-s0" / "checkpoints" / "last.pt"
+    last.write_bytes(b"garbage")
+    with pytest.raises(RunDirError, match="last.pt is damaged .* rerun with force=True"):
+        run_variant(spec(), progress=False)
+    assert run_variant(spec(force=True), progress=False)["steps"] == 12
+
+
+def test_force_empties_only_the_run_directory(outputs):
+    run_variant(spec(), progress=False)
+    keep = outputs / "runs" / "tiny" / "keep.txt"
+    keep.write_text("not a run")
+    run_variant(spec(force=True), progress=False)
+    assert keep.read_text() == "not a run"
