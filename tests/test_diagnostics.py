@@ -5,6 +5,8 @@ import os
 import time
 
 import pytest
+
+from normgrow.variants import load_gaps
 import torch
 
 from fakes import fake_cache
@@ -128,7 +130,7 @@ def test_skip_block_ce_equals_rebuilt_model(norm, batch):
                 k = ".".join(["blocks", str(i - (i > j))] + k.split(".")[2:])
             state[k] = v
         rebuilt.load_state_dict(state)
-        hs, _ = D.forward_boundaries(rebuilt, batch["tokens"])
+        hs = rebuilt.boundaries(batch["tokens"])
         expected = D.val_losses(rebuilt, hs[-1], batch)
         assert d["blocks"][j]["skip_ce"] == pytest.approx(expected["ce"], abs=1e-5)
         assert d["blocks"][j]["skip_kd_ce"] == pytest.approx(expected["kd_ce"], abs=1e-5)
@@ -167,18 +169,22 @@ def test_diagnose_run_caches_and_claims(tmp_path, batch):
     D.diagnose_run(pre, batch)
     assert (pre / "diagnostics.json").stat().st_mtime_ns != mtime  # a newer checkpoint forces a recompute
 
-    runs = {"pre-grow-s0": r, "post-grow-s0": D.diagnose_run(post, batch)}
-    c4, c5 = D.claim4(runs), D.claim5(runs)
-    assert c4["claim"] == 4 and c4["supported"] in (True, False) and "pre x" in c4["evidence"]
-    assert c5["claim"] == 5 and c5["supported"] in (True, False) and "rank" in c5["evidence"]
-    assert D.claim4({"pre-grow-s0": r})["supported"] is None
-    assert D.claim5({})["supported"] is None
+    runs = {"pre-grow-s0": r | {"variant": "pre-grow"}, "post-grow-s0": D.diagnose_run(post, batch) | {"variant": "post-grow"}}
+    grow = load_gaps()["grow"]
+    c4, c5 = D.claim4(runs, grow), D.claim5(runs, grow)
+    assert c4.claim == "obs4-boundary" and c4.supported in (True, False) and "pre x" in c4.sentence
+    assert c4.variants == ("pre-grow", "post-grow") and "pre/all" in c4.evidence
+    assert c5.claim == "obs5-identity" and c5.supported in (True, False) and "rank" in c5.sentence
+    assert D.claim4({"pre-grow-s0": runs["pre-grow-s0"]}, grow).status == "not testable"
+    assert D.claim5({}, grow).supported is None
+    # runs are selected by their recorded variant, not their names
+    renamed = {"mine": runs["pre-grow-s0"], "theirs": runs["post-grow-s0"]}
+    assert D.claim4(renamed, grow).sentence == c4.sentence
     rows = D.drift_rows(runs)
     assert len(rows) == 2 * len(D.GROUPS)
 
     from normgrow import diagplots
-    study = {"profile": "fake", "runs": runs, "claims": [c4, c5], "groups": list(D.GROUPS),
-             "claims_table": {"boundary_drift": rows, "final_block": D.final_block_rows(runs)}}
+    study = D.study_result("fake", batch["meta"], runs)
     figs = diagplots.static_figures(study)
     assert figs and all(hasattr(f, "to_html") for f in figs.values())
     out = diagplots.export_html(study, tmp_path / "diag.html")

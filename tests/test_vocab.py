@@ -102,7 +102,8 @@ def test_corpus_vocabulary_run(tmp_path, monkeypatch):
     monkeypatch.setenv("NORMGROW_OUTPUTS", str(tmp_path))
     cache = fakes.install(monkeypatch)
     overrides = fakes.TINY_OVERRIDES | {"student.vocab": "corpus"}
-    summary = run_variant(make_run_spec(profile="tiny", norm="post", schedule="joint", overrides=overrides),
+    summary = run_variant(make_run_spec(profile="tiny", norm="post", schedule="joint", overrides=overrides,
+                                       run_name="post-joint-s0"),
                           progress=False)
     occurring = np.union1d(cache.train.tokens, cache.val.tokens)
     assert summary["vocab"]["mode"] == "corpus" and summary["vocab"]["size"] == len(occurring) < fakes.VOCAB

@@ -166,7 +166,7 @@ def claims_table(study: dict) -> go.Figure:
         columnwidth=[1, 5, 2, 9],
         header=dict(values=["claim", "statement", "verdict", "evidence"], align="left"),
         cells=dict(values=[[c["claim"] for c in claims], [c["statement"] for c in claims],
-                           [verdict[c["supported"]] for c in claims], [c["evidence"] for c in claims]],
+                           [verdict[c["supported"]] for c in claims], [c["sentence"] for c in claims]],
                    align="left")))
     fig.update_layout(title="Diagnostic claims (STUDY.md observations 4 and 5), computed from the runs",
                       height=260 + 120 * len(claims))
@@ -210,7 +210,7 @@ def export_html(study: dict, path, figures: dict | None = None) -> Path:
              f"<p>Fixed batch: {html.escape(json.dumps(study.get('batch', {})))}</p>"]
     for c in study.get("claims", []):
         parts.append(f"<p><b>Claim {c['claim']}</b> ({verdict[c['supported']]}): {html.escape(c['statement'])}<br>"
-                     f"{html.escape(c['evidence'])}</p>")
+                     f"{html.escape(c['sentence'])}</p>")
     for i, (name, fig) in enumerate(figures.items()):
         parts.append(f"<h2>{html.escape(name)}</h2>")
         parts.append(fig.to_html(full_html=False, include_plotlyjs=(i == 0), div_id=f"fig-{name}"))
