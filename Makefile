@@ -23,6 +23,7 @@ study: $(STAMP)
 	$(PY) -m normgrow.study --profile $(PROFILE)
 
 test: $(STAMP)
+	$(VENV)/bin/ruff check lib tests scripts
 	$(PY) -m pytest -q
 
 bench: $(STAMP)

@@ -1,12 +1,15 @@
 """README evidence (Post-norm and the init scale): how much each block changes the residual stream at initialisation,
 pre vs post, at init_std 0.02 and 0.0625, on 8 validation sequences of the cpu cache. Run: .venv/bin/python scripts/init_update_ratio.py"""
-import torch, numpy as np
+import torch
+import numpy as np
 from normgrow.config import load_profile
 from normgrow.teacher import open_cache
 from normgrow.model import Student, StudentConfig
 from normgrow.vocab import VocabMap
 torch.set_num_threads(1)
-p = load_profile("cpu"); s = p.student; cache = open_cache(p)
+p = load_profile("cpu")
+s = p.student
+cache = open_cache(p)
 vm = VocabMap.for_cache(cache, "corpus")
 tok = vm.restrict({"tokens": torch.from_numpy(np.array(cache.val.tokens[:8], dtype=np.int64)), "targets": torch.zeros(8, 256, dtype=torch.long),
                    "topk_ids": torch.zeros(8, 256, 1, dtype=torch.long), "topk_logp": torch.zeros(8, 256, 1), "tail_logp": torch.zeros(8, 256)})["tokens"]

@@ -138,3 +138,29 @@ def test_force_empties_only_the_run_directory(outputs):
     keep.write_text("not a run")
     run_variant(spec(force=True), progress=False)
     assert keep.read_text() == "not a run"
+
+
+def test_study_refuses_a_run_made_with_other_settings(outputs, capsys):
+    """A run launched by hand into a study run's directory with overrides (the issue's lr 0.5 run) is reported by name
+    and never counted as finished; the study's own run with the profile's settings is accepted."""
+    from normgrow import study
+    (single,) = study.load_study(seeds=[0], variants=["pre-single"])
+    run_variant(make_run_spec(profile="tiny", schedule="single", run_name="pre-single-s0",
+                              overrides=fakes.TINY_OVERRIDES | {"train.lr": 0.5}), progress=False)
+    why = study.conflicting_run("tiny", single, teacher_key=None)
+    assert "pre-single-s0 holds a run made with other settings (profile." in why
+    other = make_run_spec(profile="tiny", schedule="single", run_name="pre-single-s1")
+    rundir.run_path("tiny", "pre-single-s1").mkdir(parents=True)
+    (rundir.run_path("tiny", "pre-single-s1") / "config.json").write_text(json.dumps(other.identity()))
+    (matching,) = study.load_study(seeds=[1], variants=["pre-single"])
+    assert study.conflicting_run("tiny", matching, teacher_key=None) is None
+
+
+def test_study_drops_repeated_runs_and_seeds(capsys):
+    from normgrow import study
+    runs = study.load_study(seeds=[0, 0, 1], variants=["pre-single", "pre-single", "post-grow", "post-joint-matched"])
+    assert [r.name for r in runs] == ["pre-single-s0", "pre-single-s1", "post-grow-s0", "post-grow-s1",
+                                      "post-joint-matched-s0", "post-joint-matched-s1"]
+    assert runs[-1].depends_on == "post-grow-s1"
+    out = capsys.readouterr().out
+    assert "duplicate runs ignored: pre-single" in out and "duplicate seeds ignored: 0" in out

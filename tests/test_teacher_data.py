@@ -7,7 +7,6 @@ conversion of the bundled teacher is shared with the real outputs/teacher/models
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 

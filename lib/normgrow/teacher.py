@@ -31,7 +31,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import config
 from .config import ParamError, Profile, TeacherParams
 from .data import (DataSet, _is_complete, document_start_id, ensure_data, loss_mask_np, normalize_source,
                    outputs_root, publish, remove_stale_tmp, tokenizer_identity)
