@@ -149,7 +149,7 @@ def test_study_refuses_a_run_made_with_other_settings(outputs, capsys):
                               overrides=fakes.TINY_OVERRIDES | {"train.lr": 0.5}), progress=False)
     why = study.conflicting_run("tiny", single, teacher_key=None)
     assert "pre-single-s0 holds a run made with other settings (profile." in why
-    other = make_run_spec(profile="tiny", schedule="single", run_name="pre-single-s1")
+    other = make_run_spec(profile="tiny", schedule="single", seed=1, run_name="pre-single-s1")
     rundir.run_path("tiny", "pre-single-s1").mkdir(parents=True)
     (rundir.run_path("tiny", "pre-single-s1") / "config.json").write_text(json.dumps(other.identity()))
     (matching,) = study.load_study(seeds=[1], variants=["pre-single"])
