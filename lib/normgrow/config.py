@@ -18,7 +18,9 @@ import copy
 import dataclasses
 import functools
 import json
+import math
 import os
+import re
 import typing
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -38,6 +40,38 @@ def outputs_dir() -> Path:
 
 class ParamError(ValueError):
     """A parameter has a bad name or value. The message names the key and what is allowed."""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that rejects a key given twice in one mapping (plain PyYAML keeps the last value silently,
+    so a profile with two `lr:` lines would train with whichever came last). Merge keys (<<) are exempt."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.setdefault(key, key_node.start_mark.line)
+            except TypeError:  # unhashable key: SafeLoader raises its own error below
+                continue
+            if first != key_node.start_mark.line:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (first given on line {first + 1})", key_node.start_mark)
+        return super().construct_mapping(node, deep)
+
+
+def read_yaml(path: Path) -> Any:
+    """Parse a params YAML file. Invalid YAML and duplicate keys raise ParamError naming the file and line."""
+    path = Path(path)
+    try:
+        return yaml.load(path.read_text(), Loader=_UniqueKeyLoader)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+        what = " ".join(str(x) for x in (getattr(e, "context", None), getattr(e, "problem", None)) if x) or str(e)
+        raise ParamError(f"{where}: invalid YAML: {what}; fix the file") from None
 
 
 @dataclass(frozen=True)
@@ -226,9 +260,19 @@ def load_profile(name: str, overrides: dict | None = None) -> Profile:
     if name not in available_profiles():  # a name, not a path: '../x' never reads or names another folder
         raise ParamError(f"profile={name!r} is not a profile; allowed values: {', '.join(available_profiles())}"
                          f" (files in {PARAMS_DIR / 'profiles'})")
-    raw = yaml.safe_load((PARAMS_DIR / "profiles" / f"{name}.yaml").read_text()) or {}
+    path = PARAMS_DIR / "profiles" / f"{name}.yaml"
+    raw = read_yaml(path)
+    if not isinstance(raw, dict):
+        raise ParamError(f"{path} is {'empty' if raw is None else 'not a mapping of sections'}; a profile needs the "
+                         f"sections {', '.join(SECTIONS)} (see params/profiles/tiny.yaml)")
+    missing = [s for s in SECTIONS if s not in raw]
+    if missing:
+        raise ParamError(f"{path} lacks the section(s) {', '.join(missing)}; a profile spells out every section "
+                         f"({', '.join(SECTIONS)}) so that no part of a run silently takes built-in defaults")
     raw = copy.deepcopy(raw)
     for dotted, value in (overrides or {}).items():
+        if not isinstance(dotted, str):
+            raise ParamError(f"override key {dotted!r} must be a dotted string like 'train.lr'")
         _set_dotted(raw, dotted, value)
     return profile_from_dict(raw, name)
 
@@ -240,6 +284,7 @@ def profile_from_dict(raw: dict, name: str) -> Profile:
     sections = {s: _build(cls, raw.get(s), s) for s, cls in SECTIONS.items()}
     sections["train"] = dataclasses.replace(sections["train"], lr=_check_lr(sections["train"].lr))
     profile = Profile(name=name, **sections)  # the file's stem: a profile cannot name another outputs folder
+    _check_values(profile)
     _check_cross(profile)
     return profile
 
@@ -250,9 +295,69 @@ def _check_lr(lr: Any) -> Any:
     if isinstance(lr, dict) and lr:
         return {str(k): _check_lr(v) for k, v in lr.items()}
     value = _coerce("train.lr", lr, float)
-    if not value > 0:
-        raise ParamError(f"train.lr={value!r} must be > 0 (a float, or a mapping like {{pre: 3.0e-3, post: 1.0e-3}})")
+    if not (math.isfinite(value) and value > 0):
+        raise ParamError(f"train.lr={value!r} must be > 0 and finite (a float, or a mapping like {{pre: 3.0e-3, post: 1.0e-3}})")
     return value
+
+
+SEED_LIMIT = 2 ** 32
+"""Seeds are integers in [0, 2**32): the range every seeding API here accepts (np.random.seed / RandomState reject
+2**32 and above, torch.manual_seed rejects 2**64 and above, numpy's default_rng takes any non-negative integer), so
+a seed that passes validation can never fail inside a run."""
+
+DEVICE_PATTERN = re.compile(r"auto|cpu|mps|cuda(:[0-9]+)?")
+DEVICE_KEYS = ("teacher.device", "train.device")
+
+RANGES = {  # key -> (allowed range as the message says it, test); every float must also be finite (_check_finite)
+    "student.init_std": ("> 0", lambda v: v > 0),
+    "student.rms_eps": ("> 0", lambda v: v > 0),
+    "student.rope_theta": ("> 0", lambda v: v > 0),
+    "train.min_lr_ratio": ("in [0, 1]", lambda v: 0 <= v <= 1),
+    "train.warmup_steps": (">= 0", lambda v: v >= 0),
+    "train.weight_decay": (">= 0", lambda v: v >= 0),
+    "train.grad_clip": ("> 0", lambda v: v > 0),
+    "train.eval_tokens": (">= 0 (0 = the whole validation split)", lambda v: v >= 0),
+}
+
+
+def check_seed(name: str, value: Any) -> int:
+    """A seed parameter (seed of a run, data.split_seed): an integer in [0, SEED_LIMIT)."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < SEED_LIMIT:
+        raise ParamError(f"{name}={value!r} must be an integer in [0, 2**32) (the range numpy and torch seeding "
+                         f"both accept)")
+    return value
+
+
+def _check_finite(key: str, value: Any) -> None:
+    """No NaN or infinity anywhere in the parameters (inside lists and mappings too): a NaN passes every `< x` test
+    and would only show as a NaN loss after the run directory exists."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ParamError(f"{key}={value!r} must be a finite number")
+    if isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            _check_finite(f"{key}[{i}]", v)
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _check_finite(f"{key}.{k}", v)
+
+
+def _check_values(p: Profile) -> None:
+    """Per-value checks beyond type, CHOICES and POSITIVE: finiteness, ranges, device names, Adam betas."""
+    for section in SECTIONS:
+        for f in fields(getattr(p, section)):
+            key = f"{section}.{f.name}"
+            value = getattr(getattr(p, section), f.name)
+            _check_finite(key, value)
+            if key in RANGES and not RANGES[key][1](value):
+                raise ParamError(f"{key}={value!r} must be {RANGES[key][0]}")
+            if key in DEVICE_KEYS and not (isinstance(value, str) and DEVICE_PATTERN.fullmatch(value)):
+                raise ParamError(f"{key}={value!r} is not a device; allowed values: auto, cpu, cuda, cuda:N, mps")
+    check_seed("data.split_seed", p.data.split_seed)
+    betas = p.train.betas
+    if (len(betas) != 2 or any(not isinstance(b, (int, float)) or isinstance(b, bool) or not 0 <= b < 1
+                               for b in betas)):
+        raise ParamError(f"train.betas={list(betas)!r} must be two numbers in [0, 1) (AdamW's beta1, beta2), "
+                         f"e.g. [0.9, 0.95]")
 
 
 def _check_cross(p: Profile) -> None:

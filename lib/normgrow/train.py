@@ -36,7 +36,7 @@ import torch
 from tqdm.auto import tqdm
 
 from . import distill
-from .config import ParamError, Profile, load_profile
+from .config import ParamError, Profile, check_seed, load_profile
 from .data import loss_mask, loss_mask_np
 from .growth import SCHEDULES, Phase, plan_phases
 from .model import NORMS, Student, StudentConfig, save_student
@@ -131,8 +131,7 @@ def make_run_spec(profile: str = "tiny", norm: str = "pre", schedule: str = "gro
     for name, value in (("freeze_prefix", freeze_prefix), ("force", force)):
         if not isinstance(value, bool):
             raise ParamError(f"{name}={value!r} must be True or False")
-    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2 ** 32:
-        raise ParamError(f"seed={seed!r} must be an integer in [0, 2**32) (what numpy's generators accept)")
+    check_seed("seed", seed)
     if freeze_prefix and schedule != "grow":
         raise ParamError(f"freeze_prefix=True needs schedule='grow' (got schedule={schedule!r})")
     if match_active_layer_tokens in ("", "None", "null"):

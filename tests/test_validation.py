@@ -1,0 +1,111 @@
+"""Parameter validation (config.py): every bad value fails at load time, with the key or the file and line."""
+import math
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from normgrow import config
+from normgrow.config import ParamError, check_seed, load_profile
+
+
+@pytest.mark.parametrize("key,value,match", [
+    ("train.device", "banana", "train.device='banana' is not a device; allowed values: auto, cpu, cuda, cuda:N, mps"),
+    ("teacher.device", "cuda:x", "teacher.device='cuda:x' is not a device"),
+    ("train.betas", [2, 3], r"train.betas=\[2, 3\] must be two numbers in \[0, 1\)"),
+    ("train.betas", [0.9], r"train.betas=\[0.9\] must be two numbers"),
+    ("student.init_std", -1, r"student.init_std=-1.0 must be > 0"),
+    ("student.init_std", float("inf"), "student.init_std=inf must be a finite number"),
+    ("train.lr", float("nan"), "train.lr=nan must be > 0 and finite"),
+    ("train.lr", "inf", "train.lr=inf must be > 0 and finite"),
+    ("train.lr", {"pre": float("nan"), "post": 1e-3}, "train.lr=nan must be > 0 and finite"),
+    ("distill.temperature", float("nan"), "distill.temperature=nan must be a finite number"),
+    ("train.min_lr_ratio", 1.5, r"train.min_lr_ratio=1.5 must be in \[0, 1\]"),
+    ("train.grad_clip", 0, "train.grad_clip=0.0 must be > 0"),
+    ("data.split_seed", 2 ** 64, r"data.split_seed=18446744073709551616 must be an integer in \[0, 2\*\*32\)"),
+    ("data.source", {"files": ["a.txt"], "weights": [float("nan")]}, r"data.source.weights\[0\]=nan must be a finite number"),
+])
+def test_bad_values_fail_at_load(key, value, match):
+    with pytest.raises(ParamError, match=match):
+        load_profile("tiny", {key: value})
+
+
+@pytest.mark.parametrize("device", ["auto", "cpu", "cuda", "cuda:1", "mps"])
+def test_device_names_accepted(device):
+    assert load_profile("tiny", {"train.device": device}).train.device == device
+
+
+def test_committed_profiles_load():
+    for name in config.available_profiles():
+        assert load_profile(name).name == name
+
+
+def test_seed_range_is_what_numpy_and_torch_accept():
+    top = config.SEED_LIMIT - 1
+    assert check_seed("seed", top) == top
+    np.random.seed(top)  # the narrowest seeding API: the largest allowed seed works there
+    torch.manual_seed(top)
+    with pytest.raises(ValueError):
+        np.random.seed(config.SEED_LIMIT)  # ... and the first rejected one is rejected there too
+    for bad in (config.SEED_LIMIT, 18446744073709551616, -1, True, 1.0, "3"):
+        with pytest.raises(ParamError, match=r"seed=.* must be an integer in \[0, 2\*\*32\)"):
+            check_seed("seed", bad)
+
+
+def test_integer_override_key():
+    with pytest.raises(ParamError, match="override key 3 must be a dotted string"):
+        load_profile("tiny", {3: 1})
+
+
+@pytest.fixture
+def profiles(tmp_path, monkeypatch):
+    """A params dir holding a copy of the tiny profile; returns the profiles folder."""
+    (tmp_path / "profiles").mkdir()
+    shutil.copy(config.PARAMS_DIR / "profiles" / "tiny.yaml", tmp_path / "profiles" / "tiny.yaml")
+    monkeypatch.setattr(config, "PARAMS_DIR", tmp_path)
+    return tmp_path / "profiles"
+
+
+def test_profile_files_must_be_complete(profiles):
+    (profiles / "empty.yaml").write_text("# nothing here\n")
+    with pytest.raises(ParamError, match=r"empty.yaml is empty; a profile needs the sections teacher, data"):
+        load_profile("empty")
+    tiny = (profiles / "tiny.yaml").read_text()
+    (profiles / "nocache.yaml").write_text(tiny.replace("cache:\n  k: 8\n", ""))
+    with pytest.raises(ParamError, match=r"nocache.yaml lacks the section\(s\) cache"):
+        load_profile("nocache")
+    (profiles / "list.yaml").write_text("- teacher\n")
+    with pytest.raises(ParamError, match="list.yaml is not a mapping of sections"):
+        load_profile("list")
+    assert load_profile("tiny").cache.k == 8
+
+
+def test_duplicate_key_names_key_file_and_line(profiles):
+    tiny = (profiles / "tiny.yaml").read_text()
+    assert "  lr: 3.0e-3\n" in tiny
+    (profiles / "dup.yaml").write_text(tiny.replace("  lr: 3.0e-3\n", "  lr: 3.0e-3\n  lr: 1.0e-2\n"))
+    line = tiny.splitlines().index("  lr: 3.0e-3") + 2  # 1-based line of the second lr
+    with pytest.raises(ParamError, match=rf"dup.yaml:{line}:3: invalid YAML: duplicate key 'lr' "
+                                         rf"\(first given on line {line - 1}\)"):
+        load_profile("dup")
+    # merge keys are not duplicates; explicit keys still override merged ones
+    assert config.read_yaml(_write(profiles / "merge.yaml", "a: &x {k: 1}\nb: {<<: *x, k: 2}\n")) == \
+        {"a": {"k": 1}, "b": {"k": 2}}
+
+
+def test_invalid_yaml_names_file_and_line(profiles):
+    (profiles / "bad.yaml").write_text("teacher:\n  source: bundled\ndata: [1, 2\n")
+    with pytest.raises(ParamError, match=r"bad.yaml:\d+:\d+: invalid YAML: .*fix the file") as e:
+        load_profile("bad")
+    assert "<unicode string>" not in str(e.value)
+
+
+def _write(path, text):
+    path.write_text(text)
+    return path
+
+
+def test_nan_check_does_not_reject_finite_floats():
+    p = load_profile("tiny", {"train.lr": "3e-3", "student.init_std": 0.05})
+    assert p.train.lr == 3e-3 and math.isfinite(p.student.init_std)
