@@ -164,3 +164,24 @@ def test_study_drops_repeated_runs_and_seeds(capsys):
     assert runs[-1].depends_on == "post-grow-s1"
     out = capsys.readouterr().out
     assert "duplicate runs ignored: pre-single" in out and "duplicate seeds ignored: 0" in out
+
+
+@pytest.mark.parametrize("failure", [OSError(28, "No space left on device"),
+                                     RuntimeError("[enforce fail at inline_container.cc:603] . unexpected pos 64")])
+def test_full_disk_is_named_and_leaves_no_temporary_file(tmp_path, monkeypatch, failure):
+    """torch.save on a full disk raises OSError(ENOSPC) or, from its zip writer, a RuntimeError that does not say why:
+    both become 'no space left on device' with the file, and the temporary file is removed."""
+    import shutil
+    from normgrow import model as model_module
+    student = model_module.Student(model_module.StudentConfig(vocab_size=8, n_layers=1, d_model=8, n_heads=2,
+                                                              n_kv_heads=1, head_dim=4, d_ff=16))
+
+    def full(obj, path):
+        open(path, "wb").write(b"partial")
+        raise failure
+    monkeypatch.setattr(model_module.torch, "save", full)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10 << 30, 10 << 30, 0))
+    target = tmp_path / "checkpoints" / "last.pt"
+    with pytest.raises(OSError, match=f"no space left on device writing {target}"):
+        model_module.save_student(target, student)
+    assert list(target.parent.iterdir()) == []

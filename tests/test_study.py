@@ -138,7 +138,10 @@ def kill_tree(proc: subprocess.Popen) -> None:
         descendants = psutil.Process(proc.pid).children(recursive=True)
     except psutil.NoSuchProcess:
         descendants = []
-    os.killpg(proc.pid, signal.SIGKILL)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:  # the group is gone already
+        pass
     for child in descendants:
         try:
             child.kill()
@@ -178,22 +181,66 @@ def test_killed_study_resumes_to_the_same_numbers(finished_study, tmp_path, shar
 
 
 def test_failed_donor_is_reported_and_its_matched_run_skipped(tmp_path, share_cache):
-    """post-grow-s0 fails (its directory holds a run with other parameters, which run_variant refuses): the runner
-    names the executed notebook, skips the matched run that takes its budget, keeps the other directory untouched
-    and exits non-zero."""
+    """post-grow-s0 fails (another process holds its run directory's lock, so run_variant stops with the holder's
+    pid): the runner names the executed notebook, skips the matched run that takes its budget, and exits non-zero."""
+    root = make_outputs(tmp_path / "outputs", share_cache)
+    donor = root / "runs" / PROFILE / RUN_NAMES[0]
+    donor.mkdir(parents=True)
+    holder = subprocess.Popen([sys.executable, "-c", f"import fcntl, os, time; fd = os.open({str(donor / 'LOCK')!r}, "
+                               "os.O_RDWR | os.O_CREAT); fcntl.flock(fd, fcntl.LOCK_EX); "
+                               "os.write(fd, str(os.getpid()).encode()); time.sleep(600)"])
+    try:
+        while not (donor / "LOCK").is_file() or not (donor / "LOCK").read_text():
+            time.sleep(0.05)
+        proc, _ = run_study(root)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    assert f"FAILED {RUN_NAMES[0]}: PapermillExecutionError" in proc.stdout
+    assert f"executed notebook {donor / 'run.ipynb'}" in proc.stdout
+    assert f"is being written by another process (pid {holder.pid}" in (donor / "run.ipynb").read_text()
+    assert f"skipped {RUN_NAMES[1]}: its budget donor {RUN_NAMES[0]} failed" in proc.stdout
+    assert not (donor / "summary.json").exists() and not (root / "runs" / PROFILE / RUN_NAMES[1]).exists()
+    assert "study tiny: 0/2 runs finished" in proc.stdout
+
+
+def test_run_with_other_settings_is_refused_by_name(tmp_path, share_cache):
+    """A directory of a study run holding a run made with other settings is refused before anything runs, named with
+    the differing keys, and left as it is."""
     root = make_outputs(tmp_path / "outputs", share_cache)
     donor = root / "runs" / PROFILE / RUN_NAMES[0]
     donor.mkdir(parents=True)
     (donor / "config.json").write_text('{"run_name": "someone-else"}')
     proc, _ = run_study(root)
     assert proc.returncode == 1, proc.stdout[-3000:]
-    assert f"FAILED {RUN_NAMES[0]}: PapermillExecutionError" in proc.stdout
-    assert f"executed notebook: {donor / 'run.ipynb'}" in proc.stdout
+    assert f"refused {RUN_NAMES[0]}: {donor} holds a run made with other settings" in proc.stdout
     assert f"skipped {RUN_NAMES[1]}: its budget donor {RUN_NAMES[0]} failed" in proc.stdout
-    assert (donor / "config.json").read_text() == '{"run_name": "someone-else"}'
-    assert (donor / "run.ipynb").is_file()
-    assert not (root / "runs" / PROFILE / RUN_NAMES[1]).exists()
-    assert "study tiny: 0/2 runs finished" in proc.stdout
+    assert (donor / "config.json").read_text() == '{"run_name": "someone-else"}' and not (donor / "run.ipynb").exists()
+
+
+def test_killed_runner_takes_its_workers_and_kernels_along(tmp_path, share_cache):
+    """SIGKILL of the runner alone (not its process group): its workers get SIGTERM from the OS and stop their
+    kernels, so nothing keeps training the run."""
+    import psutil
+    root = make_outputs(tmp_path / "outputs", share_cache)
+    first = root / "runs" / PROFILE / RUN_NAMES[0]
+    proc = subprocess.Popen(COMMAND, cwd=REPO, env=study_env(root), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.time() + STUDY_TIMEOUT
+        while not (first / "metrics.jsonl").is_file():  # the run's kernel is training
+            assert proc.poll() is None, f"the study ended (rc {proc.returncode}) before the run started"
+            assert time.time() < deadline, "the run did not start before the timeout"
+            time.sleep(0.2)
+        descendants = psutil.Process(proc.pid).children(recursive=True)
+        assert len(descendants) >= 2  # a worker and its kernel at least
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        _, alive = psutil.wait_procs(descendants, timeout=30)
+        assert not alive, f"left running after the runner was killed: {[p.cmdline()[:3] for p in alive]}"
+    finally:
+        kill_tree(proc)
 
 
 @pytest.mark.parametrize("jobs, needle", [("[2]", "jobs must map profile names"), ("{tiny: 0}", "jobs.tiny=0"),

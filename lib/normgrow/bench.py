@@ -47,7 +47,7 @@ from . import distill
 from .config import PARAMS_DIR, load_profile, outputs_dir
 from .growth import plan_phases
 from .model import Student, StudentConfig
-from .utils import cpu_flags, dtype_name, resolve_dtype
+from .utils import TRAIN_DTYPES, cpu_flags, dtype_name, resolve_dtype
 
 CANDIDATES = ("normgrow", "normgrow_trainpy", "normgrow_reference", "hf_cached", "hf_online")
 
@@ -445,7 +445,7 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--candidates", nargs="+", default=list(CANDIDATES), choices=CANDIDATES)
     ap.add_argument("--data", default="auto", choices=("auto", "cache", "synthetic"))
-    ap.add_argument("--dtype", default="auto", choices=("auto", "bfloat16", "float32"),
+    ap.add_argument("--dtype", default="auto", choices=TRAIN_DTYPES,
                     help="auto: bf16 where the CPU computes it natively (AMX / AVX512-BF16), else float32")
     ap.add_argument("--chunk-size", type=int, default=None)
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's default)")

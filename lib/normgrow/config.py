@@ -171,11 +171,11 @@ def choices() -> dict[str, tuple]:
     distill.py imports this module); the two train.* lists live here because train.py imports this module too."""
     from .distill import LOSSES, TAILS
     from .model import BLOCK_INITS
-    from .utils import DTYPES
+    from .utils import DTYPES, TRAIN_DTYPES
     from .vocab import VOCABS
     return {"teacher.dtype": ("auto",) + tuple(DTYPES), "student.vocab": VOCABS, "student.new_block_init": BLOCK_INITS,
             "train.lr_schedule": ("per_stage", "global"), "train.optimizer_on_grow": ("reset", "keep"),
-            "train.dtype": ("auto", "bfloat16", "float32"), "distill.loss": LOSSES, "distill.tail": TAILS}
+            "train.dtype": TRAIN_DTYPES, "distill.loss": LOSSES, "distill.tail": TAILS}
 
 
 POSITIVE = {

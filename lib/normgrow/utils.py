@@ -79,7 +79,9 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
-"""The dtype options by name (teacher.dtype, train.dtype and bench --dtype allow 'auto' and a subset of these)."""
+"""The dtype options by name: teacher.dtype allows 'auto' and all of them."""
+TRAIN_DTYPES = ("auto", "bfloat16", "float32")
+"""train.dtype and bench --dtype: autocast dtypes (float16 autocast would need a grad scaler, which train.py lacks)."""
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
