@@ -1,3 +1,4 @@
+import errno
 import json
 
 import pytest
@@ -60,15 +61,21 @@ def test_post_norm_export_roundtrips(tmp_path):
         assert torch.equal(loaded(idx), model(idx))
 
 
-def test_cli_copies_tokenizer(tmp_path, capsys):
+def save_tokenizer(folder):
     from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
 
     vocab = {"<bos>": 0, "<eos>": 1, **{f"w{i}": i + 2 for i in range(V - 2)}}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<eos>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>").save_pretrained(
-        tmp_path / "tok")
+    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>").save_pretrained(folder)
+    return folder
+
+
+def test_cli_copies_tokenizer(tmp_path, capsys):
+    from transformers import AutoTokenizer
+
+    save_tokenizer(tmp_path / "tok")
     src = run_dir(tmp_path, random_student("pre"), {"tokenizer_dir": str(tmp_path / "tok")})
     main(["export", str(src), str(tmp_path / "hf")])
     assert "Qwen3ForCausalLM" in capsys.readouterr().out
@@ -82,3 +89,74 @@ def test_cli_errors(tmp_path):
         main([])
     with pytest.raises(FileNotFoundError, match="checkpoints/final.pt"):
         main(["export", str(tmp_path), str(tmp_path / "out")])
+
+
+@pytest.fixture
+def study_run(tmp_path, monkeypatch):
+    """outputs/runs/tiny/r (config.json naming its teacher cache, checkpoints/final.pt with a corpus vocabulary) and
+    outputs/teacher/<key>/tokenizer, under a temporary outputs root."""
+    monkeypatch.setenv("NORMGROW_OUTPUTS", str(tmp_path / "outputs"))
+    save_tokenizer(tmp_path / "outputs" / "teacher" / "k123" / "tokenizer")
+    run = tmp_path / "outputs" / "runs" / "tiny" / "r"
+    vocab = {"teacher_vocab_size": 500, "teacher_ids": list(range(400, 400 + V))}
+    save_student(run / "checkpoints" / "final.pt", random_student("pre"), {"vocab": vocab})
+    (run / "config.json").write_text(json.dumps({"run_name": "r", "teacher_key": "k123"}))
+    return run
+
+
+def test_export_refuses_run_dirs_and_nonempty_folders(study_run, tmp_path):
+    config_bytes = (study_run / "config.json").read_bytes()
+    for dest in (study_run, study_run / "checkpoints", study_run / "new", study_run.parent / "other"):
+        for force in ([], ["--force"]):
+            with pytest.raises(FileExistsError, match="would overwrite the run's files"):
+                main(["export", str(study_run), str(dest)] + force)
+    assert (study_run / "config.json").read_bytes() == config_bytes
+    assert not (study_run / "new").exists() and not (study_run.parent / "other").exists()
+    # a folder holding another run's files, outside outputs/runs
+    other = tmp_path / "elsewhere"
+    (other / "checkpoints").mkdir(parents=True)
+    (other / "config.json").write_text("{}")
+    with pytest.raises(FileExistsError, match=f"the run directory {other}"):
+        main(["export", str(study_run), str(other), "--force"])
+    # a non-empty folder: only with --force, which overwrites the exported files and deletes nothing
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    (dest / "keep.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="exists and is not empty.*--force"):
+        main(["export", str(study_run), str(dest)])
+    main(["export", str(study_run), str(dest), "--force"])
+    assert (dest / "keep.txt").read_text() == "mine" and (dest / "model.safetensors").is_file()
+
+
+def test_export_finds_the_runs_tokenizer(study_run, tmp_path):
+    from transformers import AutoTokenizer
+
+    info = export_student(study_run, tmp_path / "hf")
+    assert info["tokenizer_dir"] == str(study_run.parents[2] / "teacher" / "k123" / "tokenizer")
+    tok = AutoTokenizer.from_pretrained(tmp_path / "hf")
+    assert tok("w3 w5").input_ids == [5, 7]
+    vocab = json.loads((tmp_path / "hf" / "normgrow_vocab.json").read_text())
+    assert vocab["teacher_ids"][:2] == [400, 401] and len(vocab["teacher_ids"]) == V
+    # the same run exported again from its checkpoint file finds the same tokenizer; without the cache there is none
+    assert export_student(study_run / "checkpoints" / "final.pt", tmp_path / "hf2")["tokenizer_dir"] == \
+        info["tokenizer_dir"]
+    import shutil
+    shutil.rmtree(study_run.parents[2] / "teacher")
+    info = export_student(study_run, tmp_path / "hf3")
+    assert info["tokenizer_dir"] is None and "No tokenizer found" in info["message"]
+
+
+@pytest.mark.parametrize("error", [OSError(errno.ENOSPC, "No space left on device"),
+                                   RuntimeError("[enforce fail at inline_container.cc:659] . unexpected pos 320 vs "
+                                                "206. PytorchStreamWriter failed writing file data/0: file write "
+                                                "failed")])
+def test_export_disk_full(tmp_path, monkeypatch, error):
+    import normgrow.export as export
+
+    def full(*a, **k):
+        raise error
+    monkeypatch.setattr(export, "save_student", full)
+    src = run_dir(tmp_path, random_student("post"))
+    with pytest.raises(OSError, match=f"no space left on device while writing {tmp_path / 'out'}") as e:
+        export_student(src, tmp_path / "out")
+    assert e.value.errno == errno.ENOSPC

@@ -182,6 +182,6 @@ def test_full_disk_is_named_and_leaves_no_temporary_file(tmp_path, monkeypatch, 
     monkeypatch.setattr(model_module.torch, "save", full)
     monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10 << 30, 10 << 30, 0))
     target = tmp_path / "checkpoints" / "last.pt"
-    with pytest.raises(OSError, match=f"no space left on device writing {target}"):
+    with pytest.raises(OSError, match=f"no space left on device while writing {target}"):
         model_module.save_student(target, student)
     assert list(target.parent.iterdir()) == []

@@ -211,7 +211,7 @@ def test_key_invalidation(tiny_llama, corpus_files, smol_tokenizer, tmp_path):
     tok = teacher.load_tokenizer(TeacherParams(source=str(other)))
     tok.add_tokens(["<|newtoken|>"])
     tok.save_pretrained(other)
-    assert teacher._resolve_key(p_b, False)[3] != c_b.key
+    assert teacher._resolve_key(p_b)[3] != c_b.key
 
 
 def test_interrupted_write_is_detected_and_rebuilt(tiny_llama, corpus_files, monkeypatch, out_root):
@@ -227,8 +227,8 @@ def test_interrupted_write_is_detected_and_rebuilt(tiny_llama, corpus_files, mon
     monkeypatch.setattr(teacher, "topk_forward", crash_after_one)
     with pytest.raises(KeyboardInterrupt):
         teacher.ensure_cache(p, progress=False)
-    leftovers = [d for d in (out_root / "teacher").iterdir() if d.name.startswith(".tmp-")]
-    assert leftovers, "the interrupted build stays in a temp dir, never under the final name"
+    assert not (out_root / "teacher").exists() or not any((out_root / "teacher").iterdir()), \
+        "a failed build leaves nothing: not under the final name, and its temp dir is removed"
     with pytest.raises(FileNotFoundError, match="profile tiny"):
         teacher.open_cache(p)
     monkeypatch.setattr(teacher, "topk_forward", real)
@@ -236,16 +236,22 @@ def test_interrupted_write_is_detected_and_rebuilt(tiny_llama, corpus_files, mon
     assert not any(d.name.startswith(".tmp-") for d in (out_root / "teacher").iterdir())
     ref = np.array(good.train.topk_logp)
 
-    # a directory under the final name without a valid COMPLETE marker (half-written by some other writer)
-    for corrupt in ("missing", "wrong"):
+    # a directory under the final name without a valid COMPLETE marker (half-written by some other writer), or with
+    # a valid marker and damaged contents (a well-formed .npy of another size: only the checksum tells)
+    for corrupt in ("missing", "wrong", "damaged"):
         marker = good.dir / "COMPLETE"
         if corrupt == "missing":
             marker.unlink()
-        else:
+        elif corrupt == "wrong":
             marker.write_text("not-the-key\n")
         np.save(good.dir / "train" / "topk_logp.npy", np.zeros((1,), np.float32))  # garbage contents
-        with pytest.raises(FileNotFoundError, match="incomplete"):
-            teacher.open_cache(p)
+        if corrupt == "damaged":
+            with pytest.raises(data.CacheDamagedError, match=r"train/topk_logp.npy: .* recorded at build time.*"
+                                                             r"Delete it \(rm -rf"):
+                teacher.open_cache(p)
+        else:
+            with pytest.raises(FileNotFoundError, match="incomplete"):
+                teacher.open_cache(p)
         good = teacher.ensure_cache(p, progress=False)
         np.testing.assert_array_equal(np.array(good.train.topk_logp), ref)
 

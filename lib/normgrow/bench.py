@@ -41,12 +41,12 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-import yaml
 
 from . import distill
-from .config import PARAMS_DIR, load_profile, outputs_dir
+from .config import PARAMS_DIR, load_profile, outputs_dir, read_yaml
 from .growth import plan_phases
 from .model import Student, StudentConfig
+from .variants import load_variants
 from .utils import TRAIN_DTYPES, cpu_flags, dtype_name, resolve_dtype
 
 CANDIDATES = ("normgrow", "normgrow_trainpy", "normgrow_reference", "hf_cached", "hf_online")
@@ -304,8 +304,9 @@ def _memory_subprocess(args, name: str) -> dict:
 # ----------------------------------------------------------------------------------------------- study cost
 def study_teacher_cost(profile, teacher_tok_s: float) -> dict:
     """Estimated teacher seconds: one cached pass over the profile's tokens vs one online pass per run x seed."""
-    study = yaml.safe_load((PARAMS_DIR / "study.yaml").read_text())
-    runs = {name: yaml.safe_load((PARAMS_DIR / "runs" / f"{name}.yaml").read_text()) for name in study["runs"]}
+    study = read_yaml(PARAMS_DIR / "study.yaml")
+    variants = load_variants()
+    runs = {name: variants[name].parameters() for name in study["runs"]}
     tp = profile.train
     tps = tp.batch_size * profile.data.seq_len
     tokens, alt = {}, {}

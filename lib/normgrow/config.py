@@ -296,7 +296,8 @@ def _check_lr(lr: Any) -> Any:
         return {str(k): _check_lr(v) for k, v in lr.items()}
     value = _coerce("train.lr", lr, float)
     if not (math.isfinite(value) and value > 0):
-        raise ParamError(f"train.lr={value!r} must be > 0 and finite (a float, or a mapping like {{pre: 3.0e-3, post: 1.0e-3}})")
+        raise ParamError(f"train.lr={value!r} must be > 0 and finite (a float, or a mapping like "
+                         f"{{pre: 3.0e-3, post: 1.0e-3}})")
     return value
 
 

@@ -7,9 +7,14 @@ post-norm -> no transformers architecture puts the norm after the residual sum, 
              checkpoint: OUT_DIR/student.pt (save_student format) + OUT_DIR/config.json (StudentConfig), loadable
              with normgrow.model.load_student(OUT_DIR).
 
-A tokenizer is copied into OUT_DIR when the checkpoint's extra entries name one ("tokenizer_dir"). A student with
-the corpus vocabulary (student.vocab: corpus, vocab.py) also gets OUT_DIR/normgrow_vocab.json, the tokenizer id of
-each model id.
+The teacher's tokenizer is copied into OUT_DIR (find_tokenizer: the checkpoint's "tokenizer_dir" entry, else the
+teacher cache the run was trained on, named by teacher_key in the run's config.json / summary.json, else a tokenizer
+saved next to the checkpoint by an earlier export). A student with the corpus vocabulary (student.vocab: corpus,
+vocab.py) also gets OUT_DIR/normgrow_vocab.json: model id i is tokenizer id teacher_ids[i].
+
+Destination safety: OUT_DIR must not be, or lie inside, a run directory or outputs/runs (an export there would
+overwrite the run's config.json), and an existing non-empty OUT_DIR needs force=True (files are then overwritten
+one by one; nothing is ever deleted). A full disk raises OSError(ENOSPC) naming the file (utils.disk_full_errors).
 """
 from __future__ import annotations
 
@@ -18,8 +23,9 @@ from pathlib import Path
 
 import torch
 
+from .config import outputs_dir
 from .model import Student, load_checkpoint, resolve_checkpoint, save_student
-from .utils import atomic_write_json
+from .utils import atomic_write_json, disk_full_errors, read_json
 
 # normgrow parameter name prefix -> transformers Qwen3ForCausalLM name prefix (first match wins).
 QWEN3_NAMES = (
@@ -89,6 +95,49 @@ def max_logit_diff(model: Student, hf, seq_len: int = 16, seed: int = 0) -> floa
     return (ours - theirs).abs().max().item()
 
 
+RUN_FILES = ("config.json", "metrics.jsonl", "summary.json", "checkpoints")  # train.py: what a run directory holds
+
+
+def _is_run_dir(d: Path) -> bool:
+    """A run directory: checkpoints/ or metrics.jsonl or summary.json next to a config.json."""
+    return (d / "config.json").is_file() and any((d / name).exists() for name in RUN_FILES[1:])
+
+
+def check_destination(out_dir: Path, force: bool = False) -> None:
+    """Refuse a destination whose files an export would overwrite (see the module docstring); force=True only
+    allows writing into an existing non-empty folder that is not a run's."""
+    out = Path(out_dir).resolve()
+    runs = (outputs_dir() / "runs").resolve()
+    for d in (out, *out.parents):
+        if d == runs or _is_run_dir(d):
+            raise FileExistsError(f"export destination {out_dir} is {'' if d == out else 'inside '}"
+                                  f"{'outputs/runs' if d == runs else 'the run directory ' + str(d)}; an export "
+                                  f"there would overwrite the run's files. Choose a folder outside "
+                                  f"{runs if d == runs else d} (--force does not change this)")
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"export destination {out_dir} is a file; choose a folder")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise FileExistsError(f"export destination {out_dir} exists and is not empty; choose a new folder, or pass "
+                              f"--force (force=True) to overwrite the files an export writes there")
+
+
+def find_tokenizer(ckpt_path: Path, extra: dict) -> str | None:
+    """The tokenizer folder of the checkpoint's teacher, or None (see the module docstring for the order)."""
+    from .teacher import teacher_root
+    if extra.get("tokenizer_dir"):
+        return str(extra["tokenizer_dir"])
+    folder = ckpt_path.parent
+    run = folder.parent if folder.name == "checkpoints" else folder
+    for name in ("config.json", "summary.json"):
+        try:
+            key = read_json(run / name).get("teacher_key")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if key and (teacher_root() / key / "tokenizer").is_dir():
+            return str(teacher_root() / key / "tokenizer")
+    return str(folder) if (folder / "tokenizer_config.json").is_file() else None
+
+
 def _copy_tokenizer(tokenizer_dir, out_dir: Path) -> dict:
     from transformers import AutoTokenizer
 
@@ -98,14 +147,20 @@ def _copy_tokenizer(tokenizer_dir, out_dir: Path) -> dict:
             if getattr(tok, k, None) is not None}
 
 
-def export_student(src, out_dir) -> dict:
+def export_student(src, out_dir, force: bool = False) -> dict:
     """Export the checkpoint at src (a run dir or a .pt file) into out_dir; returns what was written."""
+    out_dir = Path(out_dir)
+    check_destination(out_dir, force)
     ckpt_path = resolve_checkpoint(src)
     model, extra = load_checkpoint(ckpt_path)
     model = model.float().eval()
-    out_dir = Path(out_dir)
+    with disk_full_errors(out_dir):
+        return _write_export(model, extra, ckpt_path, out_dir)
+
+
+def _write_export(model: Student, extra: dict, ckpt_path: Path, out_dir: Path) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
-    tokenizer_dir = extra.get("tokenizer_dir")
+    tokenizer_dir = find_tokenizer(ckpt_path, extra)
     token_ids = _copy_tokenizer(tokenizer_dir, out_dir) if tokenizer_dir else {}
     info = {"source": str(ckpt_path), "norm": model.cfg.norm, "n_layers": model.cfg.n_layers,
             "tokenizer_dir": tokenizer_dir}
@@ -131,5 +186,8 @@ def export_student(src, out_dir) -> dict:
         info["vocab"] = (f"corpus vocabulary of {len(vocab['teacher_ids'])} ids: model id i is tokenizer id "
                          f"teacher_ids[i] of normgrow_vocab.json; map tokenizer ids through it before and after")
         info["message"] += f". {info['vocab']}"
+    if tokenizer_dir is None:
+        info["message"] += (". No tokenizer found (the checkpoint names none and the run's teacher cache is gone): "
+                            "copy the teacher's tokenizer in by hand (outputs/teacher/<teacher_key>/tokenizer)")
     atomic_write_json(out_dir / "normgrow_export.json", info)
     return info

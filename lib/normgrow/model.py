@@ -43,15 +43,15 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import errno
 import os
-import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from .utils import disk_full_errors
 
 NORMS = ("pre", "post")
 BLOCK_INITS = ("random", "copy_last", "zero_out")
@@ -260,20 +260,16 @@ class Student(nn.Module):
 
 def save_student(path, model: Student, extra: dict | None = None) -> None:
     """torch.save({"config", "model", **extra}) atomically (temporary file, then os.replace). A failed write leaves
-    no temporary file; when the disk is full the error says so and names the file (torch's own message does not)."""
+    no temporary file; a full disk says so and names the file (utils.disk_full_errors)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     try:
-        torch.save({"config": asdict(model.cfg), "model": model.state_dict(), **(extra or {})}, tmp)
+        with disk_full_errors(path):
+            torch.save({"config": asdict(model.cfg), "model": model.state_dict(), **(extra or {})}, tmp)
         os.replace(tmp, path)
-    except (OSError, RuntimeError) as err:
+    finally:
         tmp.unlink(missing_ok=True)
-        full = getattr(err, "errno", None) == errno.ENOSPC or shutil.disk_usage(path.parent).free < (1 << 20)
-        if full:
-            raise OSError(errno.ENOSPC, f"no space left on device writing {path}; free space under "
-                                        f"{path.parent} and rerun (the run resumes from its last checkpoint)") from err
-        raise
 
 
 def resolve_checkpoint(path) -> Path:

@@ -26,10 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
-import yaml
 from tqdm.auto import tqdm
 
-from .config import PARAMS_DIR, REPO_ROOT, ParamError, load_profile
+from .config import PARAMS_DIR, REPO_ROOT, ParamError, load_profile, read_yaml
 from .rundir import NOTEBOOK, identity_differences, is_finished, read_identity, run_path, seeded_name, study_dir
 from .train import make_run_spec
 from .variants import Variant, load_variants
@@ -69,7 +68,7 @@ def load_study(path: Path | None = None, seeds: list[int] | None = None, variant
     """Read params/study.yaml and the run files; validate; drop repeated runs and seeds; order so that matched runs
     follow their donors."""
     path = Path(path or PARAMS_DIR / "study.yaml")
-    study = yaml.safe_load(path.read_text()) or {}
+    study = read_yaml(path) or {}
     unknown = sorted(set(study) - {"runs", "seeds", "jobs"})
     if unknown:
         raise ParamError(f"{path}: unknown key {unknown[0]!r}; allowed keys: runs, seeds, jobs")
@@ -117,7 +116,7 @@ def conflicting_run(profile: str, run: StudyRun, teacher_key: str | None) -> str
 def study_jobs(profile: str, path: Path | None = None) -> int:
     """Runs executed at once for this profile: params/study.yaml's ``jobs: {profile: n}``; 1 when not listed."""
     path = Path(path or PARAMS_DIR / "study.yaml")
-    jobs = (yaml.safe_load(path.read_text()) or {}).get("jobs") or {}
+    jobs = (read_yaml(path) or {}).get("jobs") or {}
     if not isinstance(jobs, dict):
         raise ParamError(f"{path}: jobs must map profile names to run counts, e.g. {{tiny: 2}} (got {jobs!r})")
     n = jobs.get(profile, 1)

@@ -40,7 +40,7 @@ from pathlib import Path
 import yaml
 from tqdm.auto import tqdm
 
-from .config import PARAMS_DIR, REPO_ROOT, ParamError, load_profile, outputs_dir
+from .config import PARAMS_DIR, REPO_ROOT, ParamError, load_profile, outputs_dir, read_yaml
 from .rundir import SWEEP_RUN_PREFIX
 from .model import NORMS
 from .train import RunSpec, make_run_spec, run_variant
@@ -86,7 +86,7 @@ def sweep_run_name(norm: str, schedule: str, lr: float, seed: int) -> str:
 
 def load_sweep_config(path: Path = SWEEP_FILE) -> dict:
     """params/sweep.yaml: ``lrs: {profile: [lr, ...] or {norm: [lr, ...]}}``, ``seed``, ``schedule``."""
-    raw = yaml.safe_load(Path(path).read_text()) or {}
+    raw = read_yaml(path) or {}
     unknown = sorted(set(raw) - set(SWEEP_KEYS))
     if unknown:
         raise ParamError(f"{path}: unknown key {unknown[0]!r}; allowed keys: {', '.join(SWEEP_KEYS)}")

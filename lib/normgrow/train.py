@@ -532,6 +532,7 @@ def run_variant(spec: RunSpec, progress: bool = True) -> dict:
         budget = read_summary(run_path(prof.name, spec.match_active_layer_tokens)).active_layer_tokens
     phases = plan_phases(spec.schedule, tp.stages, tp.stage_tokens, tp.batch_size * prof.data.seq_len,
                          spec.freeze_prefix, budget)
+    resolve_device(tp.device)  # a device this machine lacks fails here, before the run directory exists
     cache = ensure_cache(prof, progress=progress)
     with RunLock(spec.dir):
         run_dir, finished = prepare_run_dir(spec, cache.key)

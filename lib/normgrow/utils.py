@@ -1,10 +1,12 @@
-"""Small shared helpers: content hashing, atomic writes, device / dtype resolution."""
+"""Small shared helpers: content hashing, atomic writes, disk-full errors, device / dtype resolution."""
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import platform
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -17,13 +19,56 @@ def stable_hash(obj: Any, length: int = 12) -> str:
     return hashlib.sha256(blob).hexdigest()[:length]
 
 
+def file_sha256(path: Path) -> str:
+    """sha256 of a file's bytes, read in 1 MiB chunks (OpenSSL uses SHA-NI where the CPU has it)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+# torch.save's RuntimeError when a write fails: "[enforce fail at inline_container.cc:...] ... file write failed"
+TORCH_WRITE_FAILED = "inline_container"
+
+
+@contextmanager
+def disk_full_errors(path: Path):
+    """Re-raise a write that failed for lack of space as OSError(ENOSPC) whose message says "no space left on
+    device", names the file (the failing call's filename, else ``path``) and the way forward.
+
+    torch.save reports a failed write as a RuntimeError from inline_container.cc without the errno; it is mapped
+    too, saying that a full disk is the usual cause (the original message follows)."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno != errno.ENOSPC:
+            raise
+        raise _disk_full(e.filename or path, "") from e
+    except RuntimeError as e:
+        if TORCH_WRITE_FAILED not in str(e):
+            raise
+        raise _disk_full(path, f" (torch: {str(e).strip()[:200]}; a full disk is the usual cause)") from e
+
+
+def _disk_full(path, detail: str) -> OSError:
+    where = Path(path)
+    return OSError(errno.ENOSPC, f"no space left on device while writing {where}{detail}; free space on that "
+                                 f"filesystem (df -h {where.parent}) and run again")
+
+
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write via a temporary file and rename, so readers never see a half-written file."""
+    """Write via a temporary file and rename, so readers never see a half-written file. A failed write removes the
+    temporary file (a full disk raises OSError(ENOSPC) naming path, see disk_full_errors)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # per process: concurrent writers never share it
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    try:
+        with disk_full_errors(path):
+            tmp.write_text(text)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def atomic_write_json(path: Path, obj: Any) -> None:

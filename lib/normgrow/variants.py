@@ -15,9 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-import yaml
 
-from .config import PARAMS_DIR, ParamError
+from .config import PARAMS_DIR, ParamError, read_yaml
 from .rundir import (NUMERICS_VERSION, RunDirError, Summary, finished_runs, identity_differences, read_identity,
                      read_summary, seeded_name)
 
@@ -44,7 +43,7 @@ def load_variants() -> dict[str, Variant]:
     """Every run file of params/runs, by name; unknown keys and matched-on-matched chains are ParamErrors."""
     variants = {}
     for path in sorted((PARAMS_DIR / "runs").glob("*.yaml")):
-        raw = yaml.safe_load(path.read_text()) or {}
+        raw = read_yaml(path) or {}
         bad = sorted(set(raw) - set(RUN_KEYS))
         if bad:
             raise ParamError(f"{path}: unknown key {bad[0]!r}; allowed keys: {', '.join(RUN_KEYS)}")
@@ -74,7 +73,7 @@ def load_gaps() -> dict[str, GapSpec]:
     path = PARAMS_DIR / "reference.yaml"
     variants = load_variants()
     gaps = {}
-    for raw in (yaml.safe_load(path.read_text()) or {}).get("gaps") or []:
+    for raw in (read_yaml(path) or {}).get("gaps") or []:
         names = {f.name for f in fields(GapSpec)}
         if set(raw) != names:
             raise ParamError(f"{path}: a gap needs exactly the keys {', '.join(sorted(names))} (got {sorted(raw)})")
