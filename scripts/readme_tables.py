@@ -5,7 +5,7 @@ import sys
 
 import pandas as pd
 
-from normgrow.config import outputs_dir
+from normgrow.rundir import study_dir
 
 
 def f(x, d=3):
@@ -18,7 +18,7 @@ def ci(mean, lo, hi, d=3, sign=False):
 
 
 def main(profile: str) -> None:
-    d = outputs_dir() / "study" / profile
+    d = study_dir(profile)
     base = json.loads((d / "baselines.json").read_text())
     print(f"Baselines: teacher val CE {base.get('teacher_val_ce', float('nan')):.4f}, "
           f"unigram val CE {base.get('unigram_val_ce', float('nan')):.4f}\n")

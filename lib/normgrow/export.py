@@ -23,9 +23,9 @@ from pathlib import Path
 
 import torch
 
-from .config import outputs_dir
+from .rundir import CHECKPOINTS, CONFIG, METRICS, SUMMARY, RunDirError, read_identity, runs_base
 from .model import Student, load_checkpoint, resolve_checkpoint, save_student
-from .utils import atomic_write_json, disk_full_errors, read_json
+from .utils import atomic_write_json, disk_full_errors
 
 # normgrow parameter name prefix -> transformers Qwen3ForCausalLM name prefix (first match wins).
 QWEN3_NAMES = (
@@ -95,19 +95,16 @@ def max_logit_diff(model: Student, hf, seq_len: int = 16, seed: int = 0) -> floa
     return (ours - theirs).abs().max().item()
 
 
-RUN_FILES = ("config.json", "metrics.jsonl", "summary.json", "checkpoints")  # train.py: what a run directory holds
-
-
 def _is_run_dir(d: Path) -> bool:
-    """A run directory: checkpoints/ or metrics.jsonl or summary.json next to a config.json."""
-    return (d / "config.json").is_file() and any((d / name).exists() for name in RUN_FILES[1:])
+    """A run directory: checkpoints/ or metrics.jsonl or summary.json next to a config.json (rundir's names)."""
+    return (d / CONFIG).is_file() and any((d / name).exists() for name in (METRICS, SUMMARY, CHECKPOINTS))
 
 
 def check_destination(out_dir: Path, force: bool = False) -> None:
     """Refuse a destination whose files an export would overwrite (see the module docstring); force=True only
     allows writing into an existing non-empty folder that is not a run's."""
     out = Path(out_dir).resolve()
-    runs = (outputs_dir() / "runs").resolve()
+    runs = runs_base().resolve()
     for d in (out, *out.parents):
         if d == runs or _is_run_dir(d):
             raise FileExistsError(f"export destination {out_dir} is {'' if d == out else 'inside '}"
@@ -128,13 +125,12 @@ def find_tokenizer(ckpt_path: Path, extra: dict) -> str | None:
         return str(extra["tokenizer_dir"])
     folder = ckpt_path.parent
     run = folder.parent if folder.name == "checkpoints" else folder
-    for name in ("config.json", "summary.json"):
-        try:
-            key = read_json(run / name).get("teacher_key")
-        except (OSError, ValueError, AttributeError):
-            continue
-        if key and (teacher_root() / key / "tokenizer").is_dir():
-            return str(teacher_root() / key / "tokenizer")
+    try:
+        key = (read_identity(run) or {}).get("teacher_key")
+    except RunDirError:
+        key = None
+    if key and (teacher_root() / key / "tokenizer").is_dir():
+        return str(teacher_root() / key / "tokenizer")
     return str(folder) if (folder / "tokenizer_config.json").is_file() else None
 
 

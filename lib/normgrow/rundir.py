@@ -70,8 +70,13 @@ def inside(root: Path, path: Path) -> Path:
     return resolved
 
 
+def runs_base() -> Path:
+    """outputs/runs: every profile's runs."""
+    return outputs_dir() / "runs"
+
+
 def runs_root(profile: str) -> Path:
-    return inside(outputs_dir(), outputs_dir() / "runs" / check_name("profile", profile))
+    return inside(outputs_dir(), runs_base() / check_name("profile", profile))
 
 
 def run_path(profile: str, run_name: str) -> Path:
