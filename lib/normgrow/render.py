@@ -88,16 +88,21 @@ def faint(color: str, alpha: float = 0.18) -> str:
     return f"rgba({r},{g},{b},{alpha})"
 
 
+LOG_TICKS = [k * 10.0 ** e for e in range(-5, 7) for k in (1, 2, 5)]
+
+
 def style_figure(fig, height: int | None = None, legend_title: str | None = None):
     """The common look: white template, system font, compact margins, legend on the right; log axes labelled at 1,
-    2 and 5 of each decade only (plotly's default labels every minor tick of a short log range, which overlap)."""
+    2 and 5 of each decade with the full value (plotly's default labels a short log range's minor ticks with their
+    first digit only, '2' for 20, and crowds them)."""
     fig.update_layout(template="plotly_white", font=FONT, margin=dict(l=60, r=20, t=60, b=50),
                       title=dict(font=dict(size=15), x=0, xanchor="left"),
                       legend=dict(font=dict(size=11), tracegroupgap=2, title=dict(text=legend_title or "")))
     if height:
         fig.update_layout(height=height)
-    fig.for_each_yaxis(lambda ax: ax.update(dtick="D2", minor=dict(showgrid=True)) if ax.type == "log" else None)
-    fig.for_each_xaxis(lambda ax: ax.update(dtick="D2") if ax.type == "log" else None)
+    log_ticks = dict(tickmode="array", tickvals=LOG_TICKS, ticktext=[f"{v:g}" for v in LOG_TICKS])
+    fig.for_each_yaxis(lambda ax: ax.update(log_ticks) if ax.type == "log" else None)
+    fig.for_each_xaxis(lambda ax: ax.update(log_ticks) if ax.type == "log" else None)
     fig.update_annotations(font=dict(size=12))
     return fig
 
@@ -163,6 +168,36 @@ def table(df: pd.DataFrame, columns=None, rename: dict | None = None, formats: d
 
 def details(summary: str, body: str, open_: bool = False) -> str:
     return f"<details{' open' if open_ else ''}><summary>{html.escape(summary)}</summary>{body}</details>"
+
+
+# ---------------------------------------------------------------------------------------------------------- claims
+
+DIAG_VERDICT = {True: ("supported", "#2ca02c"), False: ("not supported", "#d62728"), None: ("not tested", "#7f7f7f")}
+
+
+def diagnostic_claims_html(claims: list[dict]) -> str:
+    """Observations 4 and 5 (the "claims" of diagnostics.json) as verdict boxes: verdict, statement, the evidence
+    sentence (it carries the numbers, rounded); the full-precision "numbers" in a closed table, never as JSON.
+    Shared by report.html and diagnostics.html so the two pages say the same thing the same way."""
+    e = html.escape
+    parts = []
+    for c in claims:
+        word, color = DIAG_VERDICT.get(c.get("supported"), (str(c.get("supported")), "#000"))
+        evidence = c.get("evidence")
+        if isinstance(evidence, dict):
+            evidence = "; ".join(f"{k} {fmt(v, k)}" for k, v in evidence.items())
+        # inline border and padding: the box keeps its look in a notebook, where STYLE is absent
+        parts.append(f"<div class='claim' style='border-left:5px solid {color};padding:.3em .8em;margin:.4em 0'>"
+                     f"<b>observation {e(str(c.get('claim')))}</b> "
+                     f"<span class='status' style='color:{color}'>[{e(word)}]</span>: "
+                     f"<span class='statement'>{e(str(c.get('statement', '')))}</span><br>{e(str(evidence or ''))}"
+                     "</div>")
+        numbers = c.get("numbers")
+        if isinstance(numbers, dict) and numbers:
+            values = [fmt(v, "ratio") if isinstance(v, float) else fmt(v) for v in numbers.values()]
+            df = pd.DataFrame({"quantity": list(numbers), "value": values})
+            parts.append(details(f"numbers of observation {c.get('claim')}", table(df)))
+    return "".join(parts)
 
 
 # ----------------------------------------------------------------------------------------------------------- pages
@@ -236,11 +271,12 @@ TEMPLATES = Path(__file__).parent / "nbtemplates"
 
 def export_notebook(notebook: Path, out: Path | None = None) -> Path:
     """An executed notebook as one offline HTML page (nbconvert's lab look without its CDN scripts: template
-    nbtemplates/offline). Figures are there when the notebook called notebook_setup(). Default out: same name, .html."""
+    nbtemplates/offline). Figures are there when the notebook called notebook_setup(). Default out: the notebook's
+    name with .ipynb.html (not .html: diagnostics.ipynb sits next to the diagnostics.html page it writes)."""
     import nbformat
     from nbconvert import HTMLExporter
     notebook = Path(notebook)
-    out = Path(out) if out is not None else notebook.with_suffix(".html")
+    out = Path(out) if out is not None else notebook.with_name(notebook.name + ".html")
     exporter = HTMLExporter(template_name="offline", extra_template_basedirs=[str(TEMPLATES)])
     body, _ = exporter.from_notebook_node(nbformat.read(notebook, as_version=4))
     return write_text(out, body)

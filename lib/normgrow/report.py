@@ -836,8 +836,6 @@ REGIME_CRITERIA = (f"A variant is trained when its mean final val_ce is at least
                    f"less than {FLAT_LIMIT:.0%} of the run's total improvement (flat_ratio = (v_80 - v_end) / "
                    f"(v_start - v_end), v_start the step-0 evaluation). A claim comparing a variant that is not "
                    f"trained is '{NOT_JUDGED}'.")
-DIAG_VERDICT = {True: ("supported", STATUS_COLORS[SUPPORTED]), False: ("not supported", STATUS_COLORS[NOT_SUPPORTED]),
-                None: ("not tested", STATUS_COLORS[NOT_TESTABLE])}
 
 
 def _regime_html(rep: Report) -> str:
@@ -893,32 +891,19 @@ def _crossover_table(rep: Report, a: str = "pre-grow", b: str = "post-grow") -> 
     if not len(t):
         return "<p class='note'>No stage ends to compare.</p>"
     ci = f"mean [{round(rep.level * 100)}% CI]"
-    df = pd.DataFrame({"stage": t["stage"], "depth": t["depth"], "tokens": t["tokens"], f"{a} {ci}": _ci_column(t, a, 4),
+    df = pd.DataFrame({"stage": t["stage"], "depth": t["depth"], "tokens": t["tokens"],
+                       f"{a} {ci}": _ci_column(t, a, 4),
                        f"{b} {ci}": _ci_column(t, b, 4), f"{a} - {b} {ci}": _ci_column(t, "gap", 4),
                        "leader": t["leader"]})
     return table(df)
 
 
 def _diagnostics_html(rep: Report) -> str:
-    """Observations 4 and 5 as claim boxes (verdict, statement, evidence sentence) with their numbers in a closed
-    table, and a link to diagnostics.html when it exists."""
-    from .render import details, fmt, table
-    e = html.escape
-    parts = [f"<p class='note'>{e(rep.diagnostics_note)}</p>"]
-    for c in rep.diagnostics_claims or []:
-        word, color = DIAG_VERDICT.get(c.get("supported"), (str(c.get("supported")), "#000"))
-        evidence = c.get("evidence")
-        if isinstance(evidence, dict):
-            evidence = "; ".join(f"{k} {fmt(v, k)}" for k, v in evidence.items())
-        parts.append(f"<div class='claim' style='border-color:{color}'><b>observation {e(str(c.get('claim')))}</b> "
-                     f"<span class='status' style='color:{color}'>[{e(word)}]</span>: "
-                     f"<span class='statement'>{e(str(c.get('statement', '')))}</span><br>{e(str(evidence or ''))}"
-                     "</div>")
-        numbers = c.get("numbers")
-        if isinstance(numbers, dict) and numbers:
-            df = pd.DataFrame({"quantity": list(numbers), "value": [fmt(v, "ratio") if isinstance(v, float) else
-                                                                    fmt(v) for v in numbers.values()]})
-            parts.append(details(f"numbers of observation {c.get('claim')}", table(df)))
+    """Observations 4 and 5 as verdict boxes (render.diagnostic_claims_html) and a link to diagnostics.html when it
+    exists."""
+    from .render import diagnostic_claims_html
+    parts = [f"<p class='note'>{html.escape(rep.diagnostics_note)}</p>",
+             diagnostic_claims_html(rep.diagnostics_claims or [])]
     if (study_dir(rep.profile) / "diagnostics.html").is_file():
         parts.append("<p>Figures and tables of the boundary diagnostics: <a href='diagnostics.html'>"
                      "diagnostics.html</a> (same folder).</p>")
