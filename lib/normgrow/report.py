@@ -938,23 +938,23 @@ def report_html(rep: Report, figs: dict | None = None) -> str:
                  f"<span class='status' style='color:{color}'>[{e(c['status'])}]</span>: "
                  f"<span class='statement'>{e(c['statement'])}</span>{sentence}</div>")
     page.add("</section><section id='curves'><h2>Learning curves</h2>")
-    page.figure(figs["curves"], caption="Validation CE (nats/token) against student active-layer tokens, one panel "
+    page.figure(figs["curves"], div_id="fig-curves", caption="Validation CE (nats/token) against student active-layer tokens, one panel "
                 "per schedule, pre-norm red, post-norm blue: the line is the mean over seeds, the band the range of "
                 "the seeds; diamonds and dotted verticals mark growth points (blocks appended); horizontal lines: "
                 "teacher and unigram model on the same validation positions.")
     page.add("</section><section id='variants'><h2>Final validation CE per variant</h2>", _stats_table(rep))
-    page.figure(figs["variants"])
+    page.figure(figs["variants"], div_id="fig-variants")
     ratio = rep.ratio
     ratio_text = f"{ratio['ratio']:.1f}x" if np.isfinite(ratio["ratio"]) else "undefined"
     caveat = "" if ratio["joint_resolved"] else "; the joint gap's interval includes zero, so the ratio is unbounded"
     page.add("</section><section id='gaps'><h2>Paired gaps (a - b by seed)</h2>",
              f"<p>Grow gap / joint gap (val_ce, ratio of means): {ratio_text} (reference "
              f"~{REFERENCE_RATIO:.0f}x){caveat}.</p>", _gaps_table(rep, "val_ce"))
-    page.figure(figs["gaps"])
+    page.figure(figs["gaps"], div_id="fig-gaps")
     page.add(details("the same gaps in val_kd_ce (soft-target CE against the teacher)", _gaps_table(rep, "val_kd_ce")),
              "</section><section id='crossover'><h2>Crossover: pre-grow vs post-grow at every stage end</h2>",
              _crossover_table(rep))
-    page.figure(figs["crossover"])
+    page.figure(figs["crossover"], div_id="fig-crossover")
     page.add("</section><section id='diagnostics'><h3>Observations 4 and 5 (boundary diagnostics)</h3>",
              _diagnostics_html(rep), "</section>")
     run_cols = (["run_name", "seed", "depth", "val_ce", "val_kd_ce", "tokens", "active_layer_tokens", "wall_s"]
