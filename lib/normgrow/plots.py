@@ -88,7 +88,10 @@ def learning_curves(run_dirs: dict[str, list[Path]], baselines: dict | None = No
     seeds and the band their range (min to max): at 2-3 seeds a t-interval is 4-13 sds wide and would hide the
     curves; the intervals of the final values are in the report's tables. Diamonds mark growth points (the end of
     every stage but the last, where blocks are appended), also drawn as dotted verticals. Horizontal lines: the
-    teacher's and the unigram model's val CE on the same validation positions (baselines), when given.
+    teacher's and the unigram model's val CE on the same validation positions (baselines), when given. The y range
+    runs from just below the teacher (or the lowest curve) to 1 nat above the unigram level (or 0.5 above the worst
+    final value, if higher): the untrained start (~ln(vocabulary) nats, off the top) would otherwise squeeze the
+    trained part, where variants differ by tenths of a nat, into a sliver.
     run_dirs: {variant: [run directory of each seed]}."""
     baselines = baselines or {}
     families: dict[str, list[str]] = {}
@@ -100,6 +103,7 @@ def learning_curves(run_dirs: dict[str, list[Path]], baselines: dict | None = No
     fig = make_subplots(rows=rows, cols=cols, shared_xaxes="all", shared_yaxes="all", subplot_titles=order or [""],
                         horizontal_spacing=0.05, vertical_spacing=0.12)
     x_max = 0
+    lows, finals = [], []
     legend_norms = set()
     for k, family in enumerate(order):
         row, col = k // cols + 1, k % cols + 1
@@ -112,6 +116,8 @@ def learning_curves(run_dirs: dict[str, list[Path]], baselines: dict | None = No
                 continue
             x = c["active_layer_tokens"]
             x_max = max(x_max, float(x.max()))
+            lows.append(float(c["low"].min()))
+            finals.append(float(c["high"].iloc[-1]))
             n = int(c["n"].max())
             if n > 1:
                 fig.add_trace(go.Scatter(x=list(x) + list(x[::-1]), y=list(c["high"]) + list(c["low"][::-1]),
@@ -146,6 +152,9 @@ def learning_curves(run_dirs: dict[str, list[Path]], baselines: dict | None = No
                                      width=1.2), name=f"{label} ({y:.3f})", legendgroup=label, showlegend=k == 0,
                                      hovertemplate=f"{label} val CE {y:.4f}<extra></extra>"),
                           row=k // cols + 1, col=k % cols + 1)
+    if finals and baselines.get("unigram_val_ce") is not None and baselines.get("teacher_val_ce") is not None:
+        top = max(float(baselines["unigram_val_ce"]) + 1.0, max(finals) + 0.5)
+        fig.update_yaxes(range=[min(float(baselines["teacher_val_ce"]), *lows) - 0.2, top])
     for r in range(1, rows + 1):
         fig.update_yaxes(title_text=f"{metric} (nats/token)", row=r, col=1)
     for c in range(1, cols + 1):
