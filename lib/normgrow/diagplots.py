@@ -206,7 +206,8 @@ def drift_figure(study: dict, runs=None, groups=None, kind: str = "top", layer: 
                     y.append(c["boundaries"][i][metric][g] if i is not None and i < len(c["boundaries"]) else None)
                 ys.append(y)
             _variant_traces(fig, variant, xs, ys, k // cols + 1, k % cols + 1, k == 0, "depth %{x}: %{y:.4g}")
-    if depths and (kind != "growth" or layer is not None):
+    references = bool(depths and joint and (kind != "growth" or layer is not None))
+    if references:
         for variant, members in joint.items():
             for k, g in enumerate(groups):
                 vals = []
@@ -229,7 +230,8 @@ def drift_figure(study: dict, runs=None, groups=None, kind: str = "top", layer: 
     label = METRIC_LABEL.get(metric, metric)
     _axis_titles(fig, rows, cols, "depth at the phase checkpoint", label, log_y)
     fig.update_xaxes(tickvals=depths)
-    fig.update_layout(title=f"Drift across the curriculum: {label} at {where} (grown runs; dotted: joint runs)")
+    drawn = "grown runs; dotted: joint runs" if references else "grown runs"
+    fig.update_layout(title=f"Drift across the curriculum: {label} at {where} ({drawn})")
     return style_figure(fig, height=150 + 280 * rows, legend_title="variant (pre solid, post dashed)")
 
 

@@ -125,7 +125,7 @@ def fmt(x, column: str = "") -> str:
         col = column.lower()
         if any(w in col for w in INT_WORDS) and float(x).is_integer():
             return f"{int(x):,}"
-        if "ratio" in col or col.startswith("x "):
+        if "ratio" in col:
             return f"{x:.3g}"
         if "wall" in col:
             return f"{x:,.0f}"
