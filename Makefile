@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PROFILE ?= cpu
 STAMP := $(VENV)/.installed
 
-.PHONY: install study test bench sweep clean-outputs
+.PHONY: install study test bench sweep lab clean-outputs
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -32,3 +32,8 @@ bench: $(STAMP)
 # Peak-lr sweep per norm placement (params/sweep.yaml); SWEEP_ARGS=--write stores the choice in the profile.
 sweep: $(STAMP)
 	$(PY) -m normgrow.sweep --profile $(PROFILE) $(SWEEP_ARGS)
+
+# JupyterLab on the notebooks (plotly and ipywidgets extensions come with the install); LAB_ARGS=--no-browser etc.
+# As root (containers, these machines) Jupyter refuses to start without --allow-root.
+lab: $(STAMP)
+	$(VENV)/bin/jupyter-lab --notebook-dir=notebooks $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)

@@ -1,4 +1,25 @@
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).parent))  # tests/fakes.py
+
+
+@pytest.fixture(scope="session")
+def share_cache() -> bool:
+    """Whether the repository's tiny teacher cache is complete (then studies symlink it instead of building one)."""
+    from test_study import repo_tiny_cache_complete
+    return repo_tiny_cache_complete()
+
+
+@pytest.fixture(scope="session")
+def finished_study(tmp_path_factory, share_cache):
+    """The uninterrupted reduced tiny study of test_study.py (post-grow and post-joint-matched, seed 0, with its
+    diagnostics and summary notebooks): (outputs root, summary.csv frame, seconds). Session-scoped so that
+    test_study.py and test_browser.py share one study run (about a minute) instead of running two."""
+    from test_study import check_ok, make_outputs, read_summary, run_study
+    root = make_outputs(tmp_path_factory.mktemp("study") / "outputs", share_cache)
+    proc, seconds = run_study(root)
+    check_ok(proc)
+    return root, read_summary(root), seconds

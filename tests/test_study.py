@@ -89,20 +89,6 @@ def run_state(root: Path) -> dict:
             for p in sorted(runs.iterdir()) if p.is_dir()}
 
 
-@pytest.fixture(scope="module")
-def share_cache() -> bool:
-    return repo_tiny_cache_complete()
-
-
-@pytest.fixture(scope="module")
-def finished_study(tmp_path_factory, share_cache):
-    """The uninterrupted reduced study: (outputs root, summary.csv frame, seconds)."""
-    root = make_outputs(tmp_path_factory.mktemp("study") / "outputs", share_cache)
-    proc, seconds = run_study(root)
-    check_ok(proc)
-    return root, read_summary(root), seconds
-
-
 def test_reduced_study_completes(finished_study):
     root, summary, _ = finished_study
     assert sorted(summary.index) == sorted(RUN_NAMES)

@@ -285,4 +285,4 @@ def read_diagnostics(profile: str) -> tuple[list[Claim] | None, str]:
     except (OSError, ValueError, KeyError, TypeError) as err:
         return None, (f"Diagnostics are not available: {path} could not be read as claims ({type(err).__name__}: "
                       f"{err}); rerun notebooks/diagnostics.ipynb.")
-    return claims, f"Observations 4 and 5: claims of {path}."
+    return claims, "Observations 4 and 5: the claims of diagnostics.json in this folder."

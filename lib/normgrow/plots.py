@@ -1,14 +1,46 @@
-"""Plotly figures shared by the notebooks (the notebooks only call these and show the result)."""
+"""Plotly figures of training curves, shared by the notebooks and the study report (they only call these).
+
+Validation records are the ``eval`` and ``phase_end`` records of a run's metrics.jsonl; the x axis is student
+active-layer tokens (tokens x active depth), the compute measure of the study, so that grown, joint and matched runs
+sit on one scale.
+"""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pandas as pd
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from .rundir import METRICS
+from .render import NORM_COLOR, faint, split_variant, style_figure
+
+VAL_KINDS = ("eval", "phase_end")
 
 
 def read_metrics(run_dir: Path) -> pd.DataFrame:
-    return pd.read_json(Path(run_dir) / "metrics.jsonl", lines=True)
+    return pd.read_json(Path(run_dir) / METRICS, lines=True)
+
+
+CURVE_COLUMNS = ("kind", "step", "phase", "depth", "active_layer_tokens")
+
+
+def val_records(run_dir: Path, metric: str = "val_ce") -> pd.DataFrame | None:
+    """The validation records of one run, one per step (a resumed run re-writes a record: the later one is kept);
+    None, with a printed note, when metrics.jsonl is missing, unreadable or lacks the fields of a curve, so that one
+    broken run leaves the other curves of a figure drawn."""
+    path = Path(run_dir) / METRICS
+    try:
+        df = read_metrics(run_dir)
+    except (OSError, ValueError) as err:
+        print(f"no learning curve from {path}: {err}")
+        return None
+    missing = [c for c in (*CURVE_COLUMNS, metric) if c not in df.columns]
+    if missing:
+        print(f"no learning curve from {path}: no {', '.join(missing)}")
+        return None
+    df = df[df["kind"].isin(VAL_KINDS)]
+    return df.drop_duplicates("step", keep="last").sort_values("step")
 
 
 def val_ce_curve(run_dirs: list[Path] | Path, metric: str = "val_ce") -> go.Figure:
@@ -17,12 +49,118 @@ def val_ce_curve(run_dirs: list[Path] | Path, metric: str = "val_ce") -> go.Figu
     fig = go.Figure()
     for run_dir in run_dirs:
         df = read_metrics(run_dir)
-        evals = df[df["kind"].isin(["eval", "phase_end"])]
+        evals = df[df["kind"].isin(VAL_KINDS)]
         fig.add_trace(go.Scatter(x=evals["active_layer_tokens"], y=evals[metric], mode="lines+markers",
-                                        name=Path(run_dir).name))
+                                 name=Path(run_dir).name))
         for _, row in df[df["kind"] == "phase_end"].iterrows():
             fig.add_vline(x=row["active_layer_tokens"], line_dash="dot", line_color="gray",
                           annotation_text=f"depth {row['depth']}", annotation_position="top left")
     fig.update_layout(xaxis_title="student active-layer tokens (tokens x active depth)",
-                      yaxis_title=f"{metric} (nats/token)", template="plotly_white", height=420)
-    return fig
+                      yaxis_title=f"{metric} (nats/token)")
+    return style_figure(fig, height=420)
+
+
+def seed_curve(run_dirs: list[Path], metric: str = "val_ce") -> pd.DataFrame | None:
+    """The seeds of one variant on their common evaluation steps: step, active_layer_tokens, depth, phase, phase_end
+    and the metric's mean, min, max and number of seeds n (None when no seed has a curve). Seeds of a variant share
+    the schedule, so their records line up by step; a step some seed lacks is averaged over the seeds that have it."""
+    frames = [f for f in (val_records(d, metric) for d in run_dirs) if f is not None and len(f)]
+    if not frames:
+        return None
+    df = pd.concat(frames, ignore_index=True)
+    g = df.groupby("step")
+    out = g.agg(active_layer_tokens=("active_layer_tokens", "first"), depth=("depth", "first"),
+                phase=("phase", "first"), mean=(metric, "mean"), low=(metric, "min"), high=(metric, "max"),
+                n=(metric, "count"))
+    out["phase_end"] = g["kind"].agg(lambda k: (k == "phase_end").any())
+    return out.reset_index()
+
+
+def _family_order(families) -> list[str]:
+    from .render import FAMILY_COLOR
+    known = [f for f in FAMILY_COLOR if f in families]
+    return known + sorted(set(families) - set(known))
+
+
+def learning_curves(run_dirs: dict[str, list[Path]], baselines: dict | None = None, metric: str = "val_ce",
+                    title: str = "") -> go.Figure:
+    """Validation CE against active-layer tokens per variant: one panel per schedule family (joint, grow, single,
+    grow-freeze, joint-matched), pre-norm and post-norm in each (red, blue). A line is the mean over the variant's
+    seeds and the band their range (min to max): at 2-3 seeds a t-interval is 4-13 sds wide and would hide the
+    curves; the intervals of the final values are in the report's tables. Diamonds mark growth points (the end of
+    every stage but the last, where blocks are appended), also drawn as dotted verticals. Horizontal lines: the
+    teacher's and the unigram model's val CE on the same validation positions (baselines), when given. The y range
+    runs from just below the teacher (or the lowest curve) to 1 nat above the unigram level (or 0.5 above the worst
+    final value, if higher): the untrained start (~ln(vocabulary) nats, off the top) would otherwise squeeze the
+    trained part, where variants differ by tenths of a nat, into a sliver.
+    run_dirs: {variant: [run directory of each seed]}."""
+    baselines = baselines or {}
+    families: dict[str, list[str]] = {}
+    for variant in sorted(run_dirs):
+        families.setdefault(split_variant(variant)[1], []).append(variant)
+    order = _family_order(families)
+    cols = min(3, max(1, len(order)))
+    rows = max(1, -(-len(order) // cols))
+    fig = make_subplots(rows=rows, cols=cols, shared_xaxes="all", shared_yaxes="all", subplot_titles=order or [""],
+                        horizontal_spacing=0.05, vertical_spacing=0.12)
+    x_max = 0
+    lows, finals = [], []
+    legend_norms = set()
+    for k, family in enumerate(order):
+        row, col = k // cols + 1, k % cols + 1
+        growth_x = set()
+        for variant in families[family]:
+            norm = split_variant(variant)[0]
+            color = NORM_COLOR.get(norm, "#555555")
+            c = seed_curve(run_dirs[variant], metric)
+            if c is None:
+                continue
+            x = c["active_layer_tokens"]
+            x_max = max(x_max, float(x.max()))
+            lows.append(float(c["low"].min()))
+            finals.append(float(c["high"].iloc[-1]))
+            n = int(c["n"].max())
+            if n > 1:
+                fig.add_trace(go.Scatter(x=list(x) + list(x[::-1]), y=list(c["high"]) + list(c["low"][::-1]),
+                                         mode="lines", fill="toself", fillcolor=faint(color), line=dict(width=0),
+                                         hoverinfo="skip", showlegend=False, legendgroup=norm), row=row, col=col)
+            fig.add_trace(go.Scatter(
+                x=x, y=c["mean"], mode="lines", line=dict(color=color, width=2), legendgroup=norm,
+                name=f"{norm or variant}-norm" if norm else variant, showlegend=norm not in legend_norms,
+                customdata=c[["n", "depth"]], hovertemplate=f"{variant}<br>%{{x:,}} active-layer tokens<br>"
+                f"{metric} %{{y:.4f}} (mean of %{{customdata[0]}} seeds)<br>depth %{{customdata[1]}}<extra></extra>"),
+                row=row, col=col)
+            legend_norms.add(norm)
+            last_phase = c["phase"].max()
+            grow = c[c["phase_end"] & (c["phase"] < last_phase)]
+            if len(grow):
+                growth_x.update(grow["active_layer_tokens"])
+                fig.add_trace(go.Scatter(
+                    x=grow["active_layer_tokens"], y=grow["mean"], mode="markers", legendgroup="growth",
+                    name="growth point", showlegend="growth" not in legend_norms,
+                    marker=dict(symbol="diamond", size=9, color=color, line=dict(color="white", width=1)),
+                    hovertemplate=f"{variant}: blocks appended after depth %{{customdata}}<extra></extra>",
+                    customdata=grow["depth"]), row=row, col=col)
+                legend_norms.add("growth")
+        for gx in sorted(growth_x):
+            fig.add_vline(x=gx, line=dict(color="#999999", dash="dot", width=1), row=row, col=col)
+    for key, label, dash in (("teacher_val_ce", "teacher", "dashdot"), ("unigram_val_ce", "unigram", "dot")):
+        if baselines.get(key) is None:
+            continue
+        y = float(baselines[key])
+        for k in range(len(order)):
+            fig.add_trace(go.Scatter(x=[0, x_max], y=[y, y], mode="lines", line=dict(color="#444444", dash=dash,
+                                     width=1.2), name=f"{label} ({y:.3f})", legendgroup=label, showlegend=k == 0,
+                                     hovertemplate=f"{label} val CE {y:.4f}<extra></extra>"),
+                          row=k // cols + 1, col=k % cols + 1)
+    if finals and baselines.get("unigram_val_ce") is not None and baselines.get("teacher_val_ce") is not None:
+        top = max(float(baselines["unigram_val_ce"]) + 1.0, max(finals) + 0.5)
+        fig.update_yaxes(range=[min(float(baselines["teacher_val_ce"]), *lows) - 0.2, top])
+    for r in range(1, rows + 1):
+        fig.update_yaxes(title_text=f"{metric} (nats/token)", row=r, col=1)
+    for c in range(1, cols + 1):
+        fig.update_xaxes(title_text="active-layer tokens", row=rows, col=c)
+    fig.update_xaxes(showticklabels=True, tickformat="~s")
+    fig.update_layout(title=title or f"{metric} against active-layer tokens: seed mean, band = seed range",
+                      hovermode="closest")
+    return style_figure(fig, height=260 + 250 * rows)

@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .claims import (NOT_JUDGED, NOT_RESOLVED, NOT_SUPPORTED, NOT_TESTABLE, SUPPORTED, Claim, evaluate_claims,
+from .claims import (NOT_JUDGED, SUPPORTED, Claim, evaluate_claims,
                      gate_claims, read_diagnostics)
-from .rundir import study_dir, unfinished_runs
+from .rundir import run_path, study_dir, unfinished_runs
 from .stats import (FLAT_LIMIT, FLAT_TAIL, LEVEL, REGIME_FIELDS, UNIGRAM_MARGIN, baselines, crossover_table,
                     gap_ratio, gap_table, regime_check, runs_frame, undertrained, variant_stats, with_flatness)
 from .utils import atomic_write_json, atomic_write_text
@@ -105,77 +105,99 @@ def build_report(profile: str, level: float = LEVEL) -> Report:
 
 
 # --------------------------------------------------------------------------------------------------------- figures
+# Rendering: the figures and page of the report; the look (style, tables, number formats) is normgrow.render's.
 
 def crossover_figure(rep: Report):
     """Validation CE at each stage end (mean and CI over seeds) of the grow gap's variants, and their paired gap."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
+
+    from .render import NORM_COLOR, split_variant, style_figure
     t, a, b = rep.crossover, rep.grow.a, rep.grow.b
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08, row_heights=[0.6, 0.4],
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.1, row_heights=[0.6, 0.4],
                         subplot_titles=("validation CE at each stage end", f"paired gap {a} - {b} (> 0: {b} leads)"))
     if len(t):
         x = [f"stage {int(s)} (depth {d})" for s, d in zip(t["stage"], t["depth"])]
-        for v, color in ((a, "#d62728"), (b, "#1f77b4")):
+        for v in (a, b):
             err = (t[f"{v}_ci_high"] - t[f"{v}_mean"]).fillna(0)
             fig.add_trace(go.Scatter(x=x, y=t[f"{v}_mean"], error_y=dict(type="data", array=err), name=v,
-                                     mode="lines+markers", line=dict(color=color)), row=1, col=1)
+                                     mode="lines+markers", line=dict(color=NORM_COLOR[split_variant(v)[0]])),
+                          row=1, col=1)
         err = (t["gap_ci_high"] - t["gap_mean"]).fillna(0)
         fig.add_trace(go.Scatter(x=x, y=t["gap_mean"], error_y=dict(type="data", array=err), name=f"{a} - {b}",
                                  mode="lines+markers", line=dict(color="black")), row=2, col=1)
         fig.add_hline(y=0, line_dash="dot", line_color="gray", row=2, col=1)
     fig.update_yaxes(title_text="val CE (nats/token)", row=1, col=1)
     fig.update_yaxes(title_text="gap (nats/token)", row=2, col=1)
-    fig.update_layout(template="plotly_white", height=560, title=f"crossover ({rep.profile}): mean and "
-                      f"{round(rep.level * 100)}% CI over seeds")
-    return fig
+    fig.update_layout(title=f"crossover: mean and {round(rep.level * 100)}% CI over seeds")
+    return style_figure(fig, height=520)
 
 
 def variants_figure(rep: Report, metric: str = "val_ce"):
-    """Final validation metric per variant: mean with CI, and every seed as a dot."""
+    """Final validation metric per variant (pre and post of a schedule side by side): mean with CI, every seed as a
+    faint dot, pre-norm red and post-norm blue."""
     import plotly.graph_objects as go
+
+    from .render import NORM_COLOR, faint, split_variant, style_figure
     fig = go.Figure()
     s = rep.stats
     if len(s):
-        fig.add_trace(go.Scatter(x=s["variant"], y=s[f"{metric}_mean"], mode="markers", name="mean",
-                                 marker=dict(size=12, symbol="line-ew-open", line=dict(width=3)),
-                                 error_y=dict(type="data", array=s[f"{metric}_half_width"].fillna(0))))
+        order = sorted(s["variant"], key=lambda v: (split_variant(v)[1], split_variant(v)[0] != "pre"))
+        s = s.set_index("variant").loc[order].reset_index()
         r = rep.runs
-        fig.add_trace(go.Scatter(x=r["variant"], y=r[metric], mode="markers", name="seeds", opacity=0.6,
-                                 text=[f"seed {x}" for x in r["seed"]], marker=dict(size=7)))
-    fig.update_layout(template="plotly_white", height=420, yaxis_title=f"{metric} (nats/token)",
-                      title=f"final {metric} per variant ({rep.profile}): mean, {round(rep.level * 100)}% CI, seeds")
-    return fig
+        for norm in sorted({split_variant(v)[0] for v in order}):
+            color = NORM_COLOR.get(norm, "#555555")
+            mine = s[[split_variant(v)[0] == norm for v in s["variant"]]]
+            seeds = r[[split_variant(v)[0] == norm for v in r["variant"]]]
+            fig.add_trace(go.Scatter(x=seeds["variant"], y=seeds[metric], mode="markers", legendgroup=norm,
+                                     showlegend=False, text=[f"seed {x}" for x in seeds["seed"]],
+                                     marker=dict(size=7, color=faint(color, 0.45)),
+                                     hovertemplate="%{x} %{text}: %{y:.4f}<extra></extra>"))
+            fig.add_trace(go.Scatter(x=mine["variant"], y=mine[f"{metric}_mean"], mode="markers",
+                                     name=f"{norm}-norm mean", legendgroup=norm,
+                                     marker=dict(size=14, symbol="line-ew-open", color=color, line=dict(width=3)),
+                                     error_y=dict(type="data", array=mine[f"{metric}_half_width"].fillna(0),
+                                                  color=color)))
+        fig.update_xaxes(categoryorder="array", categoryarray=order)
+    fig.update_layout(yaxis_title=f"{metric} (nats/token)",
+                      title=f"final {metric} per variant: mean, {round(rep.level * 100)}% CI, seeds")
+    return style_figure(fig, height=400)
 
 
 def gaps_figure(rep: Report, metric: str = "val_ce"):
     """The paired gaps with their CIs, the reference values as crosses where the reference gives one."""
     import plotly.graph_objects as go
+
+    from .render import style_figure
     g = rep.gaps[rep.gaps["metric"] == metric]
     fig = go.Figure()
     labels = [f"{n}: {c}" for n, c in zip(g["gap"], g["comparison"])]
-    fig.add_trace(go.Scatter(x=g["mean"], y=labels, mode="markers", name="this study",
+    fig.add_trace(go.Scatter(x=g["mean"], y=labels, mode="markers", name="this study", marker=dict(size=9),
                              error_x=dict(type="data", array=(g["ci_high"] - g["mean"]).fillna(0))))
     ref = g["reference"].astype(float)
     fig.add_trace(go.Scatter(x=ref, y=labels, mode="markers", name="reference", marker=dict(symbol="x", size=10)))
     fig.add_vline(x=0, line_dash="dot", line_color="gray")
-    fig.update_layout(template="plotly_white", height=120 + 45 * len(g), xaxis_title=f"{metric} gap (nats/token)",
-                      title=f"paired gaps a - b by seed ({rep.profile})", yaxis=dict(autorange="reversed"))
-    return fig
+    fig.update_layout(xaxis_title=f"{metric} gap a - b (nats/token)", yaxis=dict(autorange="reversed"),
+                      title=f"paired gaps a - b by seed, {round(rep.level * 100)}% CI")
+    return style_figure(fig, height=140 + 40 * len(g))
+
+
+def curves_figure(rep: Report, metric: str = "val_ce"):
+    """The learning curves of every variant (plots.learning_curves) from the runs' metrics.jsonl, with the teacher
+    and unigram levels of rep.baselines."""
+    from .plots import learning_curves
+    dirs = ({v: [run_path(rep.profile, n) for n in g["run_name"]] for v, g in rep.runs.groupby("variant")}
+            if len(rep.runs) else {})
+    return learning_curves(dirs, rep.baselines, metric)
 
 
 def figures(rep: Report) -> dict:
-    return {"crossover": crossover_figure(rep), "variants": variants_figure(rep), "gaps": gaps_figure(rep)}
+    return {"curves": curves_figure(rep), "crossover": crossover_figure(rep), "variants": variants_figure(rep),
+            "gaps": gaps_figure(rep)}
 
 
 # ------------------------------------------------------------------------------------------------------- writing
 
-def _table(df: pd.DataFrame) -> str:
-    return df.to_html(index=False, na_rep="nan", float_format=lambda x: f"{x:.4f}", border=0, classes="t",
-                      escape=True)
-
-
-STATUS_COLORS = {SUPPORTED: "#2ca02c", NOT_SUPPORTED: "#d62728", NOT_RESOLVED: "#ff7f0e", NOT_TESTABLE: "#7f7f7f",
-                 NOT_JUDGED: "#9467bd"}
 REGIME_CRITERIA = (f"A variant is trained when its mean final val_ce is at least {UNIGRAM_MARGIN:.1f} nat below the "
                    f"unigram baseline and, for every seed, the last {FLAT_TAIL:.0%} of its tokens improved val_ce by "
                    f"less than {FLAT_LIMIT:.0%} of the run's total improvement (flat_ratio = (v_80 - v_end) / "
@@ -184,74 +206,128 @@ REGIME_CRITERIA = (f"A variant is trained when its mean final val_ce is at least
 
 
 def _regime_html(rep: Report) -> str:
-    """The regime section: the verdict line, the criteria, the per-variant table and every run's flatness."""
+    """The regime check, first on the page: the verdict in a coloured box, the criteria, the per-variant table and
+    (closed) every run's flatness."""
+    from .render import details, table
     e = html.escape
-    per_run = ["run_name", "variant", "seed", "tokens", "v_start", "tokens_80", "v_80", "val_ce", "flat_ratio",
-               "flattened", "flat_note"]
-    return (f"<h2>Training regime</h2><p><b>{e(rep.regime_verdict())}</b>. {e(REGIME_CRITERIA)}</p>"
-            f"<div class='scroll'>{_table(rep.regime)}</div><details><summary>flatness per run</summary>"
-            f"<div class='scroll'>{_table(rep.runs.reindex(columns=per_run))}</div></details>")
+    judged = len(rep.regime) and not len(undertrained(rep.regime))
+    from .render import STATUS_COLORS
+    color = STATUS_COLORS[SUPPORTED] if judged else STATUS_COLORS[NOT_JUDGED]
+    per_run = ["run_name", "tokens", "v_start", "tokens_80", "v_80", "val_ce", "flat_ratio", "flattened", "flat_note"]
+    names = {"n_seeds": "seeds", "val_ce_mean": "val_ce mean", "margin_below_unigram": "below unigram (nats)",
+             "max_flat_ratio": "flat ratio (max over seeds)", "tokens_80": "tokens at 80%", "v_start": "val_ce start",
+             "v_80": "val_ce at 80%", "val_ce": "val_ce end", "flat_note": "note", "run_name": "run"}
+    return (f"<div class='verdict' style='border-color:{color}'><b>Training regime: {e(rep.regime_verdict())}</b>."
+            f"</div><h2>Training regime</h2><p class='note'>{e(REGIME_CRITERIA)}</p>"
+            + table(rep.regime, ["variant", "n_seeds", "val_ce_mean", "margin_below_unigram", "max_flat_ratio",
+                                 "trained", "reason"], names)
+            + details("flatness per run", table(rep.runs.reindex(columns=per_run), rename=names)))
 
 
-def _claim_html(c: Claim) -> str:
-    e, color = html.escape, STATUS_COLORS.get(c.status, "#000")
-    return (f"<div class='claim' style='border-color:{color}'><b>{e(c.claim)}</b> <span style='color:{color}'>"
-            f"[{e(c.status)}]</span>: <i>{e(c.statement)}</i><br>{e(c.sentence)}</div>")
+def _ci_column(df: pd.DataFrame, prefix: str, digits: int) -> list[str]:
+    from .render import interval
+    return [interval(m, lo, hi, digits) for m, lo, hi in zip(df[f"{prefix}_mean"], df[f"{prefix}_ci_low"],
+                                                               df[f"{prefix}_ci_high"])]
+
+
+def _stats_table(rep: Report) -> str:
+    from .render import table
+    s, ci = rep.stats, f"mean [{round(rep.level * 100)}% CI]"
+    if not len(s):
+        return "<p class='note'>No finished runs.</p>"
+    df = pd.DataFrame({"variant": s["variant"], "seeds": s["n_seeds"], f"val_ce {ci}": _ci_column(s, "val_ce", 3),
+                       f"val_kd_ce {ci}": _ci_column(s, "val_kd_ce", 3), "depth": s["depth_mean"],
+                       "tokens": s["tokens_mean"], "active-layer tokens": s["active_layer_tokens_mean"],
+                       "wall s (mean)": s["wall_s_mean"]})
+    return table(df)
+
+
+def _gaps_table(rep: Report, metric: str) -> str:
+    from .render import table
+    g = rep.gaps[rep.gaps["metric"] == metric]
+    df = pd.DataFrame({"gap": g["gap"], "a - b": g["comparison"], "seeds": g["n"],
+                       f"mean [{round(rep.level * 100)}% CI]": [
+                           f"{m:+.4f}" + (f" [{lo:+.4f}, {hi:+.4f}]" if np.isfinite(lo) else "") if np.isfinite(m)
+                           else "" for m, lo, hi in zip(g["mean"], g["ci_low"], g["ci_high"])],
+                       "reference": g["reference_text"], "meaning": g["meaning"], "missing": g["missing"]})
+    return table(df)
+
+
+def _crossover_table(rep: Report) -> str:
+    from .render import table
+    t, a, b = rep.crossover, rep.grow.a, rep.grow.b
+    if not len(t):
+        return "<p class='note'>No stage ends to compare.</p>"
+    ci = f"mean [{round(rep.level * 100)}% CI]"
+    df = pd.DataFrame({"stage": t["stage"], "depth": t["depth"], "tokens": t["tokens"],
+                       f"{a} {ci}": _ci_column(t, a, 4),
+                       f"{b} {ci}": _ci_column(t, b, 4), f"{a} - {b} {ci}": _ci_column(t, "gap", 4),
+                       "leader": t["leader"]})
+    return table(df)
+
+
+def _diagnostics_html(rep: Report) -> str:
+    """Observations 4 and 5 as verdict boxes (render.claims_html, through the regime gate) and a link to diagnostics.html when it
+    exists."""
+    from .render import claims_html
+    parts = [f"<p class='note'>{html.escape(rep.diagnostics_note)}</p>",
+             claims_html([c.to_json() for c in rep.diagnostics_claims or []])]
+    if (study_dir(rep.profile) / "diagnostics.html").is_file():
+        parts.append("<p>Figures and tables of the boundary diagnostics: <a href='diagnostics.html'>"
+                     "diagnostics.html</a> (same folder).</p>")
+    return "".join(parts)
 
 
 def report_html(rep: Report, figs: dict | None = None) -> str:
-    """A self-contained page: tables (pandas), plotly figures with plotly.js embedded once (no CDN)."""
+    """A self-contained page (render.Page: plotly.js inlined once, no CDN), in reading order: baselines and the
+    regime check, the claims, learning curves, final values, gaps, crossover, diagnostics, runs."""
+    from .render import Page, claims_html, details, table
     figs = figs if figs is not None else figures(rep)
     e = html.escape
-    parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>normgrow study: {e(rep.profile)}</title>"
-             "<style>body{font-family:sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}"
-             "table.t{border-collapse:collapse;font-size:12px;margin:0.5em 0}"
-             "table.t td,table.t th{border:1px solid #ddd;padding:3px 6px;text-align:right}"
-             ".claim{margin:0.5em 0;padding:0.4em 0.8em;border-left:5px solid}"
-             ".scroll{overflow-x:auto}</style></head><body>",
-             f"<h1>Normalization placement under depth growth: study <code>{e(rep.profile)}</code></h1>",
-             f"<p>{len(rep.runs)} finished runs of {rep.runs['variant'].nunique() if len(rep.runs) else 0} variants"
+    pct = round(rep.level * 100)
+    n_variants = rep.runs["variant"].nunique() if len(rep.runs) else 0
+    page = Page(f"normgrow study: {rep.profile}")
+    page.add(f"<h1>Normalization placement under depth growth: study <code>{e(rep.profile)}</code></h1>",
+             f"<p class='note'>{len(rep.runs)} finished runs of {n_variants} variants"
              + (f"; unfinished run directories: {e(', '.join(rep.unfinished))}" if rep.unfinished else "")
              + (f"; finished but not counted: {e('; '.join(f'{n} ({w})' for n, w in rep.unassigned.items()))}"
                 if rep.unassigned else "")
-             + f". Intervals: two-sided {round(rep.level * 100)}% Student-t over seeds; gaps are paired by seed. "
-             "Claims are judged from the numbers: interval excludes zero in the claimed direction: supported; "
-             "includes zero: not resolved at this number of seeds; excludes zero the other way: not supported.</p>",
+             + f". Intervals: two-sided {pct}% Student-t over seeds; gaps are paired by seed. A claim is supported "
+             "when its interval excludes zero in the claimed direction, not resolved when it includes zero, not "
+             "supported when it excludes zero the other way.</p>",
              f"<p>{e(rep.baselines_text())}</p>",
-             _regime_html(rep),
-             "<h2>Claims</h2>"]
-    for c in rep.claims:
-        parts.append(_claim_html(c))
-    parts.append("<h3>Observations 4 and 5 (boundary diagnostics)</h3>")
-    if rep.diagnostics_claims is None:
-        parts.append(f"<p>{e(rep.diagnostics_note)}</p>")
-    else:
-        parts.append(f"<p>{e(rep.diagnostics_note)}</p>")
-        parts += [_claim_html(c) for c in rep.diagnostics_claims]
-    if (study_dir(rep.profile) / "diagnostics.html").is_file():
-        parts.append("<p>Diagnostics report: <a href='diagnostics.html'>diagnostics.html</a> (same folder).</p>"
-                     "<iframe src='diagnostics.html' style='width:100%;height:600px;border:1px solid #ddd'></iframe>")
+             "<nav class='toc'><a href='#claims'>claims</a><a href='#curves'>learning curves</a>"
+             "<a href='#variants'>final values</a><a href='#gaps'>gaps</a><a href='#crossover'>crossover</a>"
+             "<a href='#diagnostics'>diagnostics</a><a href='#runs'>runs</a></nav>",
+             _regime_html(rep), "<section id='claims'><h2>Claims</h2>")
+    page.add(claims_html([c.to_json() for c in rep.claims]))
+    page.add("</section><section id='curves'><h2>Learning curves</h2>")
+    page.figure(figs["curves"], div_id="fig-curves", caption="Validation CE (nats/token) against student active-layer tokens, one panel "
+                "per schedule, pre-norm red, post-norm blue: the line is the mean over seeds, the band the range of "
+                "the seeds; diamonds and dotted verticals mark growth points (blocks appended); horizontal lines: "
+                "teacher and unigram model on the same validation positions.")
+    page.add("</section><section id='variants'><h2>Final validation CE per variant</h2>", _stats_table(rep))
+    page.figure(figs["variants"], div_id="fig-variants")
     ratio = rep.ratio
     ratio_text = f"{ratio['ratio']:.1f}x" if np.isfinite(ratio["ratio"]) else "undefined"
     caveat = "" if ratio["joint_resolved"] else "; the joint gap's interval includes zero, so the ratio is unbounded"
-    parts += ["<h2>Paired gaps (a - b by seed)</h2>",
-              f"<p>Grow gap / joint gap (val_ce, ratio of means): {ratio_text} (reference "
-              f"~{ratio['reference_ratio']:.0f}x){caveat}.</p>",
-              f"<div class='scroll'>{_table(rep.gaps)}</div>"]
-    include = True
-    for name, title in (("gaps", None), ("crossover", f"Crossover: {rep.grow.a} vs {rep.grow.b} at every stage end"),
-                        ("variants", "Per-variant statistics")):
-        if title:
-            parts.append(f"<h2>{e(title)}</h2>")
-        if name == "crossover":
-            parts.append(f"<div class='scroll'>{_table(rep.crossover)}</div>")
-        if name == "variants":
-            parts.append(f"<div class='scroll'>{_table(rep.stats)}</div>")
-        parts.append(figs[name].to_html(full_html=False, include_plotlyjs=include))
-        include = False
-    parts += ["<h2>Runs (one row per run and seed)</h2>", f"<div class='scroll'>{_table(rep.runs)}</div>",
-              "</body></html>"]
-    return "\n".join(parts)
+    page.add("</section><section id='gaps'><h2>Paired gaps (a - b by seed)</h2>",
+             f"<p>Grow gap / joint gap (val_ce, ratio of means): {ratio_text} (reference "
+             f"~{ratio['reference_ratio']:.0f}x){caveat}.</p>", _gaps_table(rep, "val_ce"))
+    page.figure(figs["gaps"], div_id="fig-gaps")
+    page.add(details("the same gaps in val_kd_ce (soft-target CE against the teacher)", _gaps_table(rep, "val_kd_ce")),
+             f"</section><section id='crossover'><h2>Crossover: {e(rep.grow.a)} vs {e(rep.grow.b)} at every stage "
+             "end</h2>",
+             _crossover_table(rep))
+    page.figure(figs["crossover"], div_id="fig-crossover")
+    page.add("</section><section id='diagnostics'><h3>Observations 4 and 5 (boundary diagnostics)</h3>",
+             _diagnostics_html(rep), "</section>")
+    run_cols = (["run_name", "seed", "depth", "val_ce", "val_kd_ce", "tokens", "active_layer_tokens", "wall_s"]
+                + sorted(c for c in rep.runs.columns if c.startswith("val_ce_p")) + ["flat_ratio", "flattened"])
+    page.add("<section id='runs'><h2>Runs (one row per run and seed)</h2>",
+             details(f"{len(rep.runs)} runs (every column: summary.csv)",
+                     table(rep.runs, run_cols, {"run_name": "run", "wall_s": "wall s"})), "</section>")
+    return page.html()
 
 
 def write_report(rep: Report, out_dir: Path | None = None, figs: dict | None = None) -> dict:

@@ -1,0 +1,282 @@
+"""What a researcher sees: the HTML pages (report.html, diagnostics.html), their tables and look, the plotly renderer
+of the notebooks and their offline HTML export. report.py and diagplots.py build their pages with this module.
+
+Choices, and why:
+
+- Offline first. The study machine has no network, so every page inlines plotly.js once (``Page.figure``), figures
+  never reference MathJax (none uses LaTeX), and exported notebooks use a template without the CDN scripts of
+  nbconvert's ``lab`` template (require.js, MathJax, mermaid, the widget manager): ``export_notebook``.
+- Notebooks keep their figures outside JupyterLab. ``notebook_setup()`` (the first code cell of every notebook)
+  makes each figure carry two outputs: ``application/vnd.plotly.v1+json``, which JupyterLab draws with its plotly
+  extension, and ``text/html`` without plotly.js, which nbconvert keeps; plotly.js itself is displayed once, inline,
+  by that first cell. Without it an executed notebook stores only the plotly mimetype and nbconvert drops the figure.
+- One stylesheet (STYLE) for both pages, sized for a laptop: a 1100 px column, 12.5 px tables whose headers wrap, so
+  no table needs sideways scrolling. Wide frames are shown as a chosen subset of columns (the csv next to the page
+  has them all) and the long ones sit in a closed ``<details>``.
+- Numbers are formatted by column (``fmt``): validation CE and gaps with 4 decimals (the gaps of interest are
+  0.0004-0.03 nats), ratios with 3 significant digits, token counts with thousands separators, booleans yes/no,
+  NaN as an empty cell; a column that is empty everywhere is dropped (it only costs width).
+- Colours: pre-norm red, post-norm blue wherever a figure compares the two placements (report), one colour per
+  schedule family with pre solid/circle and post dashed/square where many variants share a panel (diagnostics), so
+  that no two variants look alike (``variant_style``).
+"""
+from __future__ import annotations
+
+import html
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .model import NORMS
+from .claims import NOT_JUDGED, NOT_RESOLVED, NOT_SUPPORTED, NOT_TESTABLE, SUPPORTED
+
+# ----------------------------------------------------------------------------------------------------------- style
+
+STYLE = """
+:root{--fg:#1d2330;--muted:#5b6475;--line:#dde1e8;--bg2:#f5f7fa}
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:var(--fg);max-width:1100px;
+     margin:1.5em auto;padding:0 1.2em}
+h1{font-size:1.5em;margin:.2em 0 .6em}
+h2{font-size:1.2em;margin:1.6em 0 .4em;padding-bottom:.2em;border-bottom:1px solid var(--line)}
+h3{font-size:1.02em;margin:1.2em 0 .3em}
+p.note,.caption{color:var(--muted);font-size:.92em}
+.caption{margin:.1em 0 .8em}
+table.t{border-collapse:collapse;font-size:12.5px;margin:.4em 0 .8em;max-width:100%}
+table.t th{background:var(--bg2);font-weight:600;white-space:normal;vertical-align:bottom}
+table.t td,table.t th{border:1px solid var(--line);padding:3px 7px}
+table.t td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+table.t td.txt{text-align:left}
+.verdict{margin:.4em 0 1em;padding:.7em 1em;border-left:6px solid;background:var(--bg2);font-size:1.05em}
+.claim{margin:.45em 0;padding:.45em .9em;border-left:5px solid;background:#fbfbfc}
+.claim .status{font-weight:600}
+.claim .statement{color:var(--muted);font-style:italic}
+details{margin:.4em 0 .9em}
+details>summary{cursor:pointer;color:var(--muted)}
+.fig{margin:.2em 0 .2em}
+nav.toc{font-size:.92em;color:var(--muted);margin:.2em 0 1em}
+nav.toc a{margin-right:1em}
+"""
+FIGURE_CONFIG = {"displaylogo": False, "responsive": True}
+FONT = dict(family="system-ui, -apple-system, Segoe UI, Roboto, sans-serif", size=12)
+
+NORM_COLOR = {"pre": "#d62728", "post": "#1f77b4"}
+# schedule families (the variant without its norm prefix) in the study's order; colours: plotly D3
+FAMILY_COLOR = {"joint": "#1f77b4", "grow": "#ff7f0e", "single": "#2ca02c", "grow-freeze": "#d62728",
+                "joint-matched": "#9467bd"}
+EXTRA_COLORS = ("#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
+NORM_DASH = {"pre": "solid", "post": "dash"}
+NORM_SYMBOL = {"pre": "circle", "post": "square"}
+
+
+def split_variant(variant: str) -> tuple[str, str]:
+    """('pre', 'grow-freeze') from 'pre-grow-freeze'; ('', variant) when it has no norm prefix."""
+    for norm in NORMS:
+        if variant.startswith(norm + "-"):
+            return norm, variant[len(norm) + 1:]
+    return "", variant
+
+
+def variant_style(variant: str) -> dict:
+    """Colour (per schedule family), dash and marker symbol (per norm placement) of a variant."""
+    norm, family = split_variant(variant)
+    color = FAMILY_COLOR.get(family) or EXTRA_COLORS[sum(map(ord, family)) % len(EXTRA_COLORS)]
+    return {"color": color, "dash": NORM_DASH.get(norm, "dot"), "symbol": NORM_SYMBOL.get(norm, "diamond")}
+
+
+def faint(color: str, alpha: float = 0.18) -> str:
+    """'#rrggbb' as an rgba string with this opacity (bands, seed markers)."""
+    r, g, b = (int(color[i:i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({r},{g},{b},{alpha})"
+
+
+LOG_TICKS = [k * 10.0 ** e for e in range(-5, 7) for k in (1, 2, 5)]
+
+
+def style_figure(fig, height: int | None = None, legend_title: str | None = None):
+    """The common look: white template, system font, compact margins, legend on the right; log axes labelled at 1,
+    2 and 5 of each decade with the full value (plotly's default labels a short log range's minor ticks with their
+    first digit only, '2' for 20, and crowds them)."""
+    fig.update_layout(template="plotly_white", font=FONT, margin=dict(l=60, r=20, t=60, b=50),
+                      title=dict(font=dict(size=15), x=0, xanchor="left"),
+                      legend=dict(font=dict(size=11), tracegroupgap=2, title=dict(text=legend_title or "")))
+    if height:
+        fig.update_layout(height=height)
+    log_ticks = dict(tickmode="array", tickvals=LOG_TICKS, ticktext=[f"{v:g}" for v in LOG_TICKS])
+    fig.for_each_yaxis(lambda ax: ax.update(log_ticks) if ax.type == "log" else None)
+    fig.for_each_xaxis(lambda ax: ax.update(log_ticks) if ax.type == "log" else None)
+    fig.update_annotations(font=dict(size=12))
+    return fig
+
+
+# --------------------------------------------------------------------------------------------------------- numbers
+
+INT_WORDS = ("tokens", "n_seeds", "n_pairs", "depth", "stage", "seed", "rank", "index", "phase", "count")
+
+
+def fmt(x, column: str = "") -> str:
+    """One cell: '' for None/NaN, yes/no for booleans, thousands separators for integers and integral counts
+    (columns named like INT_WORDS), 3 significant digits for ratios, whole seconds for wall time, else 4 decimals."""
+    if x is None or (isinstance(x, (float, np.floating)) and math.isnan(x)):
+        return ""
+    if isinstance(x, (bool, np.bool_)):
+        return "yes" if x else "no"
+    if isinstance(x, (int, np.integer)):
+        return f"{int(x):,}"
+    if isinstance(x, (float, np.floating)):
+        col = column.lower()
+        if any(w in col for w in INT_WORDS) and float(x).is_integer():
+            return f"{int(x):,}"
+        if "ratio" in col:
+            return f"{x:.3g}"
+        if "wall" in col:
+            return f"{x:,.0f}"
+        return f"{x:.4f}"
+    return str(x)
+
+
+def interval(mean, low, high, digits: int = 3) -> str:
+    """'4.921 [4.904, 4.938]'; the mean alone when the interval is undefined (one seed); '' without a mean."""
+    if mean is None or not np.isfinite(mean):
+        return ""
+    if low is None or high is None or not (np.isfinite(low) and np.isfinite(high)):
+        return f"{mean:.{digits}f}"
+    return f"{mean:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
+
+
+def _empty(col: pd.Series) -> bool:
+    return bool(col.map(lambda v: v is None or v == "" or (isinstance(v, float) and math.isnan(v))).all())
+
+
+def table(df: pd.DataFrame, columns=None, rename: dict | None = None, formats: dict | None = None) -> str:
+    """An HTML table of df (or of these columns, in this order; missing ones are skipped): cells by ``fmt`` or a
+    per-column function in formats, numbers right-aligned, columns empty in every row dropped, headers renamed."""
+    if columns is not None:
+        df = df[[c for c in columns if c in df.columns]]
+    df = df[[c for c in df.columns if not _empty(df[c])]] if len(df) else df
+    rename, formats = rename or {}, formats or {}
+    e = html.escape
+    head = "".join(f"<th>{e(str(rename.get(c, c)))}</th>" for c in df.columns)
+    rows = []
+    for rec in df.itertuples(index=False):
+        cells = []
+        for c, v in zip(df.columns, rec):
+            text = formats[c](v) if c in formats else fmt(v, str(c))
+            numeric = isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
+            cells.append(f"<td class='{'num' if numeric else 'txt'}'>{e(text)}</td>")
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table class='t'><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def details(summary: str, body: str, open_: bool = False) -> str:
+    return f"<details{' open' if open_ else ''}><summary>{html.escape(summary)}</summary>{body}</details>"
+
+
+# ---------------------------------------------------------------------------------------------------------- claims
+
+STATUS_COLORS = {SUPPORTED: "#2ca02c", NOT_SUPPORTED: "#d62728", NOT_RESOLVED: "#ff7f0e", NOT_TESTABLE: "#7f7f7f",
+                 NOT_JUDGED: "#9467bd"}
+
+
+def claims_html(claims: list[dict]) -> str:
+    """Claim records (claims.Claim.to_json(): claim, status, statement, sentence, evidence) as verdict boxes, the same
+    on report.html and diagnostics.html: status, statement, the sentence with the numbers (closed for a not-judged
+    claim, whose sentence repeats the regime table), the numeric evidence in a closed table, never as JSON."""
+    e = html.escape
+    parts = []
+    for c in claims:
+        color = STATUS_COLORS.get(c["status"], "#000")
+        sentence = (details("why not judged, and the ungated reading", e(c["sentence"]))
+                    if c["status"] == NOT_JUDGED else f"<br>{e(c['sentence'])}")
+        # inline border and padding: the box keeps its look in a notebook, where STYLE is absent
+        parts.append(f"<div class='claim' style='border-left:5px solid {color};padding:.3em .8em;margin:.4em 0'>"
+                     f"<b>{e(str(c['claim']))}</b> <span class='status' style='color:{color}'>[{e(c['status'])}]"
+                     f"</span>: <span class='statement'>{e(c['statement'])}</span>{sentence}</div>")
+        numbers = {k: v for k, v in (c.get("evidence") or {}).items() if isinstance(v, (int, float))}
+        if numbers and c["status"] != NOT_JUDGED:
+            df = pd.DataFrame({"quantity": list(numbers), "value": [fmt(v, "ratio") for v in numbers.values()]})
+            parts.append(details(f"numbers of {c['claim']}", table(df)))
+    return "".join(parts)
+
+
+# ----------------------------------------------------------------------------------------------------------- pages
+
+class Page:
+    """A self-contained HTML page: STYLE, parts in order, plotly.js inlined with the first figure only."""
+
+    def __init__(self, title: str):
+        self.title = title
+        self.parts: list[str] = []
+        self._plotlyjs = False
+
+    def add(self, *parts: str) -> "Page":
+        self.parts.extend(parts)
+        return self
+
+    def figure(self, fig, div_id: str | None = None, caption: str | None = None) -> "Page":
+        self.parts.append("<div class='fig'>" + fig.to_html(
+            full_html=False, include_plotlyjs=not self._plotlyjs, include_mathjax=False, div_id=div_id,
+            config=FIGURE_CONFIG, default_width="100%") + "</div>")
+        self._plotlyjs = True
+        if caption:
+            self.parts.append(f"<p class='caption'>{html.escape(caption)}</p>")
+        return self
+
+    def html(self) -> str:
+        return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+                f"<meta name='viewport' content='width=device-width, initial-scale=1'>"
+                f"<title>{html.escape(self.title)}</title><style>{STYLE}</style></head><body>\n"
+                + "\n".join(self.parts) + "\n</body></html>")
+
+
+def write_text(path: Path, text: str) -> Path:
+    """Write via a temporary file and rename, so a reader never sees half a page."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+# ------------------------------------------------------------------------------------------------------- notebooks
+
+RENDERER = "normgrow_offline_html"
+
+
+def notebook_setup() -> None:
+    """Call once at the top of a notebook: figures then carry the plotly mimetype (JupyterLab) and offline text/html
+    (nbconvert, nbviewer, any browser), and plotly.js is displayed here, inline, once for the notebook."""
+    import plotly.io as pio
+    from IPython.display import HTML, display
+    from plotly.io.base_renderers import MimetypeRenderer
+    from plotly.offline import get_plotlyjs
+
+    class OfflineHtml(MimetypeRenderer):
+        """text/html without plotly.js (the setup cell holds it) and without MathJax (a CDN script)."""
+
+        def to_mimebundle(self, fig_dict):
+            return {"text/html": pio.to_html(fig_dict, full_html=False, include_plotlyjs=False,
+                                             include_mathjax=False, config=FIGURE_CONFIG, default_width="100%",
+                                             validate=False)}
+
+    pio.renderers[RENDERER] = OfflineHtml()
+    pio.renderers.default = f"plotly_mimetype+{RENDERER}"
+    display(HTML(f"<script type='text/javascript'>{get_plotlyjs()}</script>"))
+
+
+TEMPLATES = Path(__file__).parent / "nbtemplates"
+
+
+def export_notebook(notebook: Path, out: Path | None = None) -> Path:
+    """An executed notebook as one offline HTML page (nbconvert's lab look without its CDN scripts: template
+    nbtemplates/offline). Figures are there when the notebook called notebook_setup(). Default out: the notebook's
+    name with .ipynb.html (not .html: diagnostics.ipynb sits next to the diagnostics.html page it writes)."""
+    import nbformat
+    from nbconvert import HTMLExporter
+    notebook = Path(notebook)
+    out = Path(out) if out is not None else notebook.with_name(notebook.name + ".html")
+    exporter = HTMLExporter(template_name="offline", extra_template_basedirs=[str(TEMPLATES)])
+    body, _ = exporter.from_notebook_node(nbformat.read(notebook, as_version=4))
+    return write_text(out, body)

@@ -1,0 +1,121 @@
+"""What a researcher sees, in a real browser: the tiny study's report.html and diagnostics.html, and an executed
+run_variant notebook exported to HTML, opened in headless Chromium with the network blocked (the study machine is
+offline). Each page must load without a JavaScript error or a plotly warning, draw every figure, and show the claims
+and the regime check. Screenshots go to outputs/screenshots/ (ignored by git) for a person to look at.
+
+Chromium is the Debian package ``chromium`` (``apt-get install -y chromium``; .ci/run installs it when apt is
+there); Playwright (PyPI) drives that executable, it never downloads a browser. Without it the tests are skipped
+with a message naming the package. The pages come from the session's reduced tiny study (conftest.finished_study,
+shared with test_study.py), so this file adds only the browser's time (~20 s).
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[1]
+SHOTS = REPO / "outputs" / "screenshots"
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+needs_chromium = pytest.mark.skipif(
+    CHROMIUM is None, reason="headless Chromium not found: install the Debian package `chromium` "
+                             "(apt-get install -y chromium) to run the browser tests")
+LOCAL = ("file:", "data:", "blob:", "about:")
+# every plotly div has been drawn (js-plotly-plot) and has a layout; then count what each one drew
+DRAWN = """() => { const d = Array.from(document.querySelectorAll('.plotly-graph-div'));
+  return d.length > 0 && d.every(x => x.classList.contains('js-plotly-plot') && x._fullLayout); }"""
+TRACES = """Array.from(document.querySelectorAll('.plotly-graph-div')).map(d => ({
+  id: d.id, traces: (d._fullData || []).length,
+  drawn: d.querySelectorAll('g.trace').length + d.querySelectorAll('.hm image').length}))"""
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as p:
+        # --no-sandbox: CI and these machines run as root, where Chromium refuses its sandbox
+        b = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield b
+        b.close()
+
+
+def open_offline(browser, path: Path, shot: str) -> dict:
+    """Open a local page with every non-local request aborted; wait until all plotly figures are drawn; save a
+    full-page screenshot. Returns the page (still open), its errors, console warnings, blocked URLs and figures."""
+    page = browser.new_page(viewport={"width": 1366, "height": 900})
+    seen = {"errors": [], "console": [], "blocked": []}
+    page.on("pageerror", lambda err: seen["errors"].append(str(err)))
+    page.on("console", lambda msg: seen["console"].append(f"{msg.type}: {msg.text}")
+            if msg.type in ("error", "warning", "trace") else None)
+
+    def route(r):
+        if r.request.url.startswith(LOCAL):
+            r.continue_()
+        else:
+            seen["blocked"].append(r.request.url)
+            r.abort()
+    page.route("**/*", route)
+    page.goto(path.as_uri(), wait_until="load")
+    page.wait_for_function(DRAWN, timeout=60_000)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / shot), full_page=True)
+    return {**seen, "page": page, "figures": page.evaluate(TRACES)}
+
+
+def check_page(seen: dict, min_figures: int) -> None:
+    assert not seen["errors"], f"JavaScript errors: {seen['errors']}"
+    assert not seen["console"], f"console errors or warnings (plotly logs through console.trace): {seen['console'][:5]}"
+    assert not seen["blocked"], f"the page asked for the network: {seen['blocked'][:5]}"
+    figs = seen["figures"]
+    assert len(figs) >= min_figures, figs
+    empty = [f for f in figs if not (f["traces"] > 0 and f["drawn"] > 0)]
+    assert not empty, f"figures without drawn traces: {empty}"
+
+
+@needs_chromium
+def test_report_page_offline(browser, finished_study):
+    root, summary, _ = finished_study
+    seen = open_offline(browser, root / "study" / "tiny" / "report.html", "report_tiny.png")
+    check_page(seen, min_figures=4)  # learning curves, variants, gaps, crossover
+    page = seen["page"]
+    text = page.inner_text("body")
+    assert "Training regime:" in text.split("Claims")[0]  # the regime check comes before the claims
+    claims = page.locator(".claim")
+    assert claims.count() >= 8, claims.count()  # the 8 claims of STUDY.md (plus observations 4 and 5)
+    for claim in ("headline-joint", "headline-grow", "obs1-matched", "obs2-crossover", "obs3-controls"):
+        assert claim in text
+    assert "obs4-boundary" in text and "obs5-identity" in text
+    curves = next(f for f in seen["figures"] if f["id"] == "fig-curves")
+    assert curves["drawn"] >= summary["variant"].nunique()  # a line per variant (and bands, markers, baselines)
+    legend = page.locator("#fig-curves").text_content()
+    for word in ("teacher", "unigram", "growth point", "post-norm"):
+        assert word in legend
+    widths = page.evaluate("Array.from(document.querySelectorAll('table')).map(t => t.getBoundingClientRect().right)")
+    assert max(widths) <= 1366, "a table is wider than a laptop screen"
+    page.close()
+
+
+@needs_chromium
+def test_diagnostics_page_offline(browser, finished_study):
+    root, _, _ = finished_study
+    seen = open_offline(browser, root / "study" / "tiny" / "diagnostics.html", "diagnostics_tiny.png")
+    check_page(seen, min_figures=6)
+    page = seen["page"]
+    text = page.inner_text("body")
+    assert page.locator(".claim").count() == 2  # observations 4 and 5, once (no second claims table)
+    assert "obs4-boundary" in text and "obs5-identity" in text
+    assert "Fixed batch" in text and "{" not in text  # no raw JSON
+    page.close()
+
+
+@needs_chromium
+def test_exported_run_notebook_draws_offline(browser, finished_study, tmp_path):
+    from normgrow.render import export_notebook
+    root, _, _ = finished_study
+    out = export_notebook(root / "runs" / "tiny" / "post-grow-s0" / "run.ipynb", tmp_path / "run.html")
+    seen = open_offline(browser, out, "run_variant_post-grow-s0.png")
+    check_page(seen, min_figures=1)
+    seen["page"].close()

@@ -1,0 +1,139 @@
+"""normgrow.render and the diagnostics plots: number formats, tables, the notebook renderer and offline export (an
+executed notebook of the session's tiny study), and the widget's choices."""
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import nbformat
+import numpy as np
+import pandas as pd
+import pytest
+
+from normgrow.claims import SUPPORTED, Claim
+
+from normgrow import diagplots, render
+
+
+def test_fmt_by_column_kind():
+    assert render.fmt(4.920512345, "val_ce") == "4.9205"
+    assert render.fmt(786432.0, "active_layer_tokens") == "786,432"
+    assert render.fmt(0.0450797, "flat_ratio") == "0.0451"
+    assert render.fmt(164.63, "wall_s") == "165"
+    assert render.fmt(np.bool_(True)) == "yes" and render.fmt(False) == "no"
+    assert render.fmt(float("nan"), "val_ce") == "" and render.fmt(None) == ""
+    assert render.interval(4.92109, 4.90423, 4.93795) == "4.921 [4.904, 4.938]"
+    assert render.interval(4.92109, math.nan, math.nan) == "4.921"
+
+
+def test_table_drops_empty_columns_and_formats():
+    df = pd.DataFrame({"variant": ["pre-grow", "post-grow"], "val_ce": [4.818123456789, 4.9211],
+                       "missing": [None, None], "unpaired": [math.nan, math.nan], "trained": [True, False]})
+    out = render.table(df, rename={"val_ce": "val CE"})
+    assert "missing" not in out and "unpaired" not in out
+    assert "<th>val CE</th>" in out and ">4.8181<" in out and ">4.818123456789<" not in out
+    assert ">yes<" in out and ">no<" in out
+
+
+def test_variant_styles_are_distinct():
+    variants = [f"{n}-{f}" for n in ("pre", "post") for f in render.FAMILY_COLOR]
+    styles = {v: tuple(render.variant_style(v).values()) for v in variants}
+    assert len(set(styles.values())) == len(variants)
+
+
+def test_page_inlines_plotlyjs_once():
+    import plotly.graph_objects as go
+    page = render.Page("t")
+    for _ in range(3):
+        page.figure(go.Figure(go.Scatter(x=[1, 2], y=[1, 2])))
+    text = page.html()
+    assert text.count("window.Plotly = Plotly") == 1 and text.count("Plotly.newPlot") == 3
+    assert not re.search(r"<script[^>]*\bsrc=", text)
+
+
+@pytest.mark.integration
+def test_executed_notebook_keeps_figures_in_exported_html(finished_study, tmp_path):
+    """The study executed run_variant.ipynb for post-grow-s0: its figure carries both the plotly mimetype and
+    text/html, plotly.js is in the notebook once, and nbconvert's HTML (render.export_notebook) keeps the figure
+    with no script loaded from anywhere."""
+    root, _, _ = finished_study
+    executed = root / "runs" / "tiny" / "post-grow-s0" / "run.ipynb"
+    nb = nbformat.read(executed, as_version=4)
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    figures = [o for o in outputs if "application/vnd.plotly.v1+json" in o.get("data", {})]
+    assert figures and all("text/html" in o["data"] for o in figures)
+    assert sum("window.Plotly = Plotly" in str(o.get("data", {}).get("text/html", "")) for o in outputs) == 1
+    html = render.export_notebook(executed, tmp_path / "run.html").read_text()
+    assert html.count("window.Plotly = Plotly") == 1  # plotly.js inlined once
+    assert html.count("Plotly.newPlot") == len(figures)
+    assert not re.search(r"<script[^>]*\bsrc=", html), "an external script in the exported page"
+    assert "post-grow-s0" in html
+
+
+def synthetic_study() -> dict:
+    """Two seeds of pre-grow, pre-grow-freeze and post-grow (three phases) and one pre-joint seed (one checkpoint):
+    the structure of diagnostics.json with rms = 1 + boundary index and max_abs = 10 x that."""
+    groups = ["all", "first"]
+
+    def ckpt(phase, depth, scale):
+        return {"phase": phase, "depth": depth, "growth_boundary": None if phase == 0 else depth - 1,
+                "boundaries": [{"rms": {g: scale * (1 + i) for g in groups},
+                                "max_abs": {g: 10 * scale * (1 + i) for g in groups}} for i in range(depth + 1)],
+                "blocks": [{"index": j, "update_ratio": {g: 0.1 for g in groups}, "cosine": {g: 0.9 for g in groups},
+                            "skip_delta_ce": 0.01} for j in range(depth)]}
+
+    runs = {}
+    for variant, schedule in (("pre-grow", "grow"), ("pre-grow-freeze", "grow"), ("post-grow", "grow")):
+        for seed in (0, 1):
+            runs[f"{variant}-s{seed}"] = {"seed": seed, "schedule": schedule, "norm": variant.split("-")[0],
+                                          "drift": {"fixed_boundary": 1},
+                                          "checkpoints": [ckpt(p, p + 1, 1 + seed + p) for p in range(3)]}
+    runs["pre-joint-s0"] = {"seed": 0, "schedule": "joint", "norm": "pre", "drift": {"fixed_boundary": 3},
+                            "checkpoints": [ckpt(0, 3, 2.0)]}
+    return {"profile": "synth", "groups": groups, "runs": runs, "claims": [],
+            "batch": {"class_counts": {"all": 16, "first": 2}}}
+
+
+def test_widget_defaults_and_metric_toggle():
+    study = synthetic_study()
+    assert diagplots.default_run(sorted(study["runs"])) == "pre-grow-s0"  # not pre-grow-freeze-s0
+    rms = diagplots.widget_figures(study, "pre-grow-s0", metric="rms")
+    mx = diagplots.widget_figures(study, "pre-grow-s0", metric="max_abs")
+    ys = lambda fig: [v for t in fig.data for v in (t.y or []) if v is not None]  # noqa: E731
+    for k in range(3):  # the boundary figure and both drift figures follow the metric
+        assert np.allclose(ys(mx[k]), [10 * v for v in ys(rms[k])]), k
+    titles = " ".join(f.layout.title.text for f in rms)
+    assert "checkpoint -1" not in titles and "final checkpoint" in titles
+    phase1 = diagplots.boundary_figure(study, checkpoint=1)
+    assert "phase 1 (depth 2)" in phase1.layout.title.text
+
+
+def test_drift_draws_grown_variants_and_joint_as_reference():
+    study = synthetic_study()
+    fig = diagplots.drift_figure(study, kind="top")
+    means = [t for t in fig.data if t.showlegend and "seed" in t.name]
+    assert sorted({t.name.split(" ")[0] for t in means}) == ["post-grow", "pre-grow", "pre-grow-freeze"]
+    refs = [t for t in fig.data if "reference" in (t.name or "")]
+    assert refs and all(list(t.x) == [1, 3] for t in refs)  # across the grown runs' depths, not a point
+    assert all(t.y[0] == t.y[1] == 2.0 * 4 for t in refs)  # pre-joint's final top boundary h_3: 2 x (1 + 3)
+    mean = next(t for t in fig.data if t.name == "pre-grow (2 seeds)" and list(t.x) == [1, 2, 3])
+    assert list(mean.y) == pytest.approx([3.0, 7.5, 14.0])  # top boundary, mean of seeds 0 and 1
+    for axis in (fig.layout.yaxis, fig.layout.yaxis2):  # matched axes share their type (no plotly warning)
+        assert axis.type == "log"
+
+
+def test_diagnostics_page_is_styled_and_has_no_raw_json(tmp_path):
+    study = synthetic_study()
+    study["claims"] = [Claim("obs4-boundary", "stable", SUPPORTED, "Supported: post x1.01",
+                             {"post/all": 1.0086903086999, "pre/all": 1.6045070867976667}).to_json()]
+    study["claims_table"] = {"boundary_drift": [
+        {"run": n, "group": g, "ratio": 1.5, "variant": n[:-3]} for n in study["runs"] for g in ("all", "first")]}
+    text = diagplots.export_html(study, tmp_path / "d.html").read_text()
+    body = text.split("<body>", 1)[1]
+    visible = re.sub(r"<script.*?</script>", "", body, flags=re.S)
+    assert "<style>" in text and visible.count("class='claim'") == 1  # the claims once
+    assert "1.0086903086999" not in visible and json.dumps(study["batch"]) not in visible
+    headings = re.findall(r"<h2>(.*?)</h2>", visible)
+    assert "Residual scale at every boundary (final checkpoint)" in headings
+    assert not [h for h in headings if "_" in h], headings  # no code names as headings
