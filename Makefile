@@ -2,7 +2,10 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-PROFILE ?= cpu
+# PROFILE: `make study` takes gpu when torch sees CUDA and cpu otherwise (decided after install, and said); bench and
+# sweep default to cpu. `make study PROFILE=x` (or PROFILE in the environment) chooses.
+PROFILE ?=
+DETECT := $(PY) -c "import torch; print('gpu' if torch.cuda.is_available() else 'cpu')"
 STAMP := $(VENV)/.installed
 
 .PHONY: install study test bench sweep lab clean-outputs
@@ -20,18 +23,22 @@ $(STAMP): requirements.txt pyproject.toml
 install: $(STAMP)
 
 study: $(STAMP)
-	$(PY) -m normgrow.study --profile $(PROFILE)
+	@profile="$(PROFILE)"; \
+	if [ -z "$$profile" ]; then profile=$$($(DETECT)) || exit 1; \
+		echo "make study: profile $$profile ($$([ $$profile = gpu ] && echo 'CUDA found' || echo 'no CUDA'); PROFILE=x chooses)"; \
+	else echo "make study: profile $$profile (PROFILE)"; fi; \
+	$(PY) -m normgrow.study --profile $$profile
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check lib tests scripts
 	$(PY) -m pytest -q
 
 bench: $(STAMP)
-	$(PY) -m normgrow.bench --profile $(PROFILE)
+	$(PY) -m normgrow.bench --profile $(or $(PROFILE),cpu)
 
 # Peak-lr sweep per norm placement (params/sweep.yaml); SWEEP_ARGS=--write stores the choice in the profile.
 sweep: $(STAMP)
-	$(PY) -m normgrow.sweep --profile $(PROFILE) $(SWEEP_ARGS)
+	$(PY) -m normgrow.sweep --profile $(or $(PROFILE),cpu) $(SWEEP_ARGS)
 
 # JupyterLab on the notebooks (plotly and ipywidgets extensions come with the install); LAB_ARGS=--no-browser etc.
 # As root (containers, these machines) Jupyter refuses to start without --allow-root.

@@ -6,6 +6,9 @@ Candidates (same batch, same student shape: the profile's full depth train.stage
 Qwen3ForCausalLM; every one is a full training step: forward, loss, backward, grad-norm clip, AdamW step, loss.item()):
   normgrow           Student under bf16 autocast (train.dtype) + distill_loss_chunked (cached top-k teacher, fused
                      chunked head) called inside the autocast region, so the head runs in the autocast dtype
+  normgrow_compiled  normgrow with the student's body (embedding, blocks, final norm) under torch.compile, as
+                     train.compile: on runs it (train.DistillStep); the head stays eager. Its first call compiles, so
+                     it needs warmup >= 1; ratios.normgrow_vs_normgrow_compiled is compiled / eager step time
   normgrow_trainpy   the same, with the loss called after the autocast region (a float32 head; train.py calls it inside,
                      as normgrow does): what the head's dtype costs
   normgrow_reference the same as normgrow_trainpy with fused=False: the per-chunk autograd head that the fused head
@@ -49,7 +52,7 @@ from .model import Student, StudentConfig
 from .variants import load_variants
 from .utils import TRAIN_DTYPES, cpu_flags, dtype_name, resolve_dtype
 
-CANDIDATES = ("normgrow", "normgrow_trainpy", "normgrow_reference", "hf_cached", "hf_online")
+CANDIDATES = ("normgrow", "normgrow_compiled", "normgrow_trainpy", "normgrow_reference", "hf_cached", "hf_online")
 
 
 # ----------------------------------------------------------------------------------------------- FLOPs
@@ -166,15 +169,16 @@ def build_steps(profile, batch: dict, names, dtype: torch.dtype, teacher=None, c
     mask = flat["mask"]
     steps, info = {}, {"student_config": cfg.__dict__ | {}, "chunk_size": chunk}
 
-    def normgrow_step(loss_in_autocast: bool, fused: bool):
+    def normgrow_step(loss_in_autocast: bool, fused: bool, compiled: bool = False):
         model = Student(cfg)
         model.load_state_dict(proto.state_dict())
         model.train()
         opt = make_optimizer(model, tp, None)
+        body = torch.compile(model.hidden) if compiled else model.hidden
 
         def step():
             with _autocast(dtype):
-                hidden = model.hidden(tokens)
+                hidden = body(tokens)
                 if loss_in_autocast:
                     loss, _ = distill.distill_loss_chunked(hidden.flatten(0, 1), model.head_weight, flat, P,
                                                            chunk_size=chunk, fused=fused)
@@ -190,6 +194,8 @@ def build_steps(profile, batch: dict, names, dtype: torch.dtype, teacher=None, c
 
     if "normgrow" in names:
         steps["normgrow"] = normgrow_step(True, True)
+    if "normgrow_compiled" in names:
+        steps["normgrow_compiled"] = normgrow_step(True, True, compiled=True)
     if "normgrow_trainpy" in names:
         steps["normgrow_trainpy"] = normgrow_step(False, True)
     if "normgrow_reference" in names:
@@ -354,13 +360,13 @@ def run_bench(profile_name: str = "cpu", repeats: int = 5, warmup: int = 1, cand
     steps, info = build_steps(profile, batch, candidates, dt, teacher=teacher, chunk_size=chunk_size)
     names = [n for n in CANDIDATES if n in steps]
     times: dict[str, list[float]] = {n: [] for n in names}
+    warmup_times: dict[str, list[float]] = {n: [] for n in names}  # the first includes normgrow_compiled's compile
     losses = {}
     for r in range(warmup + repeats):
         for n in names:
             t0 = time.perf_counter()
             losses[n] = steps[n]()
-            if r >= warmup:
-                times[n].append(time.perf_counter() - t0)
+            (times if r >= warmup else warmup_times)[n].append(time.perf_counter() - t0)
         print(f"[bench] round {r + 1}/{warmup + repeats}" + ("" if r < warmup else ": " + ", ".join(
             f"{n} {times[n][-1]:.2f}s" for n in names)), flush=True)
     tokens = batch["tokens"].numel()
@@ -371,7 +377,7 @@ def run_bench(profile_name: str = "cpu", repeats: int = 5, warmup: int = 1, cand
     results = {}
     for n in names:
         med = statistics.median(times[n])
-        results[n] = {"step_s": med, "step_s_all": times[n], "tok_s": tokens / med, "flop_s": flops["step"] / med,
+        results[n] = {"step_s": med, "step_s_all": times[n], "warmup_s": warmup_times[n], "tok_s": tokens / med, "flop_s": flops["step"] / med,
                       "mfu": flops["step"] / med / peak, "loss": losses[n]}
     if memory == "subprocess" and args is not None:
         for n in names:

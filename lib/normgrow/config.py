@@ -141,6 +141,11 @@ class TrainParams:
     checkpoint_every: int = 50  # steps (phase ends are always checkpointed)
     dtype: str = "auto"  # autocast dtype: auto (bf16 where supported) | bfloat16 | float32
     device: str = "auto"
+    # Data-parallel processes of one run (train.py, "Data parallel"): each trains on its rows of the same global batch
+    # of batch_size sequences. 1 = no process group at all.
+    processes: int = 1
+    # torch.compile of the student's blocks: auto (on for CUDA; on CPU only where measured faster, train.py) | on | off
+    compile: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -175,13 +180,13 @@ def choices() -> dict[str, tuple]:
     from .vocab import VOCABS
     return {"teacher.dtype": ("auto",) + tuple(DTYPES), "student.vocab": VOCABS, "student.new_block_init": BLOCK_INITS,
             "train.lr_schedule": ("per_stage", "global"), "train.optimizer_on_grow": ("reset", "keep"),
-            "train.dtype": TRAIN_DTYPES, "distill.loss": LOSSES, "distill.tail": TAILS}
+            "train.dtype": TRAIN_DTYPES, "train.compile": ("auto", "on", "off"), "distill.loss": LOSSES, "distill.tail": TAILS}
 
 
 POSITIVE = {
     "teacher.batch_size", "data.seq_len", "data.train_tokens", "data.val_tokens", "cache.k",
     "student.d_model", "student.n_heads", "student.n_kv_heads", "student.head_dim", "student.d_ff",
-    "train.batch_size", "train.eval_every", "train.checkpoint_every", "distill.temperature",
+    "train.batch_size", "train.eval_every", "train.checkpoint_every", "train.processes", "distill.temperature",
 }
 
 

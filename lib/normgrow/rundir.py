@@ -32,7 +32,7 @@ import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from .config import ParamError, outputs_dir
+from .config import ParamError, TrainParams, outputs_dir
 from .utils import atomic_write_json, read_json
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -148,9 +148,25 @@ def _flatten(tree: dict, prefix: str = "") -> dict:
     return out
 
 
+LATER_KEYS = ("profile.train.processes", "profile.train.compile")
+"""Identity keys added after runs had been recorded without them. Such a key, absent from one side, compares as its
+default (config.TrainParams), which is what every run recorded before it existed did: one process, and ``auto``
+compilation, which was eager on the CPUs those runs used. Any other key absent on one side is a difference."""
+
+
+def _later_key_defaults() -> dict:
+    defaults = {f"profile.train.{f.name}": f.default for f in fields(TrainParams)}
+    return {k: defaults[k] for k in LATER_KEYS}
+
+
 def identity_differences(recorded: dict, expected: dict) -> list[str]:
-    """The dotted keys (e.g. 'profile.train.lr') on which two identities differ; provenance is not compared."""
+    """The dotted keys (e.g. 'profile.train.lr') on which two identities differ; provenance is not compared. The
+    profile of either side is compared with the LATER_KEYS it lacks filled in with their defaults."""
     a, b = _flatten(recorded), _flatten(expected)
+    for flat in (a, b):
+        if any(k.startswith("profile.train.") for k in flat):
+            for key, default in _later_key_defaults().items():
+                flat.setdefault(key, default)
     return sorted(k for k in set(a) | set(b) if k.split(".")[0] != "environment" and a.get(k) != b.get(k))
 
 

@@ -17,15 +17,28 @@ Choices made explicit here (see growth.py for the schedules and the token accoun
   - Resume: checkpoints/last.pt (model, optimiser, step, counters, metrics line count) every checkpoint_every steps
     and at every phase end; a restarted run truncates metrics.jsonl to the checkpoint and continues. A finished run
     (summary.json present) is returned as is unless force=True, which deletes it first.
+  - Data parallel (train.processes = N > 1, CPU): this process is rank 0 and forks N - 1 more (see data_parallel).
+    Each rank trains on its slice of the sorted rows of the same global batch of train.batch_size sequences, so the
+    data order is still a pure function of the step, and DistributedDataParallel averages the gradients. The loss of
+    a rank is its mean over its loss-mask positions times N * local positions / global positions, so the average is
+    exactly the gradient of the global batch's mean (ranks hold different numbers of positions). Counters and logged
+    numbers are those of the global batch; only rank 0 writes (metrics, checkpoints, summary) and holds the run lock.
+    The model is wrapped again after every growth step, because DDP fixes its parameter set when it wraps.
+  - Compilation (train.compile): torch.compile of the student's body (embedding, blocks, final norm), one graph per
+    phase (appending blocks changes the graph). The fused distillation head stays eager: it is a custom autograd
+    function with hand-written gradients and reused buffers, already what compilation would aim for.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
+import datetime
 import json
 import math
 import os
 import platform
 import shutil
+import tempfile
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -33,6 +46,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.distributed as dist
+from torch.multiprocessing import ProcessExitedException, ProcessRaisedException, start_processes
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
 from . import distill
@@ -141,6 +158,9 @@ def make_run_spec(profile: str = "tiny", norm: str = "pre", schedule: str = "gro
     if overrides is not None and not isinstance(overrides, dict):
         raise ParamError(f"overrides={overrides!r} must be a mapping of dotted keys, e.g. {{'train.lr': 1e-3}}")
     prof = run_profile(profile, norm, overrides)
+    if prof.train.processes > prof.train.batch_size:
+        raise ParamError(f"train.processes={prof.train.processes} must be <= train.batch_size="
+                         f"{prof.train.batch_size}: every process trains on at least one row of the global batch")
     if len(prof.train.stages) < 2 and schedule == "grow":
         raise ParamError(f"schedule='grow' needs at least two train.stages (got {list(prof.train.stages)})")
     match_name = None
@@ -153,11 +173,25 @@ def make_run_spec(profile: str = "tiny", norm: str = "pre", schedule: str = "gro
 
 # ----------------------------------------------------------------------------------------------------------- data
 
-class Batches:
-    """Training batches as a pure function of the step (see module docstring)."""
+@dataclass(frozen=True)
+class Ranks:
+    """This process's place in a data-parallel run: rank in [0, world); rank 0 writes."""
+    rank: int = 0
+    world: int = 1
 
-    def __init__(self, split, batch_size: int, seed: int, device: torch.device, vocab: VocabMap):
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+
+class Batches:
+    """Training batches as a pure function of the step (see module docstring). Each rank reads its contiguous slice
+    of the global batch's sorted rows (np.array_split, so slices differ by at most one row)."""
+
+    def __init__(self, split, batch_size: int, seed: int, device: torch.device, vocab: VocabMap,
+                 ranks: Ranks = Ranks()):
         self.split, self.batch_size, self.seed, self.device, self.vocab = split, batch_size, seed, device, vocab
+        self.ranks = ranks
         self.n_rows = split.tokens.shape[0]
         if self.n_rows < 1:
             raise ValueError("the training split is empty")
@@ -174,8 +208,15 @@ class Batches:
             self._perms = {epoch: np.random.default_rng([self.seed, epoch]).permutation(self.n_rows)}
         return self._perms[epoch]
 
+    def local_rows(self, step: int) -> np.ndarray:
+        return np.array_split(np.sort(self.rows(step)), self.ranks.world)[self.ranks.rank]
+
+    def positions(self, step: int) -> int:
+        """Loss-mask positions of the global batch (what the loss of a step is a mean over)."""
+        return int(loss_mask_np(self.split.doc_start[np.sort(self.rows(step))]).sum())
+
     def __call__(self, step: int) -> dict:
-        return rows_to_batch(self.split, np.sort(self.rows(step)), self.device, self.vocab)
+        return rows_to_batch(self.split, self.local_rows(step), self.device, self.vocab)
 
 
 def rows_to_batch(split, rows: np.ndarray, device: torch.device, vocab: VocabMap) -> dict:
@@ -235,21 +276,36 @@ def make_optimizer(model: Student, params, previous: torch.optim.Optimizer | Non
     return opt
 
 
+COMPILE_ON_CPU = False
+"""Whether train.compile: auto compiles on CPU: not measured faster here (python -m normgrow.bench, README)."""
+
+
 def _autocast(device: torch.device, dtype: torch.dtype):
     if dtype == torch.float32:
         return nullcontext()
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
+def _sum_over_ranks(values: list[float], ranks: Ranks) -> list[float]:
+    """values summed over the ranks (float64 all_reduce); the values themselves in a single process."""
+    if ranks.world == 1:
+        return values
+    total = torch.tensor(values, dtype=torch.float64)
+    dist.all_reduce(total)
+    return total.tolist()
+
+
 @torch.no_grad()
-def evaluate(model: Student, split, n_rows: int, batch_size: int, device, dtype, vocab: VocabMap) -> dict:
+def evaluate(model: Student, split, n_rows: int, batch_size: int, device, dtype, vocab: VocabMap,
+             ranks: Ranks = Ranks()) -> dict:
     """Student next-token CE and soft-target CE against the teacher (T=1, tail bucket) on the first n_rows
-    validation sequences, averaged over loss_mask positions (nats/token)."""
+    validation sequences, averaged over loss_mask positions (nats/token). Under data parallelism the ranks take
+    the batches in turn and their sums are added."""
     was_training = model.training
     model.eval()
     sums = {"val_ce": 0.0, "val_kd_ce": 0.0}
     count = 0
-    for start in range(0, n_rows, batch_size):
+    for start in range(ranks.rank * batch_size, n_rows, batch_size * ranks.world):
         batch = rows_to_batch(split, np.arange(start, min(start + batch_size, n_rows)), device, vocab)
         rows = distill.flatten_batch(batch)
         with _autocast(device, dtype):
@@ -259,7 +315,9 @@ def evaluate(model: Student, split, n_rows: int, batch_size: int, device, dtype,
         sums["val_kd_ce"] += batch_sums["kd_ce"]
         count += batch_count
     model.train(was_training)
-    return {k: v / max(count, 1) for k, v in sums.items()} | {"eval_positions": count}
+    *totals, count = _sum_over_ranks([*sums.values(), count], ranks)
+    count = int(count)
+    return {k: v / max(count, 1) for k, v in zip(sums, totals)} | {"eval_positions": count}
 
 
 # ----------------------------------------------------------------------------------------------------- the run
@@ -371,11 +429,13 @@ class Run:
     phases: list[Phase]
     model: Student
     counters: dict
-    log: MetricsLog
+    log: MetricsLog | None  # rank 0 only
     batches: Batches
     eval_rows: int
     resume_optimizer: dict | None  # the optimiser state of last.pt, consumed by the phase it belongs to
     bar: tqdm
+    ranks: Ranks = Ranks()
+    compiled: bool = False
     session_start: float = field(default_factory=time.perf_counter)
     wall_before: float = 0.0
 
@@ -388,17 +448,19 @@ class Run:
 
     def evaluate(self, n_rows: int) -> dict:
         tp = self.spec.profile.train
-        metrics = evaluate(self.model, self.cache.val, n_rows, tp.batch_size, self.device, self.dtype, self.vocab)
+        metrics = evaluate(self.model, self.cache.val, n_rows, tp.batch_size, self.device, self.dtype, self.vocab,
+                           self.ranks)
         check_finite(self.spec.run_name, self.counters["step"], {k: metrics[k] for k in ("val_ce", "val_kd_ce")})
         return metrics
 
 
-def start_run(spec: RunSpec, cache, run_dir: Path, phases: list[Phase], progress: bool) -> Run:
-    """Set-up: device, dtype, vocabulary, and the model and counters, new or resumed (load_resume_state)."""
+def start_run(spec: RunSpec, cache, run_dir: Path, phases: list[Phase], state: dict | None, progress: bool,
+              ranks: Ranks = Ranks()) -> Run:
+    """Set-up: device, dtype, vocabulary, and the model and counters, new or resumed from state (load_resume_state,
+    read once by rank 0 before the other ranks start)."""
     prof, tp = spec.profile, spec.profile.train
     device = resolve_device(tp.device)
     vocab = VocabMap.for_cache(cache, prof.student.vocab)
-    state = load_resume_state(run_dir, tp.optimizer_on_grow)
     if state is None:
         torch.manual_seed(spec.seed)
         model = Student(StudentConfig.from_params(prof.student, vocab_size=vocab.size, n_layers=phases[0].depth,
@@ -407,23 +469,41 @@ def start_run(spec: RunSpec, cache, run_dir: Path, phases: list[Phase], progress
     else:
         model = Student(StudentConfig(**state["config"]))
         model.load_state_dict(state["model"])
-        counters = state["counters"]
-        print(f"resuming {run_dir} at step {counters['step']}")
+        counters = copy.deepcopy(state["counters"])
+        if ranks.main:
+            print(f"resuming {run_dir} at step {counters['step']}")
     model.to(device).train()
     val_rows = cache.val.tokens.shape[0]
     run = Run(spec=spec, dir=run_dir, cache=cache, vocab=vocab, device=device, dtype=resolve_dtype(tp.dtype, device),
               phases=phases, model=model, counters=counters,
-              log=MetricsLog(run_dir / METRICS, counters["metrics_lines"]),
-              batches=Batches(cache.train, tp.batch_size, spec.seed, device, vocab),
+              log=MetricsLog(run_dir / METRICS, counters["metrics_lines"]) if ranks.main else None,
+              batches=Batches(cache.train, tp.batch_size, spec.seed, device, vocab, ranks),
               eval_rows=val_rows if tp.eval_tokens == 0 else max(1, min(val_rows, tp.eval_tokens // prof.data.seq_len)),
               resume_optimizer=None if state is None else state.get("optimizer"),
               bar=tqdm(total=sum(p.steps for p in phases), initial=counters["step"], desc=spec.run_name,
-                       disable=not progress, unit="step"),
-              wall_before=counters["wall_s"])
-    if counters["step"] == 0 and run.log.lines == 0:  # the untrained model: the start of every learning curve
-        run.log.write({"kind": "eval", "step": 0, "phase": 0, "depth": phases[0].depth, "tokens": 0,
-                       "active_layer_tokens": 0, **run.evaluate(run.eval_rows)})
+                       disable=not (progress and ranks.main), unit="step"),
+              ranks=ranks, compiled=compile_enabled(tp.compile, device), wall_before=counters["wall_s"])
+    if counters["step"] == 0:  # the untrained model: the start of every learning curve (no checkpoint: no lines)
+        metrics = run.evaluate(run.eval_rows)
+        if ranks.main:
+            run.log.write({"kind": "eval", "step": 0, "phase": 0, "depth": phases[0].depth, "tokens": 0,
+                           "active_layer_tokens": 0, **metrics})
     return run
+
+
+class DistillStep(nn.Module):
+    """The training forward: the student's body (compiled or not) and the fused distillation head, as one module so
+    that DistributedDataParallel wraps every use of the parameters (the tied head included) in its forward."""
+
+    def __init__(self, model: Student, params, compiled: bool):
+        super().__init__()
+        self.model, self.params = model, params
+        self.body = torch.compile(model.hidden) if compiled else model.hidden
+
+    def forward(self, batch: dict) -> tuple[torch.Tensor, dict]:
+        hidden = self.body(batch["tokens"])
+        return distill.distill_loss_chunked(hidden.flatten(0, 1), self.model.head_weight, distill.flatten_batch(batch),
+                                            self.params)
 
 
 def train_phase(run: Run, phase: Phase, phase_start: int, optimizer: torch.optim.Optimizer | None):
@@ -442,6 +522,9 @@ def train_phase(run: Run, phase: Phase, phase_start: int, optimizer: torch.optim
     run.resume_optimizer = None
     trainable = [p for p in model.parameters() if p.requires_grad]
     ckpt_dir = run.dir / CHECKPOINTS
+    step_fn = DistillStep(model, spec.profile.distill, run.compiled)
+    if run.ranks.world > 1:  # wrapped per phase: DDP fixes its parameters (appended, frozen) when it wraps
+        step_fn = DistributedDataParallel(step_fn, forward_sync_buffers=False)
 
     while counters["step"] < phase_end:
         step = counters["step"]
@@ -451,12 +534,18 @@ def train_phase(run: Run, phase: Phase, phase_start: int, optimizer: torch.optim
             group["lr"] = lr
         batch = run.batches(step)
         with _autocast(run.device, run.dtype):  # the head's matmuls too; the loss math itself runs in float32
-            hidden = model.hidden(batch["tokens"])
-            loss, stats = distill.distill_loss_chunked(hidden.flatten(0, 1), model.head_weight,
-                                                       distill.flatten_batch(batch), spec.profile.distill)
-        loss.backward()
+            loss, stats = step_fn(batch)
+        # loss is this rank's mean over its positions: weighted so that DDP's average over ranks is the gradient of
+        # the global batch's mean (the weight is exactly 1.0 in a single process)
+        positions, global_positions = int(batch["mask"].sum()), max(run.batches.positions(step), 1)
+        (loss * (positions * run.ranks.world / global_positions)).backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(trainable, tp.grad_clip)
-        check_finite(spec.run_name, step + 1, {"loss": loss.item(), "grad_norm": float(grad_norm)})
+        names = ["loss", *stats]
+        local = [loss.item(), *(float(v) for v in stats.values())]
+        if run.ranks.world > 1:
+            local = [v / global_positions for v in _sum_over_ranks([v * positions for v in local], run.ranks)]
+        step_means = dict(zip(names, local))
+        check_finite(spec.run_name, step + 1, {"loss": step_means["loss"], "grad_norm": float(grad_norm)})
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         counters["step"] += 1
@@ -464,19 +553,21 @@ def train_phase(run: Run, phase: Phase, phase_start: int, optimizer: torch.optim
         counters["active_layer_tokens"] += run.tokens_per_step * phase.depth
         counters["trainable_layer_tokens"] += run.tokens_per_step * (phase.depth - phase.first_trainable_block)
         step_s = time.perf_counter() - t0
-        run.log.write({"kind": "train", "step": counters["step"], "phase": phase.index, "depth": phase.depth,
-                       "lr": lr, "loss": loss.item(), **{k: float(v) for k, v in stats.items()},
-                       "grad_norm": float(grad_norm), "tokens": counters["tokens"],
-                       "active_layer_tokens": counters["active_layer_tokens"], "tok_s": run.tokens_per_step / step_s})
-        run.bar.update(1)
-        run.bar.set_postfix(phase=phase.index, depth=phase.depth, loss=f"{loss.item():.3f}",
-                            tok_s=f"{run.tokens_per_step / step_s:.0f}")
         at_phase_end = counters["step"] == phase_end
         if at_phase_end or counters["step"] % tp.eval_every == 0:
             metrics = run.evaluate(run.cache.val.tokens.shape[0] if at_phase_end else run.eval_rows)
             record = {"kind": "phase_end" if at_phase_end else "eval", "step": counters["step"],
                       "phase": phase.index, "depth": phase.depth, "tokens": counters["tokens"],
                       "active_layer_tokens": counters["active_layer_tokens"], **metrics}
+        if not run.ranks.main:  # the other ranks only take part in the collectives above
+            continue
+        run.log.write({"kind": "train", "step": counters["step"], "phase": phase.index, "depth": phase.depth,
+                       "lr": lr, **step_means, "grad_norm": float(grad_norm), "tokens": counters["tokens"],
+                       "active_layer_tokens": counters["active_layer_tokens"], "tok_s": run.tokens_per_step / step_s})
+        run.bar.update(1)
+        run.bar.set_postfix(phase=phase.index, depth=phase.depth, loss=f"{step_means['loss']:.3f}",
+                            tok_s=f"{run.tokens_per_step / step_s:.0f}")
+        if at_phase_end or counters["step"] % tp.eval_every == 0:
             run.log.write(record)
         if at_phase_end or counters["step"] % tp.checkpoint_every == 0:
             counters["wall_s"] = run.wall_s()
@@ -532,17 +623,91 @@ def run_variant(spec: RunSpec, progress: bool = True) -> dict:
         budget = read_summary(run_path(prof.name, spec.match_active_layer_tokens)).active_layer_tokens
     phases = plan_phases(spec.schedule, tp.stages, tp.stage_tokens, tp.batch_size * prof.data.seq_len,
                          spec.freeze_prefix, budget)
-    resolve_device(tp.device)  # a device this machine lacks fails here, before the run directory exists
+    device = resolve_device(tp.device)  # a device this machine lacks fails here, before the run directory exists
+    if tp.processes > 1 and device.type != "cpu":
+        raise ParamError(f"train.processes={tp.processes} runs on CPU only (gloo, forked ranks; train.device "
+                         f"resolves to {device}); use train.processes: 1 on {device.type}")
     cache = ensure_cache(prof, progress=progress)
     with RunLock(spec.dir):
         run_dir, finished = prepare_run_dir(spec, cache.key)
         if finished is not None:
             print(f"{run_dir} is finished (summary.json); not re-running. Pass force=True to retrain.")
             return finished.to_json()
-        run = start_run(spec, cache, run_dir, phases, progress)
-        optimizer, phase_start = None, 0
-        for phase in phases:
-            if run.counters["step"] < phase_start + phase.steps:
-                optimizer = train_phase(run, phase, phase_start, optimizer)
-            phase_start += phase.steps
-        return finish_run(run).to_json()
+        state = load_resume_state(run_dir, tp.optimizer_on_grow)
+        return data_parallel(tp.processes, train_ranks, spec, cache, run_dir, phases, state, progress).to_json()
+
+
+def train_ranks(ranks: Ranks, spec: RunSpec, cache, run_dir: Path, phases: list[Phase], state: dict | None,
+                progress: bool) -> Summary | None:
+    """The training of one rank, from start (or resume state) to finish; rank 0 returns the summary."""
+    run = start_run(spec, cache, run_dir, phases, state, progress, ranks)
+    optimizer, phase_start = None, 0
+    for phase in phases:
+        if run.counters["step"] < phase_start + phase.steps:
+            optimizer = train_phase(run, phase, phase_start, optimizer)
+        phase_start += phase.steps
+    return finish_run(run) if ranks.main else None
+
+
+def compile_enabled(setting: str, device: torch.device) -> bool:
+    """train.compile resolved: on / off as given; auto compiles on CUDA, and on CPU only if COMPILE_ON_CPU."""
+    if setting != "auto":
+        return setting == "on"
+    return device.type == "cuda" or (device.type == "cpu" and COMPILE_ON_CPU)
+
+
+RANK_TIMEOUT = datetime.timedelta(minutes=5)
+"""How long a rank waits for the others at a collective before the run fails (gloo's default is 30 minutes): a rank
+that stalls makes the run stop with an error instead of hanging a study or a test session."""
+
+
+def data_parallel(world: int, fn, *args):
+    """fn(Ranks(rank, world), *args) on `world` ranks; returns rank 0's result.
+
+    world == 1: fn runs in this process, with no process group. Otherwise this process is rank 0 and world - 1
+    processes are forked from it (torch.multiprocessing, so a failing rank's traceback reaches rank 0). Fork, not
+    spawn, and not accelerate's notebook_launcher: the forked ranks share the already opened (memory-mapped) cache,
+    the resume state rank 0 read, and whatever the caller set up, in a Jupyter kernel as in a plain process; rank 0
+    stays in the caller, so its progress bar, its output and the run lock stay there (notebook_launcher forks every
+    rank, the caller included, and rendezvous on a fixed port, which two runs at once would share). The ranks meet
+    through a file store in a fresh temporary directory, so concurrent runs never collide, and split this
+    process's threads between them. A failure on any rank stops all of them."""
+    if world == 1:
+        return fn(Ranks(), *args)
+    threads = torch.get_num_threads()
+    store = tempfile.mkdtemp(prefix="normgrow-ranks-")
+    others = start_processes(_forked_rank, args=(world, store, threads, fn, args), nprocs=world - 1, join=False,
+                             start_method="fork")
+    try:
+        result = _rank(0, world, store, threads, fn, args)
+        while not others.join():
+            pass
+        return result
+    except BaseException as err:
+        try:
+            others.join(timeout=5)  # a rank that failed first: its error is the one to report
+        except (ProcessRaisedException, ProcessExitedException) as rank_error:
+            raise rank_error from err
+        finally:
+            for process in others.processes:
+                if process.is_alive():
+                    process.terminate()
+                process.join()
+        raise
+    finally:
+        torch.set_num_threads(threads)
+        shutil.rmtree(store, ignore_errors=True)
+
+
+def _forked_rank(index: int, world: int, store: str, threads: int, fn, args) -> None:
+    _rank(index + 1, world, store, threads, fn, args)
+
+
+def _rank(rank: int, world: int, store: str, threads: int, fn, args):
+    torch.set_num_threads(max(1, threads // world))
+    dist.init_process_group("gloo", init_method=f"file://{store}/rendezvous", rank=rank, world_size=world,
+                            timeout=RANK_TIMEOUT)
+    try:
+        return fn(Ranks(rank, world), *args)
+    finally:
+        dist.destroy_process_group()

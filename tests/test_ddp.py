@@ -1,0 +1,151 @@
+"""Data-parallel runs (train.processes = 2, gloo on CPU) on the synthetic cache: the same numbers as one process on
+the same global batch, rank 0 alone writing, growth and freezing under DDP, resume after an interruption, and the
+identity of runs recorded before train.processes / train.compile existed, and train.compile."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import fakes
+from normgrow import rundir, train
+from normgrow.config import ParamError
+from normgrow.model import load_student
+from normgrow.train import Batches, Ranks, make_run_spec, run_variant
+
+TWO = {"train.processes": 2}
+
+
+@pytest.fixture
+def outputs(tmp_path, monkeypatch):
+    monkeypatch.setenv("NORMGROW_OUTPUTS", str(tmp_path))
+    fakes.install(monkeypatch)
+    return tmp_path
+
+
+def spec(run_name, extra=None, **kw):
+    return make_run_spec(profile="tiny", norm=kw.pop("norm", "pre"), schedule=kw.pop("schedule", "grow"),
+                         run_name=run_name, overrides=fakes.TINY_OVERRIDES | (extra or {}), **kw)
+
+
+def train_records(run_dir):
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [r for r in lines if r["kind"] == "train"], [r for r in lines if r["kind"] != "train"]
+
+
+def test_ranks_split_the_rows_of_the_same_global_batch():
+    cache = fakes.fake_cache()
+    whole = Batches(cache.train, 7, seed=3, device=torch.device("cpu"), vocab=None)
+    parts = [Batches(cache.train, 7, seed=3, device=torch.device("cpu"), vocab=None, ranks=Ranks(r, 2))
+             for r in range(2)]
+    for step in (0, 5, 9, 40):  # 40 x 7 rows crosses several epochs of the 64-row split
+        rows = [p.local_rows(step) for p in parts]
+        assert [len(r) for r in rows] == [4, 3]
+        np.testing.assert_array_equal(np.concatenate(rows), np.sort(whole.rows(step)))
+        assert parts[1].positions(step) == whole.positions(step)
+
+
+@pytest.mark.parametrize("norm, schedule, freeze", [("pre", "grow", False), ("post", "grow", True)])
+def test_two_processes_match_one_process(outputs, norm, schedule, freeze):
+    """Same global batch, same token accounting, val_ce within 1e-3 nats; growth, freezing and the optimizer
+    rebuilt per phase under DDP. batch_size 8 split 4 + 4 rows; the fake cache's documents give the ranks different
+    numbers of loss positions, which the loss weighting has to get right."""
+    one = run_variant(spec("one", norm=norm, schedule=schedule, freeze_prefix=freeze), progress=False)
+    two = run_variant(spec("two", TWO, norm=norm, schedule=schedule, freeze_prefix=freeze), progress=False)
+    for key in ("tokens", "active_layer_tokens", "trainable_layer_tokens", "steps", "depth"):
+        assert two[key] == one[key], key
+    assert two["val_ce"] == pytest.approx(one["val_ce"], abs=1e-5)  # the issue asks 1e-3; measured 0 here
+    for a, b in zip(two["phases"], one["phases"]):
+        assert a["val_ce"] == pytest.approx(b["val_ce"], abs=1e-5)
+        assert a["val_kd_ce"] == pytest.approx(b["val_kd_ce"], abs=1e-5)
+    root = outputs / "runs" / "tiny"
+    (steps_one, evals_one), (steps_two, evals_two) = train_records(root / "one"), train_records(root / "two")
+    assert [r["step"] for r in steps_two] == list(range(1, 13))  # one line per step: only rank 0 writes
+    for a, b in zip(steps_two, steps_one):
+        assert (a["tokens"], a["active_layer_tokens"]) == (b["tokens"], b["active_layer_tokens"])
+        assert a["loss"] == pytest.approx(b["loss"], abs=1e-4)  # the global batch's loss, not rank 0's
+        assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-3)
+    assert [e["eval_positions"] for e in evals_two] == [e["eval_positions"] for e in evals_one]
+    ckpt = root / "two" / "checkpoints"
+    if freeze:  # block 0 and the tied embedding never move after phase 0
+        p0, p2 = (dict(load_student(ckpt / f"phase{i}_depth{i + 1}.pt").named_parameters()) for i in (0, 2))
+        for name in ("embed_tokens.weight", "blocks.0.mlp.down_proj.weight"):
+            assert torch.equal(p0[name], p2[name]), name
+    assert load_student(ckpt / "final.pt").cfg.n_layers == 3
+    assert not (ckpt / "last.pt").exists()
+
+
+def test_two_processes_resume_after_an_interruption(outputs, monkeypatch):
+    """Every rank stops at step 7 (mid-phase 1; last.pt from step 6); the rerun resumes from last.pt on two ranks
+    and ends with the numbers of the uninterrupted two-process run."""
+    reference = run_variant(spec("reference", TWO), progress=False)
+    real = train.Batches.__call__
+
+    def interrupted(self, step):
+        if step == 7:
+            raise KeyboardInterrupt
+        return real(self, step)
+    with monkeypatch.context() as m:
+        m.setattr(train.Batches, "__call__", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            run_variant(spec("pre-grow-s0", TWO), progress=False)
+    run_dir = outputs / "runs" / "tiny" / "pre-grow-s0"
+    assert torch.load(run_dir / "checkpoints" / "last.pt", weights_only=False)["counters"]["step"] == 6
+    assert not (run_dir / "summary.json").exists()
+    resumed = run_variant(spec("pre-grow-s0", TWO), progress=False)
+    for key in ("val_ce", "val_kd_ce", "tokens", "active_layer_tokens", "steps"):
+        assert resumed[key] == pytest.approx(reference[key], abs=1e-6), key
+    steps, _ = train_records(run_dir)
+    assert [r["step"] for r in steps] == list(range(1, 13))
+
+
+def test_a_failing_rank_stops_the_run_with_its_error(outputs, monkeypatch):
+    real = train.Batches.__call__
+
+    def failing(self, step):
+        if step == 2 and self.ranks.rank == 1:
+            raise RuntimeError("rank 1 broke")
+        return real(self, step)
+    monkeypatch.setattr(train.Batches, "__call__", failing)
+    with pytest.raises(Exception, match="rank 1 broke"):
+        run_variant(spec("broken", TWO), progress=False)
+    assert not (outputs / "runs" / "tiny" / "broken" / "summary.json").exists()
+
+
+def test_processes_are_validated(outputs):
+    with pytest.raises(ParamError, match="train.processes=0 must be > 0"):
+        spec("x", {"train.processes": 0})
+    with pytest.raises(ParamError, match="train.processes=9 must be <= train.batch_size=8"):
+        spec("x", {"train.processes": 9})
+    with pytest.raises(ParamError, match="train.compile='fast' is not allowed; allowed values: auto, on, off"):
+        spec("x", {"train.compile": "fast"})
+
+
+def test_identities_recorded_before_processes_and_compile_still_match():
+    """config.json of runs made before train.processes and train.compile existed lacks them: they compare as
+    their defaults (1, auto), and as nothing else."""
+    current = spec("x").identity()
+    old = json.loads(json.dumps(current))
+    del old["profile"]["train"]["processes"], old["profile"]["train"]["compile"]
+    assert rundir.identity_differences(old, current) == []
+    assert rundir.identity_differences(current, old) == []
+    two = spec("x", TWO).identity()
+    assert rundir.identity_differences(old, two) == ["profile.train.processes"]
+
+
+def test_compile_setting_resolves_per_device():
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert train.compile_enabled("auto", cuda) and not train.compile_enabled("off", cuda)
+    assert train.compile_enabled("on", cpu)
+    assert train.compile_enabled("auto", cpu) == train.COMPILE_ON_CPU
+
+
+def test_compiled_body_trains_like_the_eager_one(outputs):
+    """train.compile: on (torch.compile of the student's body, the head eager) against off: same accounting, and
+    val_ce within 1e-4 nats (float32; compilation only reorders arithmetic). Single schedule: one graph to compile."""
+    eager = run_variant(spec("eager", {"train.compile": "off"}, schedule="single"), progress=False)
+    compiled = run_variant(spec("compiled", {"train.compile": "on"}, schedule="single"), progress=False)
+    assert (compiled["tokens"], compiled["steps"]) == (eager["tokens"], eager["steps"])
+    assert compiled["val_ce"] == pytest.approx(eager["val_ce"], abs=1e-4)
