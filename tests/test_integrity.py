@@ -92,14 +92,14 @@ def test_builders_rebuild_a_damaged_cache(tmp_path, capsys):
     assert f"cache {d} is damaged: {d / 'train' / 'topk_logp.npy'}: content differs" in capsys.readouterr().out
 
 
-def test_real_tiny_cache_opens_without_side_effects(tmp_path, monkeypatch):
-    """The tiny profile's committed-era cache (no checksums.json) opens under its unchanged key; deriving the key on
-    a tree without the converted teacher converts nothing (the tokenizer is read from the GGUF)."""
+def test_real_tiny_cache_opens_without_side_effects(tmp_path, monkeypatch, finished_study):
+    """The tiny profile's real cache (the repository's, or the one the session's reduced study built) opens under
+    its key; deriving the key on a tree without the converted teacher converts nothing (the tokenizer is read from
+    the GGUF)."""
     prof = config.load_profile("tiny")
-    real = config.OUTPUTS_DIR / "teacher"
+    real = finished_study[0] / "teacher"
     key = teacher._resolve_key(prof)[3]  # 0550ade468b3792a where the teacher pass runs in float32 (no native bf16)
-    if not (real / key).is_dir():
-        pytest.skip(f"the tiny profile's teacher cache {real / key} is not built")
+    assert data.is_complete(real / key, key), f"no complete tiny cache at {real / key}"
     shutil.copytree(real / key, tmp_path / "outputs" / "teacher" / key)
     monkeypatch.setenv("NORMGROW_OUTPUTS", str(tmp_path / "outputs"))
     monkeypatch.setattr(teacher, "MODELS_DIR", tmp_path / "models")  # a fresh tree: nothing converted
