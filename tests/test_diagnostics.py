@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import time
 
 import pytest
@@ -189,3 +190,27 @@ def test_diagnose_run_caches_and_claims(tmp_path, batch):
     assert figs and all(hasattr(f, "to_html") for f in figs.values())
     out = diagplots.export_html(study, tmp_path / "diag.html")
     assert out.stat().st_size > 1000 and "cdn.plot.ly" not in out.read_text()[:2000]
+
+
+def test_study_keeps_the_diagnostics_of_runs_whose_checkpoints_are_gone(tmp_path, monkeypatch, batch):
+    """A fresh clone of committed results has summaries but no checkpoints: diagnose_study keeps those runs' entries
+    of the previous diagnostics.json (same fixed batch) instead of dropping them from the claims."""
+    from types import SimpleNamespace
+    monkeypatch.setenv("NORMGROW_OUTPUTS", str(tmp_path))
+    root = tmp_path / "runs" / "tiny"
+    fake_run(root, "pre-grow-s0", "pre")
+    fake_run(root, "post-grow-s0", "post")
+    monkeypatch.setattr(D, "fixed_batch", lambda profile, n: batch)
+    monkeypatch.setattr(D, "collect_runs", lambda profile: SimpleNamespace(assigned={
+        ("pre-grow", 0): SimpleNamespace(run_name="pre-grow-s0"),
+        ("post-grow", 0): SimpleNamespace(run_name="post-grow-s0")}))
+    first = D.diagnose_study("tiny", progress=False)
+    assert first["claims"][0]["status"] in ("supported", "not supported")
+    for run in ("pre-grow-s0", "post-grow-s0"):
+        shutil.rmtree(root / run / "checkpoints")
+        (root / run / "diagnostics.json").unlink()
+    again = D.diagnose_study("tiny", progress=False)
+    assert again["runs"] == first["runs"] and again["claims"] == first["claims"]
+    other = dict(batch, meta=dict(batch["meta"], fingerprint="another batch"))
+    monkeypatch.setattr(D, "fixed_batch", lambda profile, n: other)
+    assert D.diagnose_study("tiny", progress=False)["runs"] == {}  # measured on another batch: not kept

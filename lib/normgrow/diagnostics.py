@@ -174,7 +174,7 @@ def make_batch(split, tokenizer_or_meta, n: int = DEFAULT_N, cache_key: str | No
     if n < 1:
         raise ValueError("the validation split is empty (or n < 1)")
     batch = rows_to_batch(split, np.arange(n), torch.device("cpu"), VocabMap(None, 0))
-    batch["doc_start"] = torch.from_numpy(np.asarray(split.doc_start[:n], dtype=bool))
+    batch["doc_start"] = torch.from_numpy(np.array(split.doc_start[:n], dtype=bool))
     tokens = batch["tokens"]
     batch["classes"] = token_classes(tokens, batch["doc_start"], tokenizer_or_meta)
     counts = {g: int(m.sum()) for g, m in group_masks(batch["classes"]).items()}
@@ -514,19 +514,30 @@ def study_result(profile: str, batch_meta: dict, runs: dict[str, dict]) -> dict:
 
 def diagnose_study(profile: str, n: int = DEFAULT_N, force: bool = False, skip: bool = True,
                    progress: bool = True) -> dict:
-    """Diagnose every finished run of outputs/runs/<profile>/; write outputs/study/<profile>/diagnostics.json."""
+    """Diagnose every finished run of outputs/runs/<profile>/ (a run whose checkpoints are gone keeps its entry of the
+    previous diagnostics.json, when measured on the same fixed batch); write outputs/study/<profile>/diagnostics.json."""
     batch = fixed_batch(profile, n)
     variant_of = {summary.run_name: variant for (variant, _), summary in collect_runs(profile).assigned.items()}
+    path = study_diag_path(profile)
+    previous = read_json(path).get("runs", {}) if path.is_file() else {}
     runs = {}
     for run_dir in finished_runs(profile):
-        if run_dir.name not in variant_of or not phase_checkpoints(run_dir):
-            continue  # not part of the study (report.py lists why), or its checkpoints were deleted
+        if run_dir.name not in variant_of:
+            continue  # not part of the study (report.py lists why)
+        if not phase_checkpoints(run_dir):
+            # checkpoints deleted (a fresh clone of committed results has none): keep what was measured on the same
+            # fixed batch rather than drop the run from the claims
+            kept = previous.get(run_dir.name)
+            if kept is not None and kept.get("batch") == batch["meta"]:
+                runs[run_dir.name] = kept | {"variant": variant_of[run_dir.name]}
+                if progress:
+                    print(f"diagnostics {run_dir.name}: no checkpoints, kept from {path}")
+            continue
         t0 = time.perf_counter()
         runs[run_dir.name] = diagnose_run(run_dir, batch, force=force, skip=skip) | {"variant": variant_of[run_dir.name]}
         if progress:
             print(f"diagnostics {run_dir.name}: {time.perf_counter() - t0:.1f} s")
     result = study_result(profile, batch["meta"], runs)
-    path = study_diag_path(profile)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(path, result)
     return result
