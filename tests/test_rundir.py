@@ -185,3 +185,17 @@ def test_full_disk_is_named_and_leaves_no_temporary_file(tmp_path, monkeypatch, 
     with pytest.raises(OSError, match=f"no space left on device while writing {target}"):
         model_module.save_student(target, student)
     assert list(target.parent.iterdir()) == []
+
+
+def test_finished_run_on_another_teacher_cache_stays_a_result(outputs):
+    """A finished run recorded with another teacher cache key (committed bf16 results opened where `auto` gives
+    float32) is kept; an unfinished one is refused, since resuming it would mix two caches."""
+    from normgrow import study
+    (single,) = study.load_study(seeds=[0], variants=["pre-single"])
+    identity = make_run_spec(profile="tiny", schedule="single", run_name="pre-single-s0").identity()
+    run_dir = rundir.run_path("tiny", "pre-single-s0")
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.json").write_text(json.dumps(identity | {"teacher_key": "bf16-cache"}))
+    assert "teacher_key" in study.conflicting_run("tiny", single, teacher_key="float32-cache")
+    (run_dir / "summary.json").write_text("{}")
+    assert study.conflicting_run("tiny", single, teacher_key="float32-cache") is None

@@ -96,20 +96,26 @@ def load_study(path: Path | None = None, seeds: list[int] | None = None, variant
 
 def conflicting_run(profile: str, run: StudyRun, teacher_key: str | None) -> str | None:
     """Why the directory of a study run holds something else (a run made with other settings, e.g. by hand with
-    overrides), or None when it is empty or holds this run. Such a directory is never counted nor resumed."""
-    recorded = read_identity(run_path(profile, run.name))
+    overrides), or None when it is empty or holds this run. Such a directory is never counted nor resumed.
+
+    The teacher cache key is compared only for an unfinished run (resuming it on another cache would mix two). A
+    finished run made on another cache of the same profile, which differs only in the dtype `auto` resolved to on
+    the machine that built it (committed results made with bf16, opened on a CPU without native bf16), stays a
+    result of this study; run_study says so."""
+    run_dir = run_path(profile, run.name)
+    recorded = read_identity(run_dir)
     if recorded is None:
         return None
     params = {k: v for k, v in run.params.items() if k != "match_active_layer_tokens"}
     expected = make_run_spec(profile=profile, seed=run.seed, run_name=run.name, **params).identity()
     if run.depends_on:
         expected["match_active_layer_tokens"] = run.depends_on
-    if teacher_key is not None:
+    if teacher_key is not None and not is_finished(run_dir):
         expected["teacher_key"] = teacher_key
     differing = identity_differences({k: v for k, v in recorded.items() if k in expected}, expected)
     if not differing:
         return None
-    return (f"{run_path(profile, run.name)} holds a run made with other settings ({', '.join(differing[:4])}); "
+    return (f"{run_dir} holds a run made with other settings ({', '.join(differing[:4])}); "
             "move it away (or delete it) and run the study again")
 
 
@@ -272,6 +278,10 @@ def run_study(profile: str, seeds: list[int] | None = None, variants: list[str] 
             failed[r.name] = conflict
             print(f"refused {r.name}: {conflict}")
     done = {r.name for r in runs if r.name not in failed and is_finished(run_path(profile, r.name))}
+    other_cache = sorted(r for r in done if read_identity(run_path(profile, r)).get("teacher_key") != teacher_key)
+    if other_cache:
+        print(f"note: {len(other_cache)} finished run(s) were made on another teacher cache of this profile (the dtype "
+              f"`auto` resolved to where they ran); kept as results: {' '.join(other_cache)}")
     pending = [r for r in runs if r.name not in done and r.name not in failed]
     print(f"runs: {len(done)} of {len(runs)} finished, {len(pending)} to run"
           + (f", {jobs} at a time" if jobs > 1 else ""))

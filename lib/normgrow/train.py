@@ -366,8 +366,12 @@ def prepare_run_dir(spec: RunSpec, teacher_key: str) -> tuple[Path, Summary | No
                 shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
     identity = spec.identity() | {"teacher_key": teacher_key}
     existing = read_identity(run_dir)
-    if existing is not None and identity_differences(existing, identity):
-        differing = identity_differences(existing, identity)
+    # a finished run on another cache of this profile (the dtype `auto` resolved to elsewhere) is still this run's
+    # result; an unfinished one is not resumed on another cache (see study.conflicting_run)
+    compared = ({k: v for k, v in identity.items() if k != "teacher_key"} | {"teacher_key": existing.get("teacher_key")}
+                if existing is not None and is_finished(run_dir) else identity)
+    differing = identity_differences(existing, compared) if existing is not None else []
+    if differing:
         state = "a finished" if is_finished(run_dir) else "an unfinished"
         raise ParamError(f"{run_dir} holds {state} run with different parameters ({', '.join(differing[:6])}); "
                          "pass force=True to discard it, or choose another run_name")
