@@ -211,6 +211,9 @@ def test_study_keeps_the_diagnostics_of_runs_whose_checkpoints_are_gone(tmp_path
         (root / run / "diagnostics.json").unlink()
     again = D.diagnose_study("tiny", progress=False)
     assert again["runs"] == first["runs"] and again["claims"] == first["claims"]
+    bf16 = dict(batch, meta=dict(batch["meta"], cache_key="a cache built in another dtype"))
+    monkeypatch.setattr(D, "fixed_batch", lambda profile, n: bf16)
+    assert D.diagnose_study("tiny", progress=False)["runs"].keys() == first["runs"].keys()
     other = dict(batch, meta=dict(batch["meta"], fingerprint="another batch"))
     monkeypatch.setattr(D, "fixed_batch", lambda profile, n: other)
     assert D.diagnose_study("tiny", progress=False)["runs"] == {}  # measured on another batch: not kept

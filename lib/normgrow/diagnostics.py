@@ -503,6 +503,11 @@ def final_block_rows(runs: dict[str, dict]) -> list[dict]:
     return rows
 
 
+def _same_positions(a: dict, b: dict) -> bool:
+    """Whether two fixed-batch metas describe the same positions (everything but the teacher cache key)."""
+    return {k: v for k, v in a.items() if k != "cache_key"} == {k: v for k, v in b.items() if k != "cache_key"}
+
+
 def study_result(profile: str, batch_meta: dict, runs: dict[str, dict]) -> dict:
     """The study's diagnostics.json content: every run's diagnostics (with its variant) and the claims."""
     grow = load_gaps()["grow"]
@@ -526,9 +531,10 @@ def diagnose_study(profile: str, n: int = DEFAULT_N, force: bool = False, skip: 
             continue  # not part of the study (report.py lists why)
         if not phase_checkpoints(run_dir):
             # checkpoints deleted (a fresh clone of committed results has none): keep what was measured on the same
-            # fixed batch rather than drop the run from the claims
+            # fixed batch (same sequences and token classes; the cache key may differ by the dtype `auto` resolved
+            # to, which changes only the teacher's numbers) rather than drop the run from the claims
             kept = previous.get(run_dir.name)
-            if kept is not None and kept.get("batch") == batch["meta"]:
+            if kept is not None and _same_positions(kept.get("batch") or {}, batch["meta"]):
                 runs[run_dir.name] = kept | {"variant": variant_of[run_dir.name]}
                 if progress:
                     print(f"diagnostics {run_dir.name}: no checkpoints, kept from {path}")
