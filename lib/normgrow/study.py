@@ -29,7 +29,7 @@ import psutil
 from tqdm.auto import tqdm
 
 from .config import PARAMS_DIR, REPO_ROOT, ParamError, load_profile, read_yaml
-from .rundir import NOTEBOOK, identity_differences, is_finished, read_identity, run_path, seeded_name, study_dir
+from .rundir import METRICS, NOTEBOOK, identity_differences, is_finished, read_identity, run_path, seeded_name, study_dir
 from .train import make_run_spec
 from .variants import Variant, load_variants
 
@@ -208,7 +208,7 @@ def _run_steps(running: dict[str, Path]) -> str:
     """'name step N, ...' for the running runs, from the last line of each run's metrics.jsonl."""
     shown = []
     for name, run_dir in list(running.items()):
-        metrics, step = run_dir / "metrics.jsonl", ""
+        metrics, step = run_dir / METRICS, ""
         if metrics.is_file():
             lines = metrics.read_text().splitlines()
             try:

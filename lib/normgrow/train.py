@@ -57,9 +57,9 @@ from .config import ParamError, Profile, check_seed, load_profile
 from .data import loss_mask, loss_mask_np
 from .growth import SCHEDULES, Phase, plan_phases
 from .model import NORMS, Student, StudentConfig, save_student
-from .rundir import (CHECKPOINTS, FINAL, LAST, METRICS, NUMERICS_VERSION, PhaseSummary, RunDirError, RunLock, Summary,
-                     check_name, identity_differences, is_finished, phase_checkpoint, phase_checkpoints,
-                     read_identity, read_summary, run_path, runs_root, write_summary)
+from .rundir import (CHECKPOINTS, CONFIG, FINAL, LAST, LOCK, METRICS, NUMERICS_VERSION, SUMMARY, PhaseSummary,
+                     RunDirError, RunLock, Summary, check_name, identity_differences, is_finished, phase_checkpoint,
+                     phase_checkpoints, read_identity, read_summary, run_path, runs_root, write_summary)
 from .utils import atomic_write_json, dtype_name, resolve_device, resolve_dtype, stable_hash
 from .vocab import VocabMap
 
@@ -115,7 +115,7 @@ def resolve_match_target(profile_name: str, target: str, seed: int) -> Path:
                 raise ParamError(f"match_active_layer_tokens={target!r}: run {root / name} is not finished "
                                  "(no summary.json); run it to completion first")
             return root / name
-    finished = sorted(p.parent.name for p in root.glob("*/summary.json"))
+    finished = sorted(p.parent.name for p in root.glob(f"*/{SUMMARY}"))
     raise ParamError(f"match_active_layer_tokens={target!r}: no run {root / target} (nor {target}-s{seed}); "
                      f"finished runs of profile {profile_name!r}: {', '.join(finished) or 'none'}")
 
@@ -362,7 +362,7 @@ def prepare_run_dir(spec: RunSpec, teacher_key: str) -> tuple[Path, Summary | No
     run_dir = spec.dir
     if spec.force:
         for child in run_dir.iterdir():
-            if child.name != "LOCK":
+            if child.name != LOCK:
                 shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
     identity = spec.identity() | {"teacher_key": teacher_key}
     existing = read_identity(run_dir)
@@ -379,7 +379,7 @@ def prepare_run_dir(spec: RunSpec, teacher_key: str) -> tuple[Path, Summary | No
         return run_dir, read_summary(run_dir)
     (run_dir / CHECKPOINTS).mkdir(parents=True, exist_ok=True)
     environment = {"torch": torch.__version__, "python": platform.python_version()}
-    atomic_write_json(run_dir / "config.json", identity | {"environment": environment})
+    atomic_write_json(run_dir / CONFIG, identity | {"environment": environment})
     return run_dir, None
 
 
