@@ -83,6 +83,9 @@ class TeacherParams:
     dtype: str = "auto"
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     batch_size: int = 8  # sequences per teacher forward in the cache pass
+    # Processes of the cache pass (teacher.py, "Sharded pass"): each computes its share of the batches; the cache is
+    # byte-identical to the one-process cache. Not part of the cache key.
+    processes: int = 1
 
 
 @dataclass(frozen=True)
@@ -184,7 +187,7 @@ def choices() -> dict[str, tuple]:
 
 
 POSITIVE = {
-    "teacher.batch_size", "data.seq_len", "data.train_tokens", "data.val_tokens", "cache.k",
+    "teacher.batch_size", "teacher.processes", "data.seq_len", "data.train_tokens", "data.val_tokens", "cache.k",
     "student.d_model", "student.n_heads", "student.n_kv_heads", "student.head_dim", "student.d_ff",
     "train.batch_size", "train.eval_every", "train.checkpoint_every", "train.processes", "distill.temperature",
 }

@@ -17,13 +17,14 @@ Choices made explicit here (see growth.py for the schedules and the token accoun
   - Resume: checkpoints/last.pt (model, optimiser, step, counters, metrics line count) every checkpoint_every steps
     and at every phase end; a restarted run truncates metrics.jsonl to the checkpoint and continues. A finished run
     (summary.json present) is returned as is unless force=True, which deletes it first.
-  - Data parallel (train.processes = N > 1, CPU): this process is rank 0 and forks N - 1 more (see data_parallel).
-    Each rank trains on its slice of the sorted rows of the same global batch of train.batch_size sequences, so the
-    data order is still a pure function of the step, and DistributedDataParallel averages the gradients. The loss of
-    a rank is its mean over its loss-mask positions times N * local positions / global positions, so the average is
-    exactly the gradient of the global batch's mean (ranks hold different numbers of positions). Counters and logged
-    numbers are those of the global batch; only rank 0 writes (metrics, checkpoints, summary) and holds the run lock.
-    The model is wrapped again after every growth step, because DDP fixes its parameter set when it wraps.
+  - Data parallel (train.processes = N > 1): N ranks (ranks.py: forked by accelerate's notebook_launcher, or
+    started by accelerate launch), each training on its slice of the sorted rows of the same global batch of
+    train.batch_size sequences, so the data order is still a pure function of the step; accelerate wraps the
+    forward in DDP, which averages the gradients. The loss of a rank is its mean over its loss-mask positions times
+    N * local positions / global positions, so the average is exactly the gradient of the global batch's mean
+    (ranks hold different numbers of positions). Counters and logged numbers are those of the global batch; rank 0
+    alone holds the run lock and writes (metrics, checkpoints, summary). The forward is wrapped again after every
+    growth step, because DDP fixes its parameter set when it wraps.
   - Compilation (train.compile): torch.compile of the student's body (embedding, blocks, final norm), one graph per
     phase (appending blocks changes the graph). The fused distillation head stays eager: it is a custom autograd
     function with hand-written gradients and reused buffers, already what compilation would aim for.
@@ -32,13 +33,11 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import datetime
 import json
 import math
 import os
 import platform
 import shutil
-import tempfile
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -46,10 +45,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.distributed as dist
-from torch.multiprocessing import ProcessExitedException, ProcessRaisedException, start_processes
 from torch import nn
-from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
 from . import distill
@@ -57,6 +53,7 @@ from .config import ParamError, Profile, check_seed, load_profile
 from .data import loss_mask, loss_mask_np
 from .growth import SCHEDULES, Phase, plan_phases
 from .model import NORMS, Student, StudentConfig, save_student
+from .ranks import Ranks, check_processes, on_ranks
 from .rundir import (CHECKPOINTS, CONFIG, FINAL, LAST, LOCK, METRICS, NUMERICS_VERSION, SUMMARY, PhaseSummary,
                      RunDirError, RunLock, Summary, check_name, identity_differences, is_finished, phase_checkpoint,
                      phase_checkpoints, read_identity, read_summary, run_path, runs_root, write_summary)
@@ -173,17 +170,6 @@ def make_run_spec(profile: str = "tiny", norm: str = "pre", schedule: str = "gro
 
 # ----------------------------------------------------------------------------------------------------------- data
 
-@dataclass(frozen=True)
-class Ranks:
-    """This process's place in a data-parallel run: rank in [0, world); rank 0 writes."""
-    rank: int = 0
-    world: int = 1
-
-    @property
-    def main(self) -> bool:
-        return self.rank == 0
-
-
 class Batches:
     """Training batches as a pure function of the step (see module docstring). Each rank reads its contiguous slice
     of the global batch's sorted rows (np.array_split, so slices differ by at most one row)."""
@@ -286,15 +272,6 @@ def _autocast(device: torch.device, dtype: torch.dtype):
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
-def _sum_over_ranks(values: list[float], ranks: Ranks) -> list[float]:
-    """values summed over the ranks (float64 all_reduce); the values themselves in a single process."""
-    if ranks.world == 1:
-        return values
-    total = torch.tensor(values, dtype=torch.float64)
-    dist.all_reduce(total)
-    return total.tolist()
-
-
 @torch.no_grad()
 def evaluate(model: Student, split, n_rows: int, batch_size: int, device, dtype, vocab: VocabMap,
              ranks: Ranks = Ranks()) -> dict:
@@ -315,7 +292,7 @@ def evaluate(model: Student, split, n_rows: int, batch_size: int, device, dtype,
         sums["val_kd_ce"] += batch_sums["kd_ce"]
         count += batch_count
     model.train(was_training)
-    *totals, count = _sum_over_ranks([*sums.values(), count], ranks)
+    *totals, count = ranks.sum([*sums.values(), count])
     count = int(count)
     return {k: v / max(count, 1) for k, v in zip(sums, totals)} | {"eval_positions": count}
 
@@ -439,6 +416,7 @@ class Run:
     resume_optimizer: dict | None  # the optimiser state of last.pt, consumed by the phase it belongs to
     bar: tqdm
     ranks: Ranks = Ranks()
+    accelerator: object = None  # accelerate.Accelerator of a data-parallel run (DDP wrapping, backward)
     compiled: bool = False
     session_start: float = field(default_factory=time.perf_counter)
     wall_before: float = 0.0
@@ -460,10 +438,9 @@ class Run:
 
 def start_run(spec: RunSpec, cache, run_dir: Path, phases: list[Phase], state: dict | None, progress: bool,
               ranks: Ranks = Ranks()) -> Run:
-    """Set-up: device, dtype, vocabulary, and the model and counters, new or resumed from state (load_resume_state,
-    read once by rank 0 before the other ranks start)."""
+    """Set-up: device, dtype, vocabulary, and the model and counters, new or resumed from state (load_resume_state)."""
     prof, tp = spec.profile, spec.profile.train
-    device = resolve_device(tp.device)
+    device = ranks.device(resolve_device(tp.device))
     vocab = VocabMap.for_cache(cache, prof.student.vocab)
     if state is None:
         torch.manual_seed(spec.seed)
@@ -486,7 +463,8 @@ def start_run(spec: RunSpec, cache, run_dir: Path, phases: list[Phase], state: d
               resume_optimizer=None if state is None else state.get("optimizer"),
               bar=tqdm(total=sum(p.steps for p in phases), initial=counters["step"], desc=spec.run_name,
                        disable=not (progress and ranks.main), unit="step"),
-              ranks=ranks, compiled=compile_enabled(tp.compile, device), wall_before=counters["wall_s"])
+              ranks=ranks, accelerator=_accelerator(device) if ranks.world > 1 else None,
+              compiled=compile_enabled(tp.compile, device), wall_before=counters["wall_s"])
     if counters["step"] == 0:  # the untrained model: the start of every learning curve (no checkpoint: no lines)
         metrics = run.evaluate(run.eval_rows)
         if ranks.main:
@@ -527,8 +505,9 @@ def train_phase(run: Run, phase: Phase, phase_start: int, optimizer: torch.optim
     trainable = [p for p in model.parameters() if p.requires_grad]
     ckpt_dir = run.dir / CHECKPOINTS
     step_fn = DistillStep(model, spec.profile.distill, run.compiled)
-    if run.ranks.world > 1:  # wrapped per phase: DDP fixes its parameters (appended, frozen) when it wraps
-        step_fn = DistributedDataParallel(step_fn, forward_sync_buffers=False)
+    if run.accelerator is not None:  # wrapped per phase: DDP fixes its parameters (appended, frozen) when it wraps
+        run.accelerator.free_memory()  # drops the previous phase's wrapper
+        step_fn = run.accelerator.prepare_model(step_fn)
 
     while counters["step"] < phase_end:
         step = counters["step"]
@@ -542,12 +521,16 @@ def train_phase(run: Run, phase: Phase, phase_start: int, optimizer: torch.optim
         # loss is this rank's mean over its positions: weighted so that DDP's average over ranks is the gradient of
         # the global batch's mean (the weight is exactly 1.0 in a single process)
         positions, global_positions = int(batch["mask"].sum()), max(run.batches.positions(step), 1)
-        (loss * (positions * run.ranks.world / global_positions)).backward()
+        weighted = loss * (positions * run.ranks.world / global_positions)
+        if run.accelerator is None:
+            weighted.backward()
+        else:
+            run.accelerator.backward(weighted)
         grad_norm = torch.nn.utils.clip_grad_norm_(trainable, tp.grad_clip)
         names = ["loss", *stats]
         local = [loss.item(), *(float(v) for v in stats.values())]
         if run.ranks.world > 1:
-            local = [v / global_positions for v in _sum_over_ranks([v * positions for v in local], run.ranks)]
+            local = [v / global_positions for v in run.ranks.sum([v * positions for v in local])]
         step_means = dict(zip(names, local))
         check_finite(spec.run_name, step + 1, {"loss": step_means["loss"], "grad_norm": float(grad_norm)})
         optimizer.step()
@@ -618,7 +601,8 @@ def finish_run(run: Run) -> Summary:
 def run_variant(spec: RunSpec, progress: bool = True) -> dict:
     """Train (or resume, or return the finished) run described by spec; returns its summary as a dict.
 
-    Holds the run directory's lock throughout, so a second process on the same run stops with the holder's pid."""
+    On train.processes > 1 ranks (ranks.py: forked here, or started by accelerate launch); rank 0 holds the run
+    directory's lock throughout, so a second job on the same run stops with the holder's pid."""
     from .teacher import ensure_cache  # heavy import, only once parameters are valid
 
     prof, tp = spec.profile, spec.profile.train
@@ -628,29 +612,44 @@ def run_variant(spec: RunSpec, progress: bool = True) -> dict:
     phases = plan_phases(spec.schedule, tp.stages, tp.stage_tokens, tp.batch_size * prof.data.seq_len,
                          spec.freeze_prefix, budget)
     device = resolve_device(tp.device)  # a device this machine lacks fails here, before the run directory exists
-    if tp.processes > 1 and device.type != "cpu":
-        raise ParamError(f"train.processes={tp.processes} runs on CPU only (gloo, forked ranks; train.device "
-                         f"resolves to {device}); use train.processes: 1 on {device.type}")
+    check_processes("train.processes", tp.processes)
     cache = ensure_cache(prof, progress=progress)
-    with RunLock(spec.dir):
-        run_dir, finished = prepare_run_dir(spec, cache.key)
+    summary = on_ranks(tp.processes, device, train_ranks, spec, cache, phases, progress)
+    return (summary if summary is not None else read_summary(spec.dir)).to_json()
+
+
+def train_ranks(ranks: Ranks, spec: RunSpec, cache, phases: list[Phase], progress: bool) -> Summary:
+    """One rank's part of a run, from start (or resume, or the finished run) to its summary. Rank 0 alone takes the
+    lock, checks and prepares the directory and settles a damaged last.pt before the others read the resume state."""
+    with RunLock(spec.dir) if ranks.main else nullcontext():
+        finished = None
+        if ranks.main:
+            _, finished = prepare_run_dir(spec, cache.key)
+            if finished is not None:
+                print(f"{spec.dir} is finished (summary.json); not re-running. Pass force=True to retrain.")
+        finished = ranks.from_main(finished)
         if finished is not None:
-            print(f"{run_dir} is finished (summary.json); not re-running. Pass force=True to retrain.")
-            return finished.to_json()
-        state = load_resume_state(run_dir, tp.optimizer_on_grow)
-        return data_parallel(tp.processes, train_ranks, spec, cache, run_dir, phases, state, progress).to_json()
+            return finished
+        with ranks.main_first():
+            state = load_resume_state(spec.dir, spec.profile.train.optimizer_on_grow)
+        run = start_run(spec, cache, spec.dir, phases, state, progress, ranks)
+        optimizer, phase_start = None, 0
+        for phase in phases:
+            if run.counters["step"] < phase_start + phase.steps:
+                optimizer = train_phase(run, phase, phase_start, optimizer)
+            phase_start += phase.steps
+        summary = finish_run(run) if ranks.main else None
+        return ranks.from_main(summary)
 
 
-def train_ranks(ranks: Ranks, spec: RunSpec, cache, run_dir: Path, phases: list[Phase], state: dict | None,
-                progress: bool) -> Summary | None:
-    """The training of one rank, from start (or resume state) to finish; rank 0 returns the summary."""
-    run = start_run(spec, cache, run_dir, phases, state, progress, ranks)
-    optimizer, phase_start = None, 0
-    for phase in phases:
-        if run.counters["step"] < phase_start + phase.steps:
-            optimizer = train_phase(run, phase, phase_start, optimizer)
-        phase_start += phase.steps
-    return finish_run(run) if ranks.main else None
+def _accelerator(device: torch.device):
+    """accelerate's Accelerator of a data-parallel rank (the process group is already joined, ranks.py): it wraps
+    the training forward in DDP and runs the backward. Mixed precision stays ours (train.dtype's autocast);
+    buffers (rotary tables) are identical on every rank, so DDP does not broadcast them."""
+    from accelerate import Accelerator
+    from accelerate.utils import DistributedDataParallelKwargs
+    return Accelerator(cpu=device.type == "cpu", mixed_precision="no",
+                       kwargs_handlers=[DistributedDataParallelKwargs(broadcast_buffers=False)])
 
 
 def compile_enabled(setting: str, device: torch.device) -> bool:
@@ -658,60 +657,3 @@ def compile_enabled(setting: str, device: torch.device) -> bool:
     if setting != "auto":
         return setting == "on"
     return device.type == "cuda" or (device.type == "cpu" and COMPILE_ON_CPU)
-
-
-RANK_TIMEOUT = datetime.timedelta(minutes=5)
-"""How long a rank waits for the others at a collective before the run fails (gloo's default is 30 minutes): a rank
-that stalls makes the run stop with an error instead of hanging a study or a test session."""
-
-
-def data_parallel(world: int, fn, *args):
-    """fn(Ranks(rank, world), *args) on `world` ranks; returns rank 0's result.
-
-    world == 1: fn runs in this process, with no process group. Otherwise this process is rank 0 and world - 1
-    processes are forked from it (torch.multiprocessing, so a failing rank's traceback reaches rank 0). Fork, not
-    spawn, and not accelerate's notebook_launcher: the forked ranks share the already opened (memory-mapped) cache,
-    the resume state rank 0 read, and whatever the caller set up, in a Jupyter kernel as in a plain process; rank 0
-    stays in the caller, so its progress bar, its output and the run lock stay there (notebook_launcher forks every
-    rank, the caller included, and rendezvous on a fixed port, which two runs at once would share). The ranks meet
-    through a file store in a fresh temporary directory, so concurrent runs never collide, and split this
-    process's threads between them. A failure on any rank stops all of them."""
-    if world == 1:
-        return fn(Ranks(), *args)
-    threads = torch.get_num_threads()
-    store = tempfile.mkdtemp(prefix="normgrow-ranks-")
-    others = start_processes(_forked_rank, args=(world, store, threads, fn, args), nprocs=world - 1, join=False,
-                             start_method="fork")
-    try:
-        result = _rank(0, world, store, threads, fn, args)
-        while not others.join():
-            pass
-        return result
-    except BaseException as err:
-        try:
-            others.join(timeout=5)  # a rank that failed first: its error is the one to report
-        except (ProcessRaisedException, ProcessExitedException) as rank_error:
-            raise rank_error from err
-        finally:
-            for process in others.processes:
-                if process.is_alive():
-                    process.terminate()
-                process.join()
-        raise
-    finally:
-        torch.set_num_threads(threads)
-        shutil.rmtree(store, ignore_errors=True)
-
-
-def _forked_rank(index: int, world: int, store: str, threads: int, fn, args) -> None:
-    _rank(index + 1, world, store, threads, fn, args)
-
-
-def _rank(rank: int, world: int, store: str, threads: int, fn, args):
-    torch.set_num_threads(max(1, threads // world))
-    dist.init_process_group("gloo", init_method=f"file://{store}/rendezvous", rank=rank, world_size=world,
-                            timeout=RANK_TIMEOUT)
-    try:
-        return fn(Ranks(rank, world), *args)
-    finally:
-        dist.destroy_process_group()
