@@ -170,5 +170,5 @@ def test_cache_build_disk_full(tmp_path, monkeypatch):
     tokens = np.ones((4, 8), np.int32)
     with pytest.raises(OSError, match=r"no space left on device while writing .*train/topk_ids.npy"):
         with temp_build_dir(tmp_path, ".tmp-k-") as tmp:
-            teacher._build_split(None, tokens, tokens.astype(bool), tmp / "train", 2, 2, False, "t", 0, 32)
+            teacher._allocate_split(tokens, tokens.astype(bool), tmp / "train", 2)
     assert list(tmp_path.iterdir()) == []

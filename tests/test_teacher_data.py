@@ -142,7 +142,8 @@ def test_cache_roundtrip_matches_direct_forward(tiny_llama, corpus_files, out_ro
 
 def test_moved_cache_reads_its_own_tokenizer(tiny_llama, corpus_files, tmp_path):
     cache = teacher.ensure_cache(_profile(tiny_llama, corpus_files), progress=False)
-    assert not (cache.dir / teacher.PROGRESS_FILE).exists()  # the build's progress file does not survive it
+    assert not list(cache.dir.glob(teacher.PROGRESS_FILES))  # the build's progress files do not survive it
+    assert not (cache.dir / teacher.PASS_FILE).exists()
     moved = tmp_path / "elsewhere" / cache.key
     shutil.copytree(cache.dir, moved)
     shutil.rmtree(cache.dir / "tokenizer")  # the build-time path in meta.json no longer holds a tokenizer

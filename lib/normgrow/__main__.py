@@ -1,13 +1,56 @@
-"""Command line: python -m normgrow SUBCOMMAND ... (one subparser per subcommand; add new ones in build_parser)."""
+"""Command line: python -m normgrow SUBCOMMAND ... (one subparser per subcommand; add new ones in build_parser).
+
+``cache`` and ``run`` are what a multi-process job launches (ranks.py), e.g. on 8 GPUs with train.processes: 8 and
+teacher.processes: 8 in the profile::
+
+    accelerate launch --num_processes 8 -m normgrow cache --profile paper
+    accelerate launch --num_processes 8 -m normgrow run --profile paper --norm post --schedule grow
+"""
 from __future__ import annotations
 
 import argparse
+import os
+
+import yaml
 
 
 def _export(args: argparse.Namespace) -> None:
     from .export import export_student
 
     print(export_student(args.src, args.out_dir, force=args.force)["message"])
+
+
+def _overrides(text: str | None) -> dict | None:
+    """--overrides: a YAML/JSON mapping of dotted keys, as papermill's -y 'overrides: {...}' takes it."""
+    value = yaml.safe_load(text) if text else None
+    if value is not None and not isinstance(value, dict):
+        raise SystemExit(f"--overrides {text!r} must be a mapping, e.g. '{{train.processes: 2}}'")
+    return value
+
+
+def _main_process() -> bool:
+    """Rank 0 of a launched job, or the only process: the one that reports."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def _cache(args: argparse.Namespace) -> None:
+    from .config import load_profile
+    from .teacher import ensure_cache
+
+    cache = ensure_cache(load_profile(args.profile, _overrides(args.overrides)))
+    if _main_process():
+        print(cache)
+
+
+def _run(args: argparse.Namespace) -> None:
+    from .train import make_run_spec, run_variant
+
+    spec = make_run_spec(profile=args.profile, norm=args.norm, schedule=args.schedule, freeze_prefix=args.freeze_prefix,
+                         match_active_layer_tokens=args.match_active_layer_tokens, seed=args.seed,
+                         run_name=args.run_name, force=args.force, overrides=_overrides(args.overrides))
+    summary = run_variant(spec)
+    if _main_process():
+        print(f"{summary['run_name']}: val_ce {summary['val_ce']:.4f} after {summary['tokens']:,} tokens")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -19,6 +62,20 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--force", action="store_true",
                         help="write into an existing non-empty folder (overwrites the exported files; deletes nothing)")
     export.set_defaults(func=_export)
+    cache = sub.add_parser("cache", help="build (or check) a profile's teacher cache, on teacher.processes ranks")
+    run = sub.add_parser("run", help="one run of the study, as notebooks/run_variant.ipynb does it")
+    for p in (cache, run):
+        p.add_argument("--profile", required=True)
+        p.add_argument("--overrides", help="YAML mapping of dotted profile keys, e.g. '{train.processes: 2}'")
+    run.add_argument("--norm", required=True)
+    run.add_argument("--schedule", required=True)
+    run.add_argument("--freeze-prefix", action="store_true")
+    run.add_argument("--match-active-layer-tokens", default=None, help="donor run name (schedule joint)")
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--run-name", default="")
+    run.add_argument("--force", action="store_true", help="discard the run directory and train again")
+    cache.set_defaults(func=_cache)
+    run.set_defaults(func=_run)
     return parser
 
 

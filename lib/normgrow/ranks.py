@@ -102,6 +102,12 @@ def _joined_ranks(cpu: bool) -> Ranks:
     return Ranks(state.process_index, state.num_processes, state.local_process_index)
 
 
+def launched_ranks(device: torch.device) -> Ranks:
+    """This process's ranks in a launched job (joining its process group), else Ranks() (one process, or a caller
+    that will fork them with on_ranks)."""
+    return _joined_ranks(device.type == "cpu") if launched_world() > 1 else Ranks()
+
+
 def _forked_rank(cpu: bool, threads: int, fn, args) -> None:
     ranks = _joined_ranks(cpu)
     torch.set_num_threads(max(1, threads // ranks.world))

@@ -220,14 +220,15 @@ def _run_steps(running: dict[str, Path]) -> str:
 
 
 def _show_cache_build(bar) -> None:
-    """Teacher tokens done / total of the cache build in progress (its temp directory's progress file)."""
-    from .teacher import PROGRESS_FILE, teacher_root
+    """Teacher tokens done / total of the cache build in progress (the progress files of its ranks, in its temp
+    directory)."""
+    from .teacher import PROGRESS_FILES, teacher_root
     try:
-        latest = max(teacher_root().glob(f".tmp-*/{PROGRESS_FILE}"), key=lambda p: p.stat().st_mtime, default=None)
-        if latest is not None:
-            progress = json.loads(latest.read_text())
-            bar.total, bar.n = progress["tokens_total"], progress["tokens_done"]
-    except (OSError, ValueError):  # renamed away as the build finished
+        latest = max(teacher_root().glob(".tmp-*/"), key=lambda p: p.stat().st_mtime, default=None)
+        ranks = [json.loads(p.read_text()) for p in latest.glob(PROGRESS_FILES)] if latest is not None else []
+        if ranks:
+            bar.total, bar.n = ranks[0]["tokens_total"], sum(r["tokens_done"] for r in ranks)
+    except (OSError, ValueError):  # renamed away as the build finished, or a file being replaced
         return
     bar.refresh()
 

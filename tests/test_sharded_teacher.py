@@ -1,0 +1,87 @@
+"""Multi-process jobs on the bundled teacher and corpus (tiny profile, fewer tokens): the teacher pass sharded on two
+ranks writes the one-process cache byte for byte, and a job started by `accelerate launch` (two gloo processes on
+CPU) builds the cache and trains a run to the numbers of a one-process run."""
+from __future__ import annotations
+
+import filecmp
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from normgrow import teacher
+from normgrow.config import load_profile
+from normgrow.train import make_run_spec, run_variant
+
+REPO = Path(__file__).resolve().parents[1]
+SMALL = {"data.train_tokens": 2048, "data.val_tokens": 1024}  # the tiny profile's corpus and teacher, fewer tokens
+RUN = {"train.stages": [1, 2], "train.stage_tokens": [1024, 1024], "train.dtype": "float32", "train.eval_every": 2,
+       "train.checkpoint_every": 2}
+
+
+@pytest.fixture
+def outputs(tmp_path, monkeypatch):
+    monkeypatch.setenv("NORMGROW_OUTPUTS", str(tmp_path / "outputs"))
+    models = REPO / "outputs" / "teacher" / "models"  # the converted bundled teacher, when this clone has it
+    if models.is_dir():
+        (tmp_path / "outputs" / "teacher").mkdir(parents=True)
+        (tmp_path / "outputs" / "teacher" / "models").symlink_to(models, target_is_directory=True)
+    return tmp_path / "outputs"
+
+
+def cache_files(d: Path) -> list[str]:
+    return sorted(str(p.relative_to(d)) for p in d.rglob("*.npy"))
+
+
+def test_two_process_pass_writes_the_one_process_cache(outputs):
+    one = teacher.ensure_cache(load_profile("tiny", SMALL), progress=False)
+    reference = outputs / "reference"
+    shutil.move(one.dir, reference)
+    two = teacher.ensure_cache(load_profile("tiny", SMALL | {"teacher.processes": 2}), progress=False)
+    assert two.key == one.key  # the number of processes is not part of the cache
+    files = cache_files(two.dir)
+    assert len(files) == 12 and files == cache_files(reference)
+    _, differing, errors = filecmp.cmpfiles(reference, two.dir, files, shallow=False)  # (meta.json has timings)
+    assert differing == [] and errors == []
+    assert not list(two.dir.glob(teacher.PROGRESS_FILES)) and not (two.dir / teacher.PASS_FILE).exists()
+    assert not list(outputs.glob("teacher/.tmp-*"))  # the build directory was renamed into place
+
+
+def launch(*args: str, overrides: str) -> subprocess.CompletedProcess:
+    """`accelerate launch` of python -m normgrow on two CPU processes (--multi_gpu starts them with torchrun; each
+    finds no GPU and joins a gloo group)."""
+    command = [str(Path(sys.executable).with_name("accelerate")), "launch", "--multi_gpu", "--num_processes", "2",
+               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "0",
+               "-m", "normgrow", *args, "--profile", "tiny", "--overrides", overrides]
+    proc = subprocess.run(command, cwd=REPO, env=dict(os.environ), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+def test_accelerate_launch_builds_the_cache_and_trains_a_run(outputs):
+    """The launched path: every process runs the same command, rank 0 writes. The cache equals the one-process
+    cache, and the two-process run ends with the one-process run's tokens and val_ce within 1e-3 nats."""
+    small = "{data.train_tokens: 2048, data.val_tokens: 1024}"
+    proc = launch("cache", overrides=small[:-1] + ", teacher.processes: 2}")
+    assert proc.stdout.count("TeacherCache(") == 1  # printed by rank 0 only
+    one = teacher.open_cache(load_profile("tiny", SMALL))
+    launched = outputs / "launched"
+    shutil.move(one.dir, launched)
+    reference = teacher.ensure_cache(load_profile("tiny", SMALL), progress=False)
+    _, differing, errors = filecmp.cmpfiles(launched, reference.dir, cache_files(launched), shallow=False)
+    assert differing == [] and errors == []
+
+    one_process = run_variant(make_run_spec(profile="tiny", norm="post", schedule="grow", run_name="one",
+                                            overrides=SMALL | RUN), progress=False)
+    run = small[:-1] + ", train.stages: [1, 2], train.stage_tokens: [1024, 1024], train.dtype: float32, " \
+        "train.eval_every: 2, train.checkpoint_every: 2, train.processes: 2}"
+    proc = launch("run", "--norm", "post", "--schedule", "grow", "--run-name", "two", overrides=run)
+    assert proc.stdout.count("two: val_ce") == 1
+    from normgrow.rundir import read_summary
+    two = read_summary(outputs / "runs" / "tiny" / "two").to_json()
+    for key in ("tokens", "active_layer_tokens", "steps", "depth"):
+        assert two[key] == one_process[key], key
+    assert two["val_ce"] == pytest.approx(one_process["val_ce"], abs=1e-3)
