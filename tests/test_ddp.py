@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import fakes
-from normgrow import rundir, train
+from normgrow import ranks, rundir, train
 from normgrow.config import ParamError
 from normgrow.model import load_student
 from normgrow.ranks import Ranks
@@ -150,3 +150,27 @@ def test_compiled_body_trains_like_the_eager_one(outputs):
     compiled = run_variant(spec("compiled", {"train.compile": "on"}, schedule="single"), progress=False)
     assert (compiled["tokens"], compiled["steps"]) == (eager["tokens"], eager["steps"])
     assert compiled["val_ce"] == pytest.approx(eager["val_ce"], abs=1e-4)
+
+
+def test_gpu_ranks_need_a_launcher_and_launched_jobs_their_processes_setting(monkeypatch):
+    """Forked ranks are CPU-only (a CUDA context made before a fork is unusable in the child): the error names the
+    accelerate launch command. In a launched job the profile's processes key must equal the launched world size."""
+    with pytest.raises(ParamError, match=r"accelerate launch --num_processes 2 -m normgrow run"):
+        ranks.on_ranks(2, torch.device("cuda"), lambda r: None)
+    ranks.check_processes("train.processes", 3)  # not launched: any setting
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert ranks.launched_world() == 2
+    with pytest.raises(ParamError, match="train.processes=1 but this job was launched with 2 processes"):
+        ranks.check_processes("train.processes", 1)
+    ranks.check_processes("train.processes", 2)
+
+
+def test_teacher_processes_do_not_change_a_runs_identity():
+    """The cache is the same on any number of teacher processes: runs recorded before the key existed, or with
+    another value, still count and resume."""
+    current = spec("x").identity()
+    old = json.loads(json.dumps(current))
+    del old["profile"]["teacher"]["processes"]
+    assert rundir.identity_differences(old, current) == []
+    assert rundir.identity_differences(spec("x", {"teacher.processes": 2}).identity(), current) == []

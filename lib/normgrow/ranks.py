@@ -6,22 +6,29 @@ A job gets its N processes in one of two ways, and the code each process runs is
     PartialState gives each its rank. This is the multi-GPU way (one process per GPU, NCCL), and on CPU
     ``accelerate launch --multi_gpu --num_processes N`` starts N gloo processes. The processes setting of the
     profile must equal the launched world size (it is part of a run's identity: it changes the numbers slightly).
-  - forked: a call in one process (a notebook kernel, papermill, the study's workers, a test) asks for N > 1
-    processes: accelerate's ``notebook_launcher`` forks N ranks from the caller, which waits. Forked ranks inherit
+  - forked (CPU): a call in one process (a notebook kernel, papermill, the study's workers, a test) asks for N > 1
+    processes: accelerate's ``notebook_launcher`` forks N ranks from the caller, which waits. Not on GPUs: the
+    caller has made a CUDA context already (device and dtype checks), which forked children cannot use. Forked ranks inherit
     what the caller opened (the memory-mapped cache) and set up; they meet on a free local port, so two jobs at once
     never share one. The caller is not a rank: rank 0 writes, and the caller reads what it wrote.
 With N = 1 and no launcher the function runs in the caller, with no process group and no accelerate state.
 
-A failure on any rank stops all of them; the caller gets torch's ChildFailedError, whose message carries the
-failing rank's traceback. A collective waits at most RANK_TIMEOUT, so a stalled rank ends as an error, not a hang.
+A failure on any rank stops all of them; a caller that forked them gets RankError with the traceback of the rank
+that failed first (in a launched job, the launcher reports it). A collective waits at most RANK_TIMEOUT, so a stalled rank ends as an error, not a hang.
 """
 from __future__ import annotations
 
 import datetime
+import json
 import os
+import shutil
 import socket
+import tempfile
+import time
+import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -108,32 +115,56 @@ def launched_ranks(device: torch.device) -> Ranks:
     return _joined_ranks(device.type == "cpu") if launched_world() > 1 else Ranks()
 
 
-def _forked_rank(cpu: bool, threads: int, fn, args) -> None:
+def _forked_rank(cpu: bool, threads: int, errors: str, fn, args) -> None:
     ranks = _joined_ranks(cpu)
     torch.set_num_threads(max(1, threads // ranks.world))
     try:
         fn(ranks, *args)
-    except KeyboardInterrupt as err:  # torch's worker wrapper would end quietly on it, and the caller wait forever
-        raise RuntimeError(f"rank {ranks.rank} interrupted (KeyboardInterrupt)") from err
+    except BaseException as err:
+        # when one rank fails, the others fail next at their collectives ("connection reset by peer"), and torch
+        # reports whichever failure it polls first: the time of each failure tells the caller which came first
+        Path(errors, f"rank{ranks.rank}.json").write_text(json.dumps(
+            {"time": time.time(), "rank": ranks.rank, "error": "".join(traceback.format_exception(err)).strip()}))
+        if isinstance(err, KeyboardInterrupt):  # torch's worker wrapper would end quietly, the caller wait forever
+            raise RuntimeError(f"rank {ranks.rank} interrupted (KeyboardInterrupt)") from err
+        raise
+
+
+class RankError(RuntimeError):
+    """A forked rank failed: the message is the first failure's traceback (the others' follow from it)."""
 
 
 def on_ranks(processes: int, device: torch.device, fn, *args):
     """fn(ranks, *args) on every process of the job (see the module docstring); returns what fn returned in this
-    process, or None in a caller that forked the ranks (read what rank 0 wrote)."""
+    process, or None in a caller that forked the ranks (read what rank 0 wrote). A failure of a forked rank is raised
+    here as RankError carrying the first failing rank's traceback."""
     cpu = device.type == "cpu"
     if launched_world() > 1:
         return fn(_joined_ranks(cpu), *args)
     if processes == 1:
         return fn(Ranks(), *args)
+    if not cpu:
+        # the caller has touched CUDA already (device and bf16 checks), and a forked child cannot use a CUDA context
+        # made before the fork: GPU ranks are started fresh by a launcher instead
+        raise ParamError(f"{processes} processes on {device} need a launched job: accelerate launch --num_processes "
+                         f"{processes} -m normgrow run ... (or ... -m normgrow cache ...); forked ranks run on CPU only")
     from accelerate import notebook_launcher
     threads = torch.get_num_threads()
+    errors = tempfile.mkdtemp(prefix="normgrow-ranks-")
     # OMP_NUM_THREADS set keeps accelerate from choosing the ranks' threads itself (and warning that it did)
     previous = os.environ.get("OMP_NUM_THREADS")
     os.environ["OMP_NUM_THREADS"] = str(max(1, threads // processes))
     try:
-        notebook_launcher(_forked_rank, args=(cpu, threads, fn, args), num_processes=processes,
+        notebook_launcher(_forked_rank, args=(cpu, threads, errors, fn, args), num_processes=processes,
                           use_port=_free_port())
+    except Exception as err:
+        failures = sorted((json.loads(p.read_text()) for p in Path(errors).glob("rank*.json")), key=lambda f: f["time"])
+        if failures:
+            first = failures[0]
+            raise RankError(f"rank {first['rank']} of {processes} failed first:\n{first['error']}") from err
+        raise
     finally:
+        shutil.rmtree(errors, ignore_errors=True)
         if previous is None:
             del os.environ["OMP_NUM_THREADS"]
         else:

@@ -154,20 +154,26 @@ default (config.TrainParams), which is what every run recorded before it existed
 compilation, which was eager on the CPUs those runs used. Any other key absent on one side is a difference."""
 
 
+NOT_COMPARED = ("profile.teacher.processes",)
+"""Recorded, but not part of what must agree: the teacher cache is the same byte for byte on any number of
+processes (teacher.teacher_pass), and the cache itself is compared through its key."""
+
+
 def _later_key_defaults() -> dict:
     defaults = {f"profile.train.{f.name}": f.default for f in fields(TrainParams)}
     return {k: defaults[k] for k in LATER_KEYS}
 
 
 def identity_differences(recorded: dict, expected: dict) -> list[str]:
-    """The dotted keys (e.g. 'profile.train.lr') on which two identities differ; provenance is not compared. The
-    profile of either side is compared with the LATER_KEYS it lacks filled in with their defaults."""
+    """The dotted keys (e.g. 'profile.train.lr') on which two identities differ; provenance and NOT_COMPARED are not
+    compared. The profile of either side is compared with the LATER_KEYS it lacks filled in with their defaults."""
     a, b = _flatten(recorded), _flatten(expected)
     for flat in (a, b):
         if any(k.startswith("profile.train.") for k in flat):
             for key, default in _later_key_defaults().items():
                 flat.setdefault(key, default)
-    return sorted(k for k in set(a) | set(b) if k.split(".")[0] != "environment" and a.get(k) != b.get(k))
+    return sorted(k for k in set(a) | set(b)
+                  if k.split(".")[0] != "environment" and k not in NOT_COMPARED and a.get(k) != b.get(k))
 
 
 # --------------------------------------------------------------------------------------------------------- summary

@@ -81,10 +81,7 @@ class RunSpec:
     def identity(self) -> dict:
         """What changes the run's numbers (see rundir): a directory must agree on all of it to be resumed or reused.
         Overrides are in it through the profile content they change."""
-        profile = self.profile.to_dict()
-        # the cache is the same byte for byte on any number of processes (teacher.teacher_pass); its key is here
-        del profile["teacher"]["processes"]
-        return {"profile": profile, "norm": self.norm, "schedule": self.schedule,
+        return {"profile": self.profile.to_dict(), "norm": self.norm, "schedule": self.schedule,
                 "freeze_prefix": self.freeze_prefix, "match_active_layer_tokens": self.match_active_layer_tokens,
                 "seed": self.seed, "run_name": self.run_name, "numerics": NUMERICS_VERSION}
 
