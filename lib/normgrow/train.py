@@ -644,12 +644,9 @@ def train_ranks(ranks: Ranks, spec: RunSpec, cache, phases: list[Phase], progres
 
 def _accelerator(device: torch.device):
     """accelerate's Accelerator of a data-parallel rank (the process group is already joined, ranks.py): it wraps
-    the training forward in DDP and runs the backward. Mixed precision stays ours (train.dtype's autocast);
-    buffers (rotary tables) are identical on every rank, so DDP does not broadcast them."""
+    the training forward in DDP and runs the backward. Mixed precision stays ours (train.dtype's autocast)."""
     from accelerate import Accelerator
-    from accelerate.utils import DistributedDataParallelKwargs
-    return Accelerator(cpu=device.type == "cpu", mixed_precision="no",
-                       kwargs_handlers=[DistributedDataParallelKwargs(broadcast_buffers=False)])
+    return Accelerator(cpu=device.type == "cpu", mixed_precision="no")
 
 
 def compile_enabled(setting: str, device: torch.device) -> bool:

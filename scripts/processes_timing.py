@@ -1,0 +1,39 @@
+"""README evidence (Multi-process runs): wall time of the tiny profile's teacher pass and of one tiny run on 1 and on
+2 processes, in this process, each in a fresh outputs folder (the converted bundled teacher is shared). On a 2-core
+machine both settings use both cores (1 x 2 threads against 2 x 1 thread), so this measures the overhead of the
+ranks, not a speed-up. Run: .venv/bin/python scripts/processes_timing.py"""
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def fresh_outputs() -> Path:
+    root = Path(tempfile.mkdtemp(prefix="normgrow-timing-")) / "outputs"
+    (root / "teacher").mkdir(parents=True)
+    (root / "teacher" / "models").symlink_to(REPO / "outputs" / "teacher" / "models", target_is_directory=True)
+    os.environ["NORMGROW_OUTPUTS"] = str(root)
+    return root
+
+
+from normgrow.config import load_profile  # noqa: E402
+from normgrow.teacher import ensure_cache  # noqa: E402
+from normgrow.train import make_run_spec, run_variant  # noqa: E402
+
+times = {}
+for processes in (1, 2):
+    root = fresh_outputs()
+    t0 = time.perf_counter()
+    cache = ensure_cache(load_profile("tiny", {"teacher.processes": processes}), progress=False)
+    times[f"teacher pass, {processes} process(es)"] = json.loads((cache.dir / "teacher.json").read_text())["timings"]["cache_build_s"]
+    t0 = time.perf_counter()
+    summary = run_variant(make_run_spec(profile="tiny", norm="post", schedule="grow",
+                                        overrides={"train.processes": processes}), progress=False)
+    times[f"post-grow run, {processes} process(es) (wall incl. start)"] = round(time.perf_counter() - t0, 2)
+    times[f"post-grow run, {processes} process(es) val_ce"] = round(summary["val_ce"], 5)
+for name, value in times.items():
+    print(f"{name}: {value}")
+print(f"teacher pass ratio 2/1: {times['teacher pass, 2 process(es)'] / times['teacher pass, 1 process(es)']:.2f}")
