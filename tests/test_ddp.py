@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import fakes
+from test_train import kill_mid_phase
 from normgrow import ranks, rundir, train
 from normgrow.config import ParamError
 from normgrow.model import load_student
@@ -78,10 +79,24 @@ def test_two_processes_match_one_process(outputs, norm, schedule, freeze):
     assert not (ckpt / "last.pt").exists()
 
 
-def test_two_processes_resume_after_an_interruption(outputs, monkeypatch):
-    """Every rank stops at step 7 (mid-phase 1; last.pt from step 6); the rerun resumes from last.pt on two ranks
-    and ends with the numbers of the uninterrupted two-process run."""
+def test_two_processes_killed_mid_phase_resume_to_the_same_numbers(outputs):
+    """The run's process group (caller and forked ranks) SIGKILLed mid-phase 1; the rerun resumes from last.pt on
+    two ranks (taking over the dead rank 0's lock) and ends with the numbers of the uninterrupted two-process run."""
     reference = run_variant(spec("reference", TWO), progress=False)
+    run_dir = outputs / "runs" / "tiny" / "pre-grow-s0"
+    kill_mid_phase(run_dir, TWO)
+    step = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=False)["counters"]["step"]
+    assert 3 <= step < 12
+    resumed = run_variant(spec("pre-grow-s0", TWO), progress=False)
+    for key in ("val_ce", "val_kd_ce", "tokens", "active_layer_tokens", "steps"):
+        assert resumed[key] == pytest.approx(reference[key], abs=1e-6), key
+    steps, _ = train_records(run_dir)
+    assert [r["step"] for r in steps] == list(range(1, 13))
+
+
+def test_an_interrupted_rank_stops_the_run(outputs, monkeypatch):
+    """A KeyboardInterrupt inside the ranks (Ctrl-C reaches the whole process group) ends the run with an error
+    naming it, instead of leaving the caller waiting; the rerun resumes from last.pt."""
     real = train.Batches.__call__
 
     def interrupted(self, step):
@@ -90,16 +105,11 @@ def test_two_processes_resume_after_an_interruption(outputs, monkeypatch):
         return real(self, step)
     with monkeypatch.context() as m:
         m.setattr(train.Batches, "__call__", interrupted)
-        with pytest.raises(Exception, match="KeyboardInterrupt"):  # torch's ChildFailedError, naming the ranks' error
+        with pytest.raises(ranks.RankError, match="KeyboardInterrupt"):
             run_variant(spec("pre-grow-s0", TWO), progress=False)
     run_dir = outputs / "runs" / "tiny" / "pre-grow-s0"
     assert torch.load(run_dir / "checkpoints" / "last.pt", weights_only=False)["counters"]["step"] == 6
-    assert not (run_dir / "summary.json").exists()
-    resumed = run_variant(spec("pre-grow-s0", TWO), progress=False)
-    for key in ("val_ce", "val_kd_ce", "tokens", "active_layer_tokens", "steps"):
-        assert resumed[key] == pytest.approx(reference[key], abs=1e-6), key
-    steps, _ = train_records(run_dir)
-    assert [r["step"] for r in steps] == list(range(1, 13))
+    assert run_variant(spec("pre-grow-s0", TWO), progress=False)["steps"] == 12
 
 
 def test_a_failing_rank_stops_the_run_with_its_error(outputs, monkeypatch):

@@ -179,18 +179,17 @@ def slowed(self, step):
     time.sleep(0.15)
     return slow(self, step)
 train.Batches.__call__ = slowed
-train.run_variant(train.make_run_spec(profile="tiny", norm="pre", schedule="grow", overrides=fakes.TINY_OVERRIDES,
-                                      run_name="pre-grow-s0"), progress=False)
+train.run_variant(train.make_run_spec(profile="tiny", norm="pre", schedule="grow",
+                                      overrides=fakes.TINY_OVERRIDES | {extra!r}, run_name="pre-grow-s0"), progress=False)
 """
 
 
-def test_resume_after_sigkill_matches_uninterrupted_run(outputs, tmp_path):
-    reference = run(norm="pre", schedule="grow", run_name="reference")
-    script = KILL_SCRIPT.format(tests=str(Path(__file__).parent))
-    proc = subprocess.Popen([sys.executable, "-c", script], env=os.environ.copy())
-    run_dir = outputs / "runs" / "tiny" / "pre-grow-s0"
+def kill_mid_phase(run_dir: Path, extra: dict) -> None:
+    """Start pre-grow-s0 (slowed to 0.15 s a step) in its own process group with the overrides `extra`, and SIGKILL
+    the whole group mid-phase 1: after a checkpoint exists, past the first phase end, before the run finishes."""
+    script = KILL_SCRIPT.format(tests=str(Path(__file__).parent), extra=extra)
+    proc = subprocess.Popen([sys.executable, "-c", script], env=os.environ.copy(), start_new_session=True)
     deadline = time.time() + 120
-    # kill mid-phase 1: after a checkpoint exists, past the first phase end, before the run finishes
     while time.time() < deadline:
         metrics = run_dir / "metrics.jsonl"
         lines = metrics.read_text().count('"kind": "train"') if metrics.exists() else 0
@@ -198,9 +197,15 @@ def test_resume_after_sigkill_matches_uninterrupted_run(outputs, tmp_path):
             break
         assert proc.poll() is None, "the run ended before it could be killed"
         time.sleep(0.02)
-    os.kill(proc.pid, signal.SIGKILL)
+    os.killpg(proc.pid, signal.SIGKILL)  # the run's forked ranks too, if any
     proc.wait()
     assert not (run_dir / "summary.json").exists()
+
+
+def test_resume_after_sigkill_matches_uninterrupted_run(outputs, tmp_path):
+    reference = run(norm="pre", schedule="grow", run_name="reference")
+    run_dir = outputs / "runs" / "tiny" / "pre-grow-s0"
+    kill_mid_phase(run_dir, {})
     resumed = run(norm="pre", schedule="grow")
     for key in ("val_ce", "val_kd_ce", "tokens", "active_layer_tokens", "steps"):
         assert resumed[key] == pytest.approx(reference[key], abs=1e-6), key
