@@ -1,7 +1,8 @@
-"""README evidence (Multi-process runs): wall time of the tiny profile's teacher pass and of one tiny run on 1 and on
-2 processes, in this process, each in a fresh outputs folder (the converted bundled teacher is shared). On a 2-core
-machine both settings use both cores (1 x 2 threads against 2 x 1 thread), so this measures the overhead of the
-ranks, not a speed-up. Run: .venv/bin/python scripts/processes_timing.py"""
+"""README evidence (Multi-process runs): wall time of the tiny profile's teacher pass and of one tiny run on 1
+process, on 2 forked ranks and on 2 ranks launched by the caller, in this process, each in a fresh outputs folder (the
+converted bundled teacher is shared). On a 2-core machine every setting uses both cores (1 x 2 threads against
+2 x 1 thread), so this measures the overhead of the ranks, not a speed-up. Run:
+.venv/bin/python scripts/processes_timing.py"""
 import json
 import os
 import tempfile
@@ -19,21 +20,27 @@ def fresh_outputs() -> Path:
     return root
 
 
+from normgrow import ranks  # noqa: E402
 from normgrow.config import load_profile  # noqa: E402
 from normgrow.teacher import ensure_cache  # noqa: E402
 from normgrow.train import make_run_spec, run_variant  # noqa: E402
 
+# (name, processes, forked): the 2-process jobs once forked (the CPU way) and once launched by the caller (the GPU
+# way, ranks._launch: fresh processes that import everything and reopen the cache)
+SETTINGS = (("1 process", 1, True), ("2 forked", 2, True), ("2 launched by the caller", 2, False))
 times = {}
-for processes in (1, 2):
+for name, processes, forked in SETTINGS:
+    ranks._forks = lambda device, forked=forked: forked
     root = fresh_outputs()
-    t0 = time.perf_counter()
     cache = ensure_cache(load_profile("tiny", {"teacher.processes": processes}), progress=False)
-    times[f"teacher pass, {processes} process(es)"] = json.loads((cache.dir / "teacher.json").read_text())["timings"]["cache_build_s"]
+    times[f"teacher pass, {name}"] = json.loads((cache.dir / "teacher.json").read_text())["timings"]["cache_build_s"]
     t0 = time.perf_counter()
     summary = run_variant(make_run_spec(profile="tiny", norm="post", schedule="grow",
                                         overrides={"train.processes": processes}), progress=False)
-    times[f"post-grow run, {processes} process(es) (wall incl. start)"] = round(time.perf_counter() - t0, 2)
-    times[f"post-grow run, {processes} process(es) val_ce"] = round(summary["val_ce"], 5)
+    times[f"post-grow run, {name} (wall incl. start)"] = round(time.perf_counter() - t0, 2)
+    times[f"post-grow run, {name} val_ce"] = round(summary["val_ce"], 5)
 for name, value in times.items():
     print(f"{name}: {value}")
-print(f"teacher pass ratio 2/1: {times['teacher pass, 2 process(es)'] / times['teacher pass, 1 process(es)']:.2f}")
+one = times["teacher pass, 1 process"]
+print(f"teacher pass ratio 2 forked / 1: {times['teacher pass, 2 forked'] / one:.2f}, "
+      f"2 launched / 1: {times['teacher pass, 2 launched by the caller'] / one:.2f}")

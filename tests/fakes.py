@@ -1,7 +1,9 @@
 """A synthetic teacher cache for fast training tests: a fixed random bigram 'teacher' over a tiny vocabulary."""
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -56,3 +58,9 @@ def install(monkeypatch_or_none=None):
     else:
         monkeypatch_or_none.setattr(teacher, "ensure_cache", lambda profile, progress=True: cache)
     return cache
+
+
+def sleeping_rank(ranks, started: str) -> None:
+    """A rank that marks that it started (a file per rank in `started`) and then waits: a job to interrupt."""
+    Path(started, f"rank{ranks.rank}").touch()
+    time.sleep(600)

@@ -4,6 +4,7 @@ CPU) builds the cache and trains a run to the numbers of a one-process run."""
 from __future__ import annotations
 
 import filecmp
+import json
 import os
 import shutil
 import subprocess
@@ -11,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from normgrow import teacher
 from normgrow.config import load_profile
@@ -85,3 +87,78 @@ def test_accelerate_launch_builds_the_cache_and_trains_a_run(outputs):
     for key in ("tokens", "active_layer_tokens", "steps", "depth"):
         assert two[key] == one_process[key], key
     assert two["val_ce"] == pytest.approx(one_process["val_ce"], abs=1e-3)
+
+
+def test_ranks_the_caller_launches_build_the_cache_and_train_a_run(outputs, monkeypatch):
+    """The GPU way of a notebook or the study (ranks.py: a CUDA caller cannot fork, so it runs accelerate launch on a
+    pickled job), taken here on CPU: the cache equals the one-process cache byte for byte, and the run ends with the
+    one-process run's tokens and val_ce within 1e-3 nats."""
+    from normgrow import ranks
+    reference = teacher.ensure_cache(load_profile("tiny", SMALL), progress=False)
+    one_process = run_variant(make_run_spec(profile="tiny", norm="post", schedule="grow", run_name="one",
+                                            overrides=SMALL | RUN), progress=False)
+    shutil.move(reference.dir, outputs / "reference")
+    monkeypatch.setattr(ranks, "_forks", lambda device: False)
+    two = run_variant(make_run_spec(profile="tiny", norm="post", schedule="grow", run_name="two",
+                                    overrides=SMALL | RUN, processes=2), progress=False)
+    launched = teacher.open_cache(load_profile("tiny", SMALL))
+    assert cache_files(launched.dir) == cache_files(outputs / "reference")
+    _, differing, errors = filecmp.cmpfiles(outputs / "reference", launched.dir, cache_files(launched.dir),
+                                            shallow=False)
+    assert differing == [] and errors == []
+    for key in ("tokens", "active_layer_tokens", "steps", "depth"):
+        assert two[key] == one_process[key], key
+    assert two["val_ce"] == pytest.approx(one_process["val_ce"], abs=1e-3)
+    from normgrow.rundir import read_identity
+    assert read_identity(outputs / "runs" / "tiny" / "two")["profile"]["train"]["processes"] == 2
+
+
+def test_a_rank_the_caller_launched_fails_with_its_traceback(monkeypatch):
+    """A failure in a launched rank reaches the caller as RankError with that rank's traceback (json.loads stands in
+    for a failing job: any importable function pickles, and it fails on the Ranks it is given)."""
+    from normgrow import ranks
+    monkeypatch.setattr(ranks, "_forks", lambda device: False)
+    with pytest.raises(ranks.RankError, match=r"(?s)rank [01] of 2 failed first:.*TypeError: the JSON object must be"):
+        ranks.on_ranks(2, torch.device("cpu"), json.loads)
+
+
+def test_papermill_processes_parameter_trains_on_two_forked_ranks(outputs):
+    """run_variant.ipynb's processes parameter (what the study's --processes passes): two forked ranks in the
+    papermill kernel; rank 0's progress bar is text there (a widget from a fork never reaches the notebook)."""
+    import papermill as pm
+    out = outputs / "nb.ipynb"
+    pm.execute_notebook(str(REPO / "notebooks" / "run_variant.ipynb"), str(out), cwd=str(REPO / "notebooks"),
+                        parameters={"profile": "tiny", "norm": "post", "schedule": "grow", "run_name": "nb",
+                                    "overrides": SMALL | RUN, "processes": 2}, progress_bar=False)
+    identity = json.loads((outputs / "runs" / "tiny" / "nb" / "config.json").read_text())
+    assert identity["profile"]["train"]["processes"] == identity["profile"]["teacher"]["processes"] == 2
+    import nbformat
+    streams = "".join(o.text for c in nbformat.read(out, as_version=4).cells for o in c.get("outputs", [])
+                      if o.output_type == "stream")
+    assert "nb: 100%" in streams, streams[-2000:]
+
+
+def test_interrupting_the_caller_stops_the_ranks_it_launched(tmp_path, monkeypatch):
+    """A notebook's interrupt reaches the kernel alone (SIGINT to the caller's main thread here): the caller stops
+    the launcher and its ranks before it raises, so nothing keeps running."""
+    import signal
+    import threading
+    import time
+
+    import psutil
+
+    import fakes
+    from normgrow import ranks
+    monkeypatch.setattr(ranks, "_forks", lambda device: False)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")]))
+
+    def interrupt_once_started():
+        deadline = time.time() + 120
+        while len(list(tmp_path.glob("rank*"))) < 2 and time.time() < deadline:
+            time.sleep(0.1)
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+    threading.Thread(target=interrupt_once_started, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        ranks.on_ranks(2, torch.device("cpu"), fakes.sleeping_rank, str(tmp_path))
+    assert sorted(p.name for p in tmp_path.glob("rank*")) == ["rank0", "rank1"]  # both ranks had started
+    assert [p.cmdline() for p in psutil.Process().children(recursive=True) if "normgrow.ranks" in p.cmdline()] == []

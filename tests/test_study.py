@@ -117,6 +117,17 @@ def test_rerun_trains_nothing(finished_study):
     assert rerun_seconds < seconds, (rerun_seconds, seconds)
 
 
+def test_other_processes_are_refused_as_other_settings(finished_study, monkeypatch):
+    """--processes 2 on runs made with one process: they are results of other settings (train.processes is part of
+    a run's identity), so the study refuses them instead of counting or resuming them."""
+    from normgrow.study import conflicting_run, load_study
+    root, _, _ = finished_study
+    monkeypatch.setenv("NORMGROW_OUTPUTS", str(root))
+    for run in load_study(seeds=[0], variants=list(RUNS)):
+        assert conflicting_run(PROFILE, run, None) is None
+        assert "(profile.train.processes)" in conflicting_run(PROFILE, run, None, processes=2)
+
+
 def kill_tree(proc: subprocess.Popen) -> None:
     """SIGKILL the runner's process group and every descendant (Jupyter kernels run in sessions of their own)."""
     import psutil

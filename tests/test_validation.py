@@ -109,3 +109,18 @@ def _write(path, text):
 def test_nan_check_does_not_reject_finite_floats():
     p = load_profile("tiny", {"train.lr": "3e-3", "student.init_std": 0.05})
     assert p.train.lr == 3e-3 and math.isfinite(p.student.init_std)
+
+
+@pytest.mark.parametrize("processes", [0, -1, 1.5, True, "2"])
+def test_bad_processes_parameter_is_named(processes):
+    from normgrow.config import with_processes
+    with pytest.raises(ParamError, match=r"processes=.* must be a positive integer"):
+        with_processes({}, processes)
+
+
+def test_processes_parameter_sets_both_process_keys():
+    from normgrow.config import with_processes
+    assert with_processes({"train.lr": 1e-3}, None) == {"train.lr": 1e-3}
+    assert with_processes(None, 2) == {"train.processes": 2, "teacher.processes": 2}
+    profile = load_profile("tiny", with_processes({}, 2))
+    assert profile.train.processes == profile.teacher.processes == 2

@@ -337,6 +337,23 @@ def check_seed(name: str, value: Any) -> int:
     return value
 
 
+PROCESS_KEYS = ("train.processes", "teacher.processes")
+
+
+def with_processes(overrides: dict | None, processes: Any) -> dict:
+    """overrides plus the ``processes`` parameter of the notebooks and the study runner: the processes (devices) of
+    a job, for training and for the teacher pass alike (PROCESS_KEYS). None keeps the profile's settings; a given
+    value becomes overrides, so a run's derived name carries it like any other override (train.processes is part of
+    a run's identity)."""
+    overrides = dict(overrides or {})
+    if processes is None:
+        return overrides
+    if not isinstance(processes, int) or isinstance(processes, bool) or processes < 1:
+        raise ParamError(f"processes={processes!r} must be a positive integer (or None: the profile's "
+                         f"{' and '.join(PROCESS_KEYS)})")
+    return overrides | dict.fromkeys(PROCESS_KEYS, processes)
+
+
 def _check_finite(key: str, value: Any) -> None:
     """No NaN or infinity anywhere in the parameters (inside lists and mappings too): a NaN passes every `< x` test
     and would only show as a NaN loss after the run directory exists."""

@@ -1,28 +1,37 @@
 """The processes of one job, on accelerate: data-parallel training (train.processes) and the sharded teacher pass
 (teacher.processes).
 
-A job gets its N processes in one of two ways, and the code each process runs is the same in both:
+A job gets its N processes in one of three ways, and the code each process runs is the same in all of them:
   - launched: ``accelerate launch --num_processes N -m normgrow run ...`` (or torchrun) started them; accelerate's
     PartialState gives each its rank. This is the multi-GPU way (one process per GPU, NCCL), and on CPU
     ``accelerate launch --multi_gpu --num_processes N`` starts N gloo processes. The processes setting of the
     profile must equal the launched world size (it is part of a run's identity: it changes the numbers slightly).
   - forked (CPU): a call in one process (a notebook kernel, papermill, the study's workers, a test) asks for N > 1
-    processes: accelerate's ``notebook_launcher`` forks N ranks from the caller, which waits. Not on GPUs: the
-    caller has made a CUDA context already (device and dtype checks), which forked children cannot use. Forked ranks inherit
-    what the caller opened (the memory-mapped cache) and set up; they meet on a free local port, so two jobs at once
-    never share one. The caller is not a rank: rank 0 writes, and the caller reads what it wrote.
-With N = 1 and no launcher the function runs in the caller, with no process group and no accelerate state.
+    processes: accelerate's ``notebook_launcher`` forks N ranks from the caller, which waits. Forked ranks inherit
+    what the caller opened (the memory-mapped cache) and set up, and start in a moment.
+  - launched by the caller (GPUs): the same call on a CUDA device cannot fork (the caller has made a CUDA context
+    already, in its device and dtype checks, and a forked child cannot use it), so the caller runs
+    ``accelerate launch`` itself on a pickled (function, arguments) job (run_job below) and relays its output. This
+    is what makes ``papermill run_variant.ipynb -p processes 4`` and ``normgrow.study --processes 4`` use 4 GPUs.
+In both caller-started ways the ranks meet on a free local port, so two jobs at once never share one, and the caller
+is not a rank: rank 0 writes, and the caller reads what it wrote. With N = 1 and no launcher the function runs in
+the caller, with no process group and no accelerate state.
 
-A failure on any rank stops all of them; a caller that forked them gets RankError with the traceback of the rank
-that failed first (in a launched job, the launcher reports it). A collective waits at most RANK_TIMEOUT, so a stalled rank ends as an error, not a hang.
+A failure on any rank stops all of them; a caller that started them gets RankError with the traceback of the rank
+that failed first (in a launched job, the launcher reports it). A collective waits at most RANK_TIMEOUT, so a stalled
+rank ends as an error, not a hang.
 """
 from __future__ import annotations
 
 import datetime
-import json
+import gc
 import os
+import pickle
 import shutil
+import signal
 import socket
+import subprocess
+import sys
 import tempfile
 import time
 import traceback
@@ -33,6 +42,7 @@ from pathlib import Path
 import torch
 
 from .config import ParamError
+from .utils import atomic_write_json, read_json, stop_processes
 
 RANK_TIMEOUT = datetime.timedelta(minutes=5)
 """How long a rank waits for the others at a collective before the job fails (gloo's default is 30 minutes)."""
@@ -115,58 +125,150 @@ def launched_ranks(device: torch.device) -> Ranks:
     return _joined_ranks(device.type == "cpu") if launched_world() > 1 else Ranks()
 
 
-def _forked_rank(cpu: bool, threads: int, errors: str, fn, args) -> None:
+def progress_bar(**kwargs):
+    """tqdm.auto's bar, looked up when called: in a forked rank that is the text bar (_forked_rank)."""
+    import tqdm.auto
+    return tqdm.auto.tqdm(**kwargs)
+
+
+def _run_rank(cpu: bool, errors: str, fn, args) -> None:
+    """Join the job and run fn(ranks, *args); a failure is written to errors/rank<r>.json before it is raised."""
     ranks = _joined_ranks(cpu)
-    torch.set_num_threads(max(1, threads // ranks.world))
     try:
         fn(ranks, *args)
     except BaseException as err:
         # when one rank fails, the others fail next at their collectives ("connection reset by peer"), and torch
         # reports whichever failure it polls first: the time of each failure tells the caller which came first
-        Path(errors, f"rank{ranks.rank}.json").write_text(json.dumps(
-            {"time": time.time(), "rank": ranks.rank, "error": "".join(traceback.format_exception(err)).strip()}))
+        # (written whole or not at all: a rank may be killed mid-write once another has failed)
+        atomic_write_json(Path(errors, f"rank{ranks.rank}.json"), {
+            "time": time.time(), "rank": ranks.rank, "error": "".join(traceback.format_exception(err)).strip()})
         if isinstance(err, KeyboardInterrupt):  # torch's worker wrapper would end quietly, the caller wait forever
             raise RuntimeError(f"rank {ranks.rank} interrupted (KeyboardInterrupt)") from err
         raise
 
 
+def _forked_rank(cpu: bool, threads: int, errors: str, fn, args) -> None:
+    # Objects inherited from the caller are never collected here: the destructor of one may join a thread that the
+    # fork does not have (a TCPStore left by the caller's previous job hung a rank in gc.collect that way).
+    gc.freeze()
+    torch.set_num_threads(threads)
+    # A notebook widget from a forked process never reaches the notebook (ipykernel drops the fork's messages, with a
+    # warning per update) while text does: in a forked rank tqdm.auto's bar is the text bar, for our bars
+    # (progress_bar) and the libraries' (transformers looks tqdm.auto.tqdm up at each bar, too).
+    import tqdm.auto
+    import tqdm.std
+    tqdm.auto.tqdm = tqdm.std.tqdm
+    _run_rank(cpu, errors, fn, args)
+
+
 class RankError(RuntimeError):
-    """A forked rank failed: the message is the first failure's traceback (the others' follow from it)."""
+    """A rank the caller started failed: the message is the first failure's traceback (the others' follow from it)."""
+
+
+def _first_failure(errors: str, processes: int) -> RankError | None:
+    failures = sorted((read_json(p) for p in Path(errors).glob("rank*.json")), key=lambda f: f["time"])
+    if not failures:
+        return None
+    return RankError(f"rank {failures[0]['rank']} of {processes} failed first:\n{failures[0]['error']}")
+
+
+def _forks(device: torch.device) -> bool:
+    """Whether a caller's ranks on device are forked (CPU) or launched by the caller (GPUs: see the module docstring)."""
+    return device.type == "cpu"
 
 
 def on_ranks(processes: int, device: torch.device, fn, *args):
     """fn(ranks, *args) on every process of the job (see the module docstring); returns what fn returned in this
-    process, or None in a caller that forked the ranks (read what rank 0 wrote). A failure of a forked rank is raised
-    here as RankError carrying the first failing rank's traceback."""
+    process, or None in a caller that started the ranks (read what rank 0 wrote). A failure of a rank the caller
+    started is raised here as RankError carrying the first failing rank's traceback."""
     cpu = device.type == "cpu"
     if launched_world() > 1:
         return fn(_joined_ranks(cpu), *args)
     if processes == 1:
         return fn(Ranks(), *args)
-    if not cpu:
-        # the caller has touched CUDA already (device and bf16 checks), and a forked child cannot use a CUDA context
-        # made before the fork: GPU ranks are started fresh by a launcher instead
-        raise ParamError(f"{processes} processes on {device} need a launched job: accelerate launch --num_processes "
-                         f"{processes} -m normgrow run ... (or ... -m normgrow cache ...); forked ranks run on CPU only")
-    from accelerate import notebook_launcher
-    threads = torch.get_num_threads()
     errors = tempfile.mkdtemp(prefix="normgrow-ranks-")
+    try:
+        if _forks(device):
+            _fork(processes, cpu, errors, fn, args)
+        else:
+            _launch(processes, cpu, errors, fn, args)
+    finally:
+        shutil.rmtree(errors, ignore_errors=True)
+    return None
+
+
+def _fork(processes: int, cpu: bool, errors: str, fn, args) -> None:
+    from accelerate import notebook_launcher
+    threads = max(1, torch.get_num_threads() // processes)
     # OMP_NUM_THREADS set keeps accelerate from choosing the ranks' threads itself (and warning that it did)
     previous = os.environ.get("OMP_NUM_THREADS")
-    os.environ["OMP_NUM_THREADS"] = str(max(1, threads // processes))
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    # torch's launcher installs handlers that stop the ranks on these signals and leaves them installed: put the
+    # caller's back afterwards (a later Ctrl-C is a KeyboardInterrupt again, not torch's SignalException)
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)}
     try:
         notebook_launcher(_forked_rank, args=(cpu, threads, errors, fn, args), num_processes=processes,
                           use_port=_free_port())
     except Exception as err:
-        failures = sorted((json.loads(p.read_text()) for p in Path(errors).glob("rank*.json")), key=lambda f: f["time"])
-        if failures:
-            first = failures[0]
-            raise RankError(f"rank {first['rank']} of {processes} failed first:\n{first['error']}") from err
+        failure = _first_failure(errors, processes)
+        if failure is not None:
+            raise failure from err
         raise
     finally:
-        shutil.rmtree(errors, ignore_errors=True)
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
         if previous is None:
             del os.environ["OMP_NUM_THREADS"]
         else:
             os.environ["OMP_NUM_THREADS"] = previous
-    return None
+
+
+JOB_FILE = "job.pkl"
+"""The pickled (cpu, fn, args) of a job the caller launches; fn must be importable (a module-level function)."""
+
+
+def _launch(processes: int, cpu: bool, job: str, fn, args) -> None:
+    """accelerate launch of run_job on `processes` fresh processes; their output is relayed to this process's stdout
+    (a notebook cell shows it). Interrupting the caller stops the launcher and its ranks."""
+    with open(Path(job, JOB_FILE), "wb") as f:
+        pickle.dump((cpu, fn, args), f)
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(processes),
+               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+               "--main_process_port", _free_port(), "-m", "normgrow.ranks", job]
+    # in the caller's process group: a signal to the group (Ctrl-C in a terminal, a killed job) reaches the ranks too
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    tail = b""
+    try:
+        while chunk := os.read(proc.stdout.fileno(), 65536):
+            sys.stdout.write(chunk.decode(errors="replace"))
+            sys.stdout.flush()
+            tail = (tail + chunk)[-4000:]
+        returncode = proc.wait()
+    except BaseException:  # e.g. a notebook's interrupt, which reaches the kernel alone: stop the launcher and ranks
+        import psutil
+        try:
+            launcher = psutil.Process(proc.pid)
+            stop_processes([launcher, *launcher.children(recursive=True)], timeout=30)
+        except psutil.NoSuchProcess:  # the launcher had ended
+            pass
+        raise
+    finally:
+        proc.stdout.close()
+    if returncode != 0:
+        failure = _first_failure(job, processes)
+        if failure is not None:
+            raise failure
+        raise RankError(f"accelerate launch of {processes} processes exited with {returncode}:\n"
+                        f"{tail.decode(errors='replace')}")
+
+
+def run_job(job: str) -> None:
+    """One launched rank of a job the caller launched (_launch): python -m normgrow.ranks <job dir>."""
+    with open(Path(job, JOB_FILE), "rb") as f:
+        cpu, fn, args = pickle.load(f)
+    _run_rank(cpu, job, fn, args)
+
+
+if __name__ == "__main__":
+    from normgrow.ranks import run_job as _run_job  # the package's module, not this __main__ copy of it
+    _run_job(sys.argv[1])

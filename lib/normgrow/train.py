@@ -46,14 +46,13 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 from . import distill
-from .config import ParamError, Profile, check_seed, load_profile
+from .config import ParamError, Profile, check_seed, load_profile, with_processes
 from .data import loss_mask, loss_mask_np
 from .growth import SCHEDULES, Phase, plan_phases
 from .model import NORMS, Student, StudentConfig, save_student
-from .ranks import Ranks, check_processes, on_ranks
+from .ranks import Ranks, check_processes, on_ranks, progress_bar
 from .rundir import (CHECKPOINTS, CONFIG, FINAL, LAST, LOCK, METRICS, NUMERICS_VERSION, SUMMARY, PhaseSummary,
                      RunDirError, RunLock, Summary, check_name, identity_differences, is_finished, phase_checkpoint,
                      phase_checkpoints, read_identity, read_summary, run_path, runs_root, write_summary)
@@ -137,8 +136,10 @@ def run_profile(profile: str, norm: str, overrides: dict | None = None) -> Profi
 
 def make_run_spec(profile: str = "tiny", norm: str = "pre", schedule: str = "grow", freeze_prefix: bool = False,
                   match_active_layer_tokens: str | None = None, seed: int = 0, run_name: str = "",
-                  force: bool = False, overrides: dict | None = None) -> RunSpec:
-    """Validate run_variant's parameters; every error names the parameter and its allowed values."""
+                  force: bool = False, overrides: dict | None = None, processes: int | None = None) -> RunSpec:
+    """Validate run_variant's parameters; every error names the parameter and its allowed values. processes: the
+    run's data-parallel processes and those of a teacher pass it starts (config.with_processes); None: the
+    profile's."""
     check_name("profile", profile)
     _choice("norm", norm, NORMS)
     _choice("schedule", schedule, SCHEDULES)
@@ -154,6 +155,7 @@ def make_run_spec(profile: str = "tiny", norm: str = "pre", schedule: str = "gro
         raise ParamError(f"match_active_layer_tokens needs schedule='joint' (got schedule={schedule!r})")
     if overrides is not None and not isinstance(overrides, dict):
         raise ParamError(f"overrides={overrides!r} must be a mapping of dotted keys, e.g. {{'train.lr': 1e-3}}")
+    overrides = with_processes(overrides, processes)
     prof = run_profile(profile, norm, overrides)
     if prof.train.processes > prof.train.batch_size:
         raise ParamError(f"train.processes={prof.train.processes} must be <= train.batch_size="
@@ -414,7 +416,7 @@ class Run:
     batches: Batches
     eval_rows: int
     resume_optimizer: dict | None  # the optimiser state of last.pt, consumed by the phase it belongs to
-    bar: tqdm
+    bar: object  # a tqdm bar (ranks.progress_bar)
     ranks: Ranks = Ranks()
     accelerator: object = None  # accelerate.Accelerator of a data-parallel run (DDP wrapping, backward)
     compiled: bool = False
@@ -461,7 +463,7 @@ def start_run(spec: RunSpec, cache, run_dir: Path, phases: list[Phase], state: d
               batches=Batches(cache.train, tp.batch_size, spec.seed, device, vocab, ranks),
               eval_rows=val_rows if tp.eval_tokens == 0 else max(1, min(val_rows, tp.eval_tokens // prof.data.seq_len)),
               resume_optimizer=None if state is None else state.get("optimizer"),
-              bar=tqdm(total=sum(p.steps for p in phases), initial=counters["step"], desc=spec.run_name,
+              bar=progress_bar(total=sum(p.steps for p in phases), initial=counters["step"], desc=spec.run_name,
                        disable=not (progress and ranks.main), unit="step"),
               ranks=ranks, accelerator=_accelerator(device) if ranks.world > 1 else None,
               compiled=compile_enabled(tp.compile, device), wall_before=counters["wall_s"])

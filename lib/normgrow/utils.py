@@ -1,4 +1,5 @@
-"""Small shared helpers: content hashing, atomic writes, disk-full errors, device / dtype resolution."""
+"""Small shared helpers: content hashing, atomic writes, disk-full errors, device / dtype resolution, stopping
+processes."""
 from __future__ import annotations
 
 import errno
@@ -134,3 +135,18 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     if name == "auto":
         return torch.bfloat16 if bf16_supported(device) else torch.float32
     return DTYPES[name]
+
+
+def stop_processes(processes: list, timeout: float = 5.0) -> None:
+    """Terminate the psutil processes, then kill those still alive after timeout seconds (gone ones are skipped)."""
+    import psutil
+    for process in processes:
+        try:
+            process.terminate()
+        except psutil.NoSuchProcess:
+            pass
+    for process in psutil.wait_procs(processes, timeout=timeout)[1]:
+        try:
+            process.kill()
+        except psutil.NoSuchProcess:
+            pass
