@@ -61,6 +61,9 @@ def install(monkeypatch_or_none=None):
 
 
 def sleeping_rank(ranks, started: str) -> None:
-    """A rank that marks that it started (a file per rank in `started`) and then waits: a job to interrupt."""
+    """A rank that marks that it started (a file per rank in `started`), then waits two minutes, saying so each
+    second: a job to interrupt."""
     Path(started, f"rank{ranks.rank}").touch()
-    time.sleep(600)
+    for second in range(120):
+        print(f"rank {ranks.rank} waiting, {second} s", flush=True)
+        time.sleep(1)

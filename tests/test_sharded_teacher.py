@@ -52,14 +52,14 @@ def test_two_process_pass_writes_the_one_process_cache(outputs):
     assert not list(outputs.glob("teacher/.tmp-*"))  # the build directory was renamed into place
 
 
-def launch(*args: str, overrides: str) -> subprocess.CompletedProcess:
+def launch(*args: str, overrides: str, env: dict | None = None) -> subprocess.CompletedProcess:
     """`accelerate launch` of python -m normgrow on two CPU processes (--multi_gpu starts them with torchrun; each
     finds no GPU and joins a gloo group)."""
     command = [str(Path(sys.executable).with_name("accelerate")), "launch", "--multi_gpu", "--num_processes", "2",
                "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "0",
                "-m", "normgrow", *args, "--profile", "tiny", "--overrides", overrides]
-    proc = subprocess.run(command, cwd=REPO, env=dict(os.environ), capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc = subprocess.run(command, cwd=REPO, env=env or dict(os.environ), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     return proc
 
 
@@ -87,6 +87,37 @@ def test_accelerate_launch_builds_the_cache_and_trains_a_run(outputs):
     for key in ("tokens", "active_layer_tokens", "steps", "depth"):
         assert two[key] == one_process[key], key
     assert two["val_ce"] == pytest.approx(one_process["val_ce"], abs=1e-3)
+
+
+SLOW_RANK_1 = """
+import os
+if os.environ.get("LOCAL_RANK") == "1":  # rank 1 of a launched job loads the teacher 5 s later than rank 0
+    import time
+    import normgrow.teacher
+    load = normgrow.teacher.load_teacher
+    def slow_load(*args, **kwargs):
+        time.sleep(5)
+        return load(*args, **kwargs)
+    normgrow.teacher.load_teacher = slow_load
+"""
+
+
+def test_a_slow_rank_finishes_its_rows_before_the_cache_is_published(outputs, tmp_path):
+    """In a launched job rank 0 is a rank too: it must wait for the others' rows before it reads them and publishes
+    the directory they write into. Rank 1 made slow (a sitecustomize module in its PYTHONPATH) still gives the
+    one-process cache byte for byte."""
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "sitecustomize.py").write_text(SLOW_RANK_1)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path / "site"), os.environ.get("PYTHONPATH", "")]))
+    launch("cache", overrides="{data.train_tokens: 2048, data.val_tokens: 1024, teacher.processes: 2, "
+           "teacher.batch_size: 2}", env=env)  # batches of 2 rows: rank 1 computes half of them
+    profile = load_profile("tiny", SMALL | {"teacher.batch_size": 2})  # the same batches in one process
+    shutil.move(teacher.open_cache(profile).dir, outputs / "launched")
+    reference = teacher.ensure_cache(profile, progress=False)
+    files = cache_files(reference.dir)
+    assert cache_files(outputs / "launched") == files
+    _, differing, errors = filecmp.cmpfiles(outputs / "launched", reference.dir, files, shallow=False)
+    assert differing == [] and errors == []
 
 
 def test_ranks_the_caller_launches_build_the_cache_and_train_a_run(outputs, monkeypatch):
@@ -126,7 +157,7 @@ def test_papermill_processes_parameter_trains_on_two_forked_ranks(outputs):
     """run_variant.ipynb's processes parameter (what the study's --processes passes): two forked ranks in the
     papermill kernel; rank 0's progress bar is text there (a widget from a fork never reaches the notebook)."""
     import papermill as pm
-    out = outputs / "nb.ipynb"
+    out = outputs.parent / "nb.ipynb"  # (outputs itself exists only once something is written there)
     pm.execute_notebook(str(REPO / "notebooks" / "run_variant.ipynb"), str(out), cwd=str(REPO / "notebooks"),
                         parameters={"profile": "tiny", "norm": "post", "schedule": "grow", "run_name": "nb",
                                     "overrides": SMALL | RUN, "processes": 2}, progress_bar=False)
@@ -139,8 +170,8 @@ def test_papermill_processes_parameter_trains_on_two_forked_ranks(outputs):
 
 
 def test_interrupting_the_caller_stops_the_ranks_it_launched(tmp_path, monkeypatch):
-    """A notebook's interrupt reaches the kernel alone (SIGINT to the caller's main thread here): the caller stops
-    the launcher and its ranks before it raises, so nothing keeps running."""
+    """A notebook's interrupt reaches the kernel alone (SIGINT to the caller's process here, not to its group): the
+    caller stops the launcher and its ranks before it raises, so nothing keeps running."""
     import signal
     import threading
     import time
@@ -156,7 +187,8 @@ def test_interrupting_the_caller_stops_the_ranks_it_launched(tmp_path, monkeypat
         deadline = time.time() + 120
         while len(list(tmp_path.glob("rank*"))) < 2 and time.time() < deadline:
             time.sleep(0.1)
-        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+        os.kill(os.getpid(), signal.SIGINT)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # nothing before this test replaced it
     threading.Thread(target=interrupt_once_started, daemon=True).start()
     with pytest.raises(KeyboardInterrupt):
         ranks.on_ranks(2, torch.device("cpu"), fakes.sleeping_rank, str(tmp_path))

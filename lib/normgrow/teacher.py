@@ -410,6 +410,9 @@ def teacher_pass(ranks: Ranks, params: TeacherParams, splits: list[str], tmp: Pa
     bar.close()
     del model
     gc.collect()
+    # every rank's rows are written before any rank goes on: in a launched job rank 0 reads them next (statistics)
+    # and publishes the directory, which a slower rank would otherwise still be writing into
+    ranks.barrier()
 
 
 def _split_stats(out: Path) -> dict:
