@@ -188,9 +188,14 @@ def test_interrupting_the_caller_stops_the_ranks_it_launched(tmp_path, monkeypat
         while len(list(tmp_path.glob("rank*"))) < 2 and time.time() < deadline:
             time.sleep(0.1)
         os.kill(os.getpid(), signal.SIGINT)
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # nothing before this test replaced it
+    # Python raises KeyboardInterrupt on SIGINT unless it started with SIGINT ignored, as a command put in the
+    # background by a non-interactive shell (`make test &`) does: install the handler a kernel has
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     threading.Thread(target=interrupt_once_started, daemon=True).start()
-    with pytest.raises(KeyboardInterrupt):
-        ranks.on_ranks(2, torch.device("cpu"), fakes.sleeping_rank, str(tmp_path))
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            ranks.on_ranks(2, torch.device("cpu"), fakes.sleeping_rank, str(tmp_path))
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert sorted(p.name for p in tmp_path.glob("rank*")) == ["rank0", "rank1"]  # both ranks had started
     assert [p.cmdline() for p in psutil.Process().children(recursive=True) if "normgrow.ranks" in p.cmdline()] == []
