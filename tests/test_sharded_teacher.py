@@ -38,16 +38,22 @@ def cache_files(d: Path) -> list[str]:
     return sorted(str(p.relative_to(d)) for p in d.rglob("*.npy"))
 
 
+def assert_same_cache(a: Path, b: Path) -> None:
+    """Two cache directories hold the same .npy files, byte for byte (meta.json differs: it has timings)."""
+    files = cache_files(a)
+    assert files == cache_files(b)
+    _, differing, errors = filecmp.cmpfiles(a, b, files, shallow=False)
+    assert differing == [] and errors == []
+
+
 def test_two_process_pass_writes_the_one_process_cache(outputs):
     one = teacher.ensure_cache(load_profile("tiny", SMALL), progress=False)
     reference = outputs / "reference"
     shutil.move(one.dir, reference)
     two = teacher.ensure_cache(load_profile("tiny", SMALL | {"teacher.processes": 2}), progress=False)
     assert two.key == one.key  # the number of processes is not part of the cache
-    files = cache_files(two.dir)
-    assert len(files) == 12 and files == cache_files(reference)
-    _, differing, errors = filecmp.cmpfiles(reference, two.dir, files, shallow=False)  # (meta.json has timings)
-    assert differing == [] and errors == []
+    assert len(cache_files(two.dir)) == 12
+    assert_same_cache(reference, two.dir)
     assert not list(two.dir.glob(teacher.PROGRESS_FILES)) and not (two.dir / teacher.PASS_FILE).exists()
     assert not list(outputs.glob("teacher/.tmp-*"))  # the build directory was renamed into place
 
@@ -73,8 +79,7 @@ def test_accelerate_launch_builds_the_cache_and_trains_a_run(outputs):
     launched = outputs / "launched"
     shutil.move(one.dir, launched)
     reference = teacher.ensure_cache(load_profile("tiny", SMALL), progress=False)
-    _, differing, errors = filecmp.cmpfiles(launched, reference.dir, cache_files(launched), shallow=False)
-    assert differing == [] and errors == []
+    assert_same_cache(launched, reference.dir)
 
     one_process = run_variant(make_run_spec(profile="tiny", norm="post", schedule="grow", run_name="one",
                                             overrides=SMALL | RUN), progress=False)
@@ -114,10 +119,7 @@ def test_a_slow_rank_finishes_its_rows_before_the_cache_is_published(outputs, tm
     profile = load_profile("tiny", SMALL | {"teacher.batch_size": 2})  # the same batches in one process
     shutil.move(teacher.open_cache(profile).dir, outputs / "launched")
     reference = teacher.ensure_cache(profile, progress=False)
-    files = cache_files(reference.dir)
-    assert cache_files(outputs / "launched") == files
-    _, differing, errors = filecmp.cmpfiles(outputs / "launched", reference.dir, files, shallow=False)
-    assert differing == [] and errors == []
+    assert_same_cache(outputs / "launched", reference.dir)
 
 
 def test_ranks_the_caller_launches_build_the_cache_and_train_a_run(outputs, monkeypatch):
@@ -133,10 +135,7 @@ def test_ranks_the_caller_launches_build_the_cache_and_train_a_run(outputs, monk
     two = run_variant(make_run_spec(profile="tiny", norm="post", schedule="grow", run_name="two",
                                     overrides=SMALL | RUN, processes=2), progress=False)
     launched = teacher.open_cache(load_profile("tiny", SMALL))
-    assert cache_files(launched.dir) == cache_files(outputs / "reference")
-    _, differing, errors = filecmp.cmpfiles(outputs / "reference", launched.dir, cache_files(launched.dir),
-                                            shallow=False)
-    assert differing == [] and errors == []
+    assert_same_cache(outputs / "reference", launched.dir)
     for key in ("tokens", "active_layer_tokens", "steps", "depth"):
         assert two[key] == one_process[key], key
     assert two["val_ce"] == pytest.approx(one_process["val_ce"], abs=1e-3)

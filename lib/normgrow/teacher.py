@@ -389,8 +389,9 @@ def teacher_pass(ranks: Ranks, params: TeacherParams, splits: list[str], tmp: Pa
                                             "device": str(device), "load_s": round(time.time() - t0, 2)})
     inputs = {split: np.load(tmp / split / "tokens.npy", mmap_mode="r") for split in splits}
     tokens_total, done = sum(t.size for t in inputs.values()), 0
-    bar = progress_bar(total=tokens_total // ranks.world, desc=f"teacher pass (rank 0 of {ranks.world})" if ranks.world > 1
-               else "teacher pass", unit="tok", disable=not (progress and ranks.main))
+    bar = progress_bar(total=tokens_total // ranks.world,
+                       desc=f"teacher pass (rank 0 of {ranks.world})" if ranks.world > 1 else "teacher pass",
+                       unit="tok", disable=not (progress and ranks.main))
     t1 = time.time()
     for split, tokens in inputs.items():
         N, L = tokens.shape

@@ -464,7 +464,7 @@ def start_run(spec: RunSpec, cache, run_dir: Path, phases: list[Phase], state: d
               eval_rows=val_rows if tp.eval_tokens == 0 else max(1, min(val_rows, tp.eval_tokens // prof.data.seq_len)),
               resume_optimizer=None if state is None else state.get("optimizer"),
               bar=progress_bar(total=sum(p.steps for p in phases), initial=counters["step"], desc=spec.run_name,
-                       disable=not (progress and ranks.main), unit="step"),
+                               disable=not (progress and ranks.main), unit="step"),
               ranks=ranks, accelerator=_accelerator(device) if ranks.world > 1 else None,
               compiled=compile_enabled(tp.compile, device), wall_before=counters["wall_s"])
     if counters["step"] == 0:  # the untrained model: the start of every learning curve (no checkpoint: no lines)
