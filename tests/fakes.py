@@ -25,7 +25,7 @@ class FakeSplit:
 def _split(rng: np.random.Generator, logits: torch.Tensor, n_rows: int, seq_len: int, k: int) -> FakeSplit:
     tokens = rng.integers(2, VOCAB, size=(n_rows, seq_len)).astype(np.int32)
     doc_start = rng.random((n_rows, seq_len)) < 0.05
-    doc_start[:, 0] = rng.random(n_rows) < 0.5
+    doc_start[:, 0] = True  # every row begins with the start token (data.pack_rows)
     tokens[doc_start] = BOS
     logp = torch.log_softmax(logits[torch.from_numpy(tokens).long()], dim=-1)
     top = logp.topk(k, dim=-1)

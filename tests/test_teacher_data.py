@@ -87,7 +87,7 @@ def _profile(model_dir, corpus, name="tiny", **over):
     o = {"teacher.source": str(model_dir), "teacher.dtype": "float32", "teacher.device": "cpu",
          "teacher.batch_size": 4, "data.source": {"files": [str(corpus / "docs.jsonl")], "text_field": "text"},
          "data.seq_len": 32, "data.train_tokens": 512, "data.val_tokens": 128, "data.val_fraction": 0.2,
-         "cache.k": 4}
+         "cache.k": 4, "teacher.sanity": "warn"}  # a random tiny teacher is worse than unigram: gate tested apart
     o.update(over)
     return load_profile(name, o)
 
@@ -138,6 +138,31 @@ def test_cache_roundtrip_matches_direct_forward(tiny_llama, corpus_files, out_ro
     assert rep["tokens"] == {"train": cache.train.tokens.size, "val": cache.val.tokens.size}
     assert rep["k"] == 4 and rep["seq_len"] == 32
     assert {"load_s", "cache_build_s", "tok_per_s"} <= set(rep["timings"]) and "mean_tail_mass" in rep
+
+
+def test_sanity_gate_stops_a_teacher_worse_than_unigram(tiny_llama, corpus_files, capsys):
+    """A random teacher is worse than the unigram model: under enforce every open names the failed check; the
+    cache is built once, and warn opens the same cache (the mode is not part of the key) with a warning."""
+    with pytest.raises(teacher.TeacherSanityError, match=r"positions 4\+ the teacher's CE .* not 0.5 nats below"):
+        teacher.ensure_cache(_profile(tiny_llama, corpus_files, **{"teacher.sanity": "enforce"}), progress=False)
+    with pytest.raises(teacher.TeacherSanityError, match="teacher.sanity: warn"):
+        teacher.open_cache(_profile(tiny_llama, corpus_files, **{"teacher.sanity": "enforce"}))
+    cache = teacher.open_cache(_profile(tiny_llama, corpus_files))
+    assert "WARNING" in capsys.readouterr().out
+    pos = cache.report["positions"]["val"]
+    assert pos["first"]["positions"] + pos["later"]["positions"] == cache.report["loss_positions"]["val"]
+    assert cache.report["sanity"]["failures"] == teacher.sanity_failures(pos)
+
+
+def test_sanity_checks():
+    def positions(first, later):
+        return {"first": {"teacher_ce": first[0], "unigram_ce": first[1], "positions": 10},
+                "later": {"teacher_ce": later[0], "unigram_ce": later[1], "positions": 90}}
+    assert teacher.sanity_failures(positions((7.26, 7.23), (3.85, 7.21))) == []  # the bundled teacher (tiny)
+    both = teacher.sanity_failures(positions((13.3, 8.8), (5.7, 5.9)))  # rows without the start token it expects
+    assert len(both) == 2 and "0-3" in both[1] and "4+" in both[0]
+    assert teacher.sanity_failures(positions((8.0, 7.5), (6.8, 7.2))) == [
+        "on positions 4+ the teacher's CE 6.800 is not 0.5 nats below the unigram model's 7.200"]
 
 
 def test_moved_cache_reads_its_own_tokenizer(tiny_llama, corpus_files, tmp_path):
@@ -267,8 +292,10 @@ def test_bundled_split_is_by_document_and_deterministic(smol_tokenizer):
     assert {d.split("/")[0] for d in tr} == {"kjv", "shakespeare"}  # both corpora are mixed in
     assert ds.train.tokens.shape == (params.train_tokens // params.seq_len, params.seq_len)
     assert ds.val.tokens.shape == (params.val_tokens // params.seq_len, params.seq_len)
-    assert ds.train.doc_start[0, 0] and (np.asarray(ds.train.tokens)[np.asarray(ds.train.doc_start)] == 0).all()
-    assert ds.train.doc_start.sum() == len(ds.train.doc_ids)  # one BOS per packed document
+    for split in (ds.train, ds.val):  # every row begins with the start token; S appears only where flagged
+        tokens, starts = np.asarray(split.tokens), np.asarray(split.doc_start)
+        assert (tokens[:, 0] == 0).all() and starts[:, 0].all()
+        assert (tokens[starts] == 0).all() and not (tokens[~starts] == 0).any()
     # deterministic: a fresh build gives the same tokens
     packed = data._tokenize_and_pack(params, data.normalize_source("bundled"), smol_tokenizer, 0, False)
     np.testing.assert_array_equal(packed["train"][0], ds.train.tokens)
@@ -277,10 +304,47 @@ def test_bundled_split_is_by_document_and_deterministic(smol_tokenizer):
     assert "Gutenberg" not in text and "\r" not in text
 
 
+def test_pack_rows_starts_every_row_with_the_start_token():
+    S = 0
+    docs = [np.array([S, 1, 2, 3, 4, 5, 6, 7]), np.array([S, 8, 9]), np.array([S, 10, 11, 12, 13, 14])]
+    tokens, starts = data.pack_rows(docs, 4, S)
+    # doc 1 fills row 0 with its own S, rows 1-2 continue it behind a prepended S; doc 2 starts inside row 2
+    np.testing.assert_array_equal(tokens, [[S, 1, 2, 3], [S, 4, 5, 6], [S, 7, S, 8], [S, 9, S, 10],
+                                           [S, 11, 12, 13]])
+    np.testing.assert_array_equal(starts, tokens == S)
+    assert starts[:, 0].all()
+    # no token of a document is lost or repeated (the last incomplete row, [S, 14], is dropped)
+    body = tokens[~starts]
+    np.testing.assert_array_equal(body, np.arange(1, 14))
+    mask = data.loss_mask_np(starts)  # an S is never a target
+    assert not (np.roll(tokens, -1, axis=1)[mask] == S).any()
+
+
+def test_long_documents_are_cut_into_sections_at_paragraphs():
+    paras = [f"paragraph {i} " + "word " * 40 for i in range(10)]  # ~215 characters each
+    text = "\n\n".join(paras)
+    parts = data.sections(text, 500)
+    assert len(parts) == 5 and "\n\n".join(parts) == text
+    assert all(p.startswith("paragraph") for p in parts) and max(map(len, parts)) <= 500
+    assert data.sections(text, 0) == [text] and data.sections("short", 500) == ["short"]
+
+
+def test_section_ids_and_every_source_sectioned(tmp_path):
+    (tmp_path / "book.txt").write_text("\n\n".join(f"Para {i}. " + "text " * 30 for i in range(20)))
+    (tmp_path / "note.txt").write_text("A short note about Project Gutenberg, kept whole.")
+    spec = data.normalize_source({"files": [str(tmp_path / "*.txt")]})
+    docs = dict(data.iter_documents(spec, 0, max_doc_chars=1000))
+    book = sorted(d for d in docs if d.startswith("file:book.txt/"))
+    assert len(book) >= 3 and "file:note.txt" in docs
+    assert docs["file:note.txt"] == "A short note about Project Gutenberg, kept whole."
+
+
 def test_gutenberg_header_stripped():
     raw = ("The Project Gutenberg EBook of X\n\n*** START OF THIS PROJECT GUTENBERG EBOOK X ***\n\nBody text.\n\n"
            "*** END OF THIS PROJECT GUTENBERG EBOOK X ***\nLicense...")
     assert data.clean_text(data.strip_gutenberg(raw)) == "Body text."
+    plain = "A text about Project Gutenberg.\n\nEnd of Project Gutenberg's history, a chapter title."
+    assert data.strip_gutenberg(plain) == plain  # no START marker: nothing is cut
 
 
 # ----------------------------------------------------------------------------------------------- errors before work

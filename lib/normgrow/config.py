@@ -86,6 +86,10 @@ class TeacherParams:
     # Processes of the cache pass (teacher.py, "Sharded pass"): each computes its share of the batches; the cache is
     # byte-identical to the one-process cache. Not part of the cache key.
     processes: int = 1
+    # What a cache whose teacher fails the sanity gate (teacher.py, "Sanity gate") does: enforce (every open raises,
+    # naming the failed check) | warn (opens, prints the failure, and the study's report carries it at the top).
+    # Not part of the cache key: switching to warn reuses the cache already built.
+    sanity: str = "enforce"
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,9 @@ class DataParams:
     val_tokens: int = 65_536
     val_fraction: float = 0.05  # fraction of documents assigned to validation (by a hash of the document id)
     split_seed: int = 0
+    # Documents longer than this many characters are cut at paragraph boundaries into sections, each a document of
+    # its own for the split (data.py, "Documents"); 0 keeps every document whole. About one KJV chapter.
+    max_doc_chars: int = 4000
 
 
 @dataclass(frozen=True)
@@ -181,7 +188,7 @@ def choices() -> dict[str, tuple]:
     from .model import BLOCK_INITS
     from .utils import DTYPES, TRAIN_DTYPES
     from .vocab import VOCABS
-    return {"teacher.dtype": ("auto",) + tuple(DTYPES), "student.vocab": VOCABS, "student.new_block_init": BLOCK_INITS,
+    return {"teacher.dtype": ("auto",) + tuple(DTYPES), "teacher.sanity": ("enforce", "warn"), "student.vocab": VOCABS, "student.new_block_init": BLOCK_INITS,
             "train.lr_schedule": ("per_stage", "global"), "train.optimizer_on_grow": ("reset", "keep"),
             "train.dtype": TRAIN_DTYPES, "train.compile": ("auto", "on", "off"), "distill.loss": LOSSES, "distill.tail": TAILS}
 
@@ -326,6 +333,7 @@ RANGES = {  # key -> (allowed range as the message says it, test); every float m
     "train.weight_decay": (">= 0", lambda v: v >= 0),
     "train.grad_clip": ("> 0", lambda v: v > 0),
     "train.eval_tokens": (">= 0 (0 = the whole validation split)", lambda v: v >= 0),
+    "data.max_doc_chars": (">= 0 (0 = documents are never cut)", lambda v: v >= 0),
 }
 
 

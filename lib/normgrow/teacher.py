@@ -18,6 +18,23 @@ tokenizer is read from the converted folder when that exists, else straight from
 its final name is either complete or (left by an older / foreign writer without a valid marker) deleted and rebuilt.
 Every open checks the files against ``checksums.json`` (data.verify_cache): ``ensure_cache`` rebuilds a damaged
 cache, ``open_cache`` raises CacheDamagedError naming the file.
+
+Sanity gate: a teacher fed rows it cannot read (no start token where it expects one, a wrong tokenizer, broken
+weights) still produces a cache that looks fine, and every distillation target in it is corrupted. So the pass
+measures the teacher's validation CE in two position buckets, the first FIRST_POSITIONS predictions of a row and the
+rest, against a unigram model fitted on the training tokens on the same positions (teacher.json, "positions"), and
+the teacher must pass two checks (``sanity_failures``):
+
+  * later positions: teacher CE at least SANITY_MARGIN nats below the unigram CE (a teacher that reads the text is
+    far better than context-free statistics: the bundled teacher is 3.4 nats below on the tiny profile);
+  * first positions: teacher CE at most FIRST_POSITIONS_SLACK nats above the unigram CE there. With little context
+    any model is near the unigram level (the bundled teacher: 7.26 vs 7.23; its prediction right after the start
+    token of a row that continues a document is worse, since it expects a document to begin); a teacher fed rows
+    without the start token it expects was 13.3 nats at those positions, 4+ nats above.
+
+A cache that fails is still published (the pass is the expensive part; the gate's mode is not part of the key), but
+under ``teacher.sanity: enforce`` every open raises TeacherSanityError naming the failed check; under ``warn`` it
+opens with the failure printed, and the study's report shows it first.
 """
 from __future__ import annotations
 
@@ -38,7 +55,7 @@ import torch
 from .config import ParamError, Profile, TeacherParams
 from .data import (CacheDamagedError, DataSet, damaged_message, document_start_id, ensure_data, is_complete,
                    loss_mask_np, normalize_source, outputs_root, publish, reuse_or_clear, temp_build_dir,
-                   tokenizer_identity, verify_cache)
+                   tokenizer_identity, unigram_logp, verify_cache)
 from .ranks import Ranks, check_processes, launched_ranks, on_ranks, progress_bar
 from .utils import atomic_write_json, dtype_name, read_json, resolve_device, resolve_dtype, stable_hash
 
@@ -50,11 +67,19 @@ TAIL_FLOOR = -80.0  # log tail mass floor: finite, exp() still a normal float32
 CACHE_VERSION = 1
 MODELS_DIR: Path | None = None  # override for where converted teachers live (default outputs/teacher/models)
 
+FIRST_POSITIONS = 4  # the first predictions of a row (positions 0-3), bucketed apart in the sanity gate
+SANITY_MARGIN = 0.5  # nats the teacher must beat the unigram model by on the later positions
+FIRST_POSITIONS_SLACK = 1.0  # nats the teacher may be above the unigram model on the first positions
+
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
 
 
 class TeacherLoadError(RuntimeError):
     """The teacher could not be loaded; the message says what was tried and what to do."""
+
+
+class TeacherSanityError(RuntimeError):
+    """The cached teacher fails the sanity gate (module docstring); the message names the check and the numbers."""
 
 
 # ----------------------------------------------------------------------------------------------- loading
@@ -416,15 +441,52 @@ def teacher_pass(ranks: Ranks, params: TeacherParams, splits: list[str], tmp: Pa
     ranks.barrier()
 
 
-def _split_stats(out: Path) -> dict:
-    """The teacher's CE and tail mass over a finished split (read back from the files the ranks wrote)."""
+def _split_stats(out: Path, unigram: np.ndarray) -> dict:
+    """The teacher's CE and tail mass over a finished split (read back from the files the ranks wrote), and the CE
+    of the teacher and of the unigram model (log-probs `unigram`) in the sanity gate's position buckets."""
+    tokens = np.load(out / "tokens.npy", mmap_mode="r")
     starts = np.load(out / "doc_start.npy")
     tail = np.load(out / "tail_logp.npy", mmap_mode="r")
-    target = np.load(out / "target_logp.npy", mmap_mode="r")
+    target = np.asarray(np.load(out / "target_logp.npy", mmap_mode="r"), dtype=np.float64)
     mask = loss_mask_np(starts)
-    return {"tokens": int(starts.size), "ce": float(-(np.asarray(target, dtype=np.float64)[mask]).mean()),
+    nxt = np.roll(np.asarray(tokens), -1, axis=1)  # the target of position t (masked at the last position)
+    first = np.arange(starts.shape[1]) < FIRST_POSITIONS
+    positions = {}
+    for bucket, where in (("first", mask & first), ("later", mask & ~first)):
+        positions[bucket] = {"teacher_ce": float(-target[where].mean()) if where.any() else None,
+                             "unigram_ce": float(-unigram[nxt[where]].mean()) if where.any() else None,
+                             "positions": int(where.sum())}
+    return {"tokens": int(starts.size), "ce": float(-target[mask].mean()),
             "mean_tail_mass": float(np.exp(np.asarray(tail, dtype=np.float64)).mean()),
-            "loss_positions": int(mask.sum())}
+            "loss_positions": int(mask.sum()), "positions": positions}
+
+
+def sanity_failures(positions: dict) -> list[str]:
+    """The sanity gate's failed checks (module docstring) for teacher.json's "positions" of the validation split."""
+    failures = []
+    later, first = positions["later"], positions["first"]
+    if later["teacher_ce"] is not None and later["teacher_ce"] > later["unigram_ce"] - SANITY_MARGIN:
+        failures.append(f"on positions {FIRST_POSITIONS}+ the teacher's CE {later['teacher_ce']:.3f} is not "
+                        f"{SANITY_MARGIN} nats below the unigram model's {later['unigram_ce']:.3f}")
+    if first["teacher_ce"] is not None and first["teacher_ce"] > first["unigram_ce"] + FIRST_POSITIONS_SLACK:
+        failures.append(f"on positions 0-{FIRST_POSITIONS - 1} the teacher's CE {first['teacher_ce']:.3f} is more "
+                        f"than {FIRST_POSITIONS_SLACK} nats above the unigram model's {first['unigram_ce']:.3f}")
+    return failures
+
+
+def check_sanity(cache: "TeacherCache", mode: str) -> None:
+    """Apply the sanity gate to an opened cache: raise (enforce) or print (warn) when teacher.json records failures.
+    A cache built before the gate existed records none and passes."""
+    failures = cache.report.get("sanity", {}).get("failures", [])
+    if not failures:
+        return
+    what = (f"the teacher of cache {cache.dir} fails the sanity gate: {'; '.join(failures)}. Its distillation "
+            "targets are probably corrupted: check that the tokenizer belongs to the teacher and that the teacher "
+            "reads rows beginning with its start token (data.document_start_id)")
+    if mode == "enforce":
+        raise TeacherSanityError(f"{what}. To use the cache anyway, set teacher.sanity: warn (the report then "
+                                 "says so at the top)")
+    print(f"WARNING: {what} (teacher.sanity: warn)", flush=True)
 
 
 # ----------------------------------------------------------------------------------------------- public entry points
@@ -465,7 +527,9 @@ def open_cache(profile: Profile) -> TeacherCache:
         verify_cache(d)
     except CacheDamagedError as e:
         raise CacheDamagedError(damaged_message(d, e)) from e
-    return TeacherCache(d, key)
+    cache = TeacherCache(d, key)
+    check_sanity(cache, profile.teacher.sanity)
+    return cache
 
 
 def ensure_cache(profile: Profile, progress: bool = True) -> TeacherCache:
@@ -490,7 +554,9 @@ def ensure_cache(profile: Profile, progress: bool = True) -> TeacherCache:
         else:
             teacher_pass(ranks, profile.teacher, list(SPLITS), ranks.from_main(None), profile.cache.k, progress)
         ranks.barrier()
-    return TeacherCache(final, key)
+    cache = TeacherCache(final, key)
+    check_sanity(cache, profile.teacher.sanity)
+    return cache
 
 
 SPLITS = ("train", "val")
@@ -514,7 +580,8 @@ def _build_cache(profile: Profile, ranks: Ranks, tokenizer, bos_id: int, dkey: s
         loaded = read_json(tmp / PASS_FILE)
         for leftover in [tmp / PASS_FILE, *tmp.glob(PROGRESS_FILES)]:
             os.remove(leftover)
-        stats = {split: _split_stats(tmp / split) for split in SPLITS}
+        unigram = unigram_logp(np.load(tmp / "train" / "tokens.npy", mmap_mode="r"), loaded["vocab_size"])
+        stats = {split: _split_stats(tmp / split, unigram) for split in SPLITS}
         n_tok = sum(s["tokens"] for s in stats.values())
         special = sorted({int(i) for i in tokenizer.all_special_ids} | {bos_id})
         meta = {
@@ -537,12 +604,21 @@ def _build_cache(profile: Profile, ranks: Ranks, tokenizer, bos_id: int, dkey: s
             "loss_positions": {s: stats[s]["loss_positions"] for s in stats},
             "k": k, "seq_len": profile.data.seq_len, "bos_id": bos_id,
             "mean_tail_mass": {s: stats[s]["mean_tail_mass"] for s in stats},
+            "positions": {s: stats[s]["positions"] for s in stats},
+            "sanity": {"failures": sanity_failures(stats["val"]["positions"]), "first_positions": FIRST_POSITIONS,
+                       "margin": SANITY_MARGIN, "first_positions_slack": FIRST_POSITIONS_SLACK},
             "timings": {"load_s": loaded["load_s"], "cache_build_s": round(build_s, 2),
                         "tok_per_s": round(n_tok / max(build_s, 1e-9), 1), "threads": torch.get_num_threads(),
                         "processes": profile.teacher.processes},
             "teacher": profile.teacher.source, "dtype": meta["dtype"], "device": meta["device"],
             "key": key, "data_key": dkey, "profile": profile.name,
         }
+        if progress:
+            pos = report["positions"]["val"]
+            print(f"teacher val CE {report['val_ce']:.3f}: positions 0-{FIRST_POSITIONS - 1} "
+                  f"{pos['first']['teacher_ce']:.3f} (unigram {pos['first']['unigram_ce']:.3f}), positions "
+                  f"{FIRST_POSITIONS}+ {pos['later']['teacher_ce']:.3f} (unigram {pos['later']['unigram_ce']:.3f}); "
+                  f"sanity gate: {'; '.join(report['sanity']['failures']) or 'passed'}", flush=True)
         atomic_write_json(tmp / "meta.json", meta)
         atomic_write_json(tmp / "teacher.json", report)
         publish(tmp, root / key, key)
