@@ -36,8 +36,10 @@ from .config import ParamError, TrainParams, outputs_dir
 from .utils import atomic_write_json, read_json
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-NUMERICS_VERSION = 1
-"""Bump when a code change changes the numbers a run produces: runs recorded with another value no longer count."""
+NUMERICS_VERSION = 2
+"""Bump when a code change changes the numbers a run produces: runs recorded with another value no longer count.
+2: every row begins with the document-start token (data.PACK_VERSION 2, one sectioning rule), the attention kernel in
+float32 on CPU, fused AdamW."""
 
 SWEEP_RUN_PREFIX = "sweep-"
 """Run names of the lr sweep (sweep.py) start with this; they share outputs/runs/<profile>/ with the study's runs, so
@@ -154,7 +156,7 @@ default (config.TrainParams), which is what every run recorded before it existed
 compilation, which was eager on the CPUs those runs used. Any other key absent on one side is a difference."""
 
 
-NOT_COMPARED = ("profile.teacher.processes",)
+NOT_COMPARED = ("profile.teacher.processes", "profile.teacher.sanity")
 """Recorded, but not part of what must agree: the teacher cache is the same byte for byte on any number of
 processes (teacher.teacher_pass), and the cache itself is compared through its key."""
 
