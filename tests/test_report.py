@@ -425,7 +425,10 @@ def test_regime_from_run_directories(outputs):
     assert pre["max_flat_ratio"] == pytest.approx(0.0025)  # over the seeds that give a ratio
     assert "seed 0 (too few eval records" in pre["reason"]
     level = stats.regime_check(runs.reset_index(), unigram_val_ce=6.0).set_index("variant").loc["post-joint"]
-    assert not level["below_unigram"] and "0.900 nats below the unigram level 6.000 (needs >= 1.0)" in level["reason"]
+    assert not level["below_unigram"] and "0.900 nats below the unigram level 6.000 (needs >= 1.0 below)" in level["reason"]
+    above = stats.regime_check(runs.reset_index(), unigram_val_ce=4.6).set_index("variant").loc["post-joint"]
+    assert above["margin_below_unigram"] == pytest.approx(-0.5)
+    assert "mean val_ce 5.100 is 0.500 nats above the unigram level 4.600 (needs >= 1.0 below)" in above["reason"]
     assert "no unigram baseline" in stats.regime_check(runs.reset_index(), None).loc[0, "reason"]
 
 
@@ -454,7 +457,7 @@ def test_post_joint_above_unigram_margin_is_not_judged(outputs, trained):
         assert c[cid]["status"] == claims.NOT_JUDGED == "not judged: students undertrained"
         assert c[cid]["supported"] is None
         assert c[cid]["sentence"].startswith("Not judged: students undertrained (post-joint: mean val_ce 6.200 is "
-                                             "0.800 nats below the unigram level 7.000 (needs >= 1.0))")
+                                             "0.800 nats below the unigram level 7.000 (needs >= 1.0 below))")
         assert "Ungated reading" in c[cid]["sentence"] and "pre-joint - post-joint" in c[cid]["sentence"]
     assert c["headline-joint"]["evidence"]["ungated_status"] == claims.NOT_SUPPORTED  # the gap is now -0.9
     for cid in ("headline-grow", "obs1-matched", "obs2-crossover", "obs3-controls", "obs3-single", "obs3-freeze"):

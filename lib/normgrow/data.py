@@ -8,7 +8,8 @@ Sources (``data.source``):
 * ``{hub: NAME, config: CFG, split: SPLIT, text_field: text}``: any ``datasets`` hub source, streamed, so only as
   many documents as the token budgets need are downloaded.
 * ``{files: [PATH, ...], text_field: text}``: local ``.txt`` files (one document per file) or ``.jsonl`` / ``.json``
-  files (one document per record, text in ``text_field``), read with ``datasets``.
+  files (one document per record, text in ``text_field``), read with ``datasets``. Paths and globs are relative to
+  the repository root (config.resolve_profile_path).
 
 Documents: every source goes through one rule. Text is cleaned (``clean_text``; a Project Gutenberg header and
 footer are stripped only from a text that has the ``*** START OF ... PROJECT GUTENBERG`` marker), and a document
@@ -78,6 +79,10 @@ def normalize_source(source: Any) -> dict:
     if source == "bundled" or source is None:
         return {"kind": "bundled"}
     if isinstance(source, str):
+        path = config.resolve_profile_path(source)
+        if path.exists():
+            files = f"{source.rstrip('/')}/*.txt" if path.is_dir() else source
+            raise _source_error(f"{source!r} is a path ({path}), not a source name; use {{files: [{files}]}}")
         raise _source_error(f"{source!r} is not a known source (a hub dataset is given as a mapping, e.g. "
                             f"{{hub: {source}, split: train}})")
     if not isinstance(source, dict):
@@ -103,9 +108,10 @@ def normalize_source(source: Any) -> dict:
             files = [files]
         paths: list[str] = []
         for pattern in files:
-            p = Path(pattern).expanduser()
-            if not p.is_absolute():
-                p = config.REPO_ROOT / p
+            p = config.resolve_profile_path(pattern)
+            if p.is_dir():
+                raise _source_error(f"files: {pattern!r} is a directory ({p}); use a glob such as "
+                                    f"{str(pattern).rstrip('/')}/*.txt")
             matches = sorted(glob.glob(str(p))) if any(c in str(p) for c in "*?[") else ([str(p)] if p.is_file() else [])
             if not matches:
                 raise _source_error(f"files: {pattern!r} matches no file")
@@ -280,14 +286,16 @@ def tokenizer_identity(tokenizer) -> str:
 def document_start_id(tokenizer) -> int:
     """Token placed at every document start.
 
-    Preference: ``<|endoftext|>`` when the vocabulary has it (SmolLM2 / GPT-style: the base model's pretraining
-    document separator, so a base-trained teacher reads it as "a new document starts here"; the instruct GGUF's
-    ``bos_token`` is ``<|im_start|>``, a chat-turn marker that makes plain prose look like a malformed chat turn and
-    costs the teacher CE), else the tokenizer's BOS, else its EOS (Qwen3 has no BOS; its pretraining separates
-    documents with ``<|endoftext|>``, found by the first rule).
+    Preference: ``<|endoftext|>`` when it is one of the tokenizer's special tokens (SmolLM2 / GPT-style: the base
+    model's pretraining document separator, so a base-trained teacher reads it as "a new document starts here"; the
+    instruct GGUF's ``bos_token`` is ``<|im_start|>``, a chat-turn marker that makes plain prose look like a malformed
+    chat turn and costs the teacher CE), else the tokenizer's BOS, else its EOS (Qwen3 has no BOS; its pretraining
+    separates documents with ``<|endoftext|>``, found by the first rule). Special, not merely present: transformers'
+    GPT-2 tokenizer class, which reads every byte-level GGUF, appends a plain ``<|endoftext|>`` after the file's
+    vocabulary when the file has none, an id the model has no embedding for.
     """
     vocab = tokenizer.get_vocab()
-    if "<|endoftext|>" in vocab:
+    if "<|endoftext|>" in tokenizer.all_special_tokens:
         return int(vocab["<|endoftext|>"])
     for tid in (tokenizer.bos_token_id, tokenizer.eos_token_id):
         if tid is not None:

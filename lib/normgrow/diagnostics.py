@@ -351,25 +351,31 @@ def run_disk_bytes(run_dir) -> dict:
 CHECKPOINT_OVERHEAD = 16 * 1024  # torch.save zip entries, key names, config and extras (measured 6-14 KB, tiny)
 
 
-def student_param_count(profile, depth: int, vocab_size: int = 49152) -> int:
-    """Parameters of a student of the profile at a depth (built on the meta device: no memory). vocab_size: the
-    student's vocabulary (49152: SmolLM2's full vocabulary; a corpus vocabulary is smaller, see vocab.py)."""
+def student_param_count(profile, depth: int, vocab_size: int) -> int:
+    """Parameters of a student of the profile at a depth over vocab_size ids (built on the meta device: no memory)."""
     prof = load_profile(profile) if isinstance(profile, str) else profile
     cfg = StudentConfig.from_params(prof.student, vocab_size=vocab_size, n_layers=depth, norm="pre")
     with torch.device("meta"):
         return sum(p.numel() for p in Student(cfg).parameters())
 
 
-def run_disk_estimate(profile, vocab_size: int = 49152) -> dict:
+def run_disk_estimate(profile, cache=None) -> dict:
     """Bytes of the phase checkpoints a finished run keeps (float32 weights, one file per phase; final.pt is a
     hardlink, last.pt is deleted at the end), per schedule, and the transient peak with last.pt (weights + AdamW's
-    two moments of every parameter; an upper bound for frozen-prefix runs)."""
+    two moments of every parameter; an upper bound for frozen-prefix runs). The vocabulary is the one the profile's
+    students train with (VocabMap.for_cache: the teacher's, or the corpus ids) on its teacher cache (`cache`, else
+    the profile's, opened read-only): the head is most of a small student's weights, so no fixed size will do."""
     prof = load_profile(profile) if isinstance(profile, str) else profile
+    if cache is None:
+        from .teacher import open_cache
+        cache = open_cache(prof)
+    vocab_size = VocabMap.for_cache(cache, prof.student.vocab).size
     stages = list(prof.train.stages)
     ckpt = {d: 4 * student_param_count(prof, d, vocab_size) + CHECKPOINT_OVERHEAD for d in set(stages)}
     kept = {"grow": sum(ckpt[d] for d in stages), "joint": ckpt[stages[-1]], "single": ckpt[stages[0]]}
     last = 3 * (ckpt[stages[-1]] - CHECKPOINT_OVERHEAD) + CHECKPOINT_OVERHEAD
-    return {"profile": prof.name, "checkpoint_bytes": {str(d): b for d, b in sorted(ckpt.items())},
+    return {"profile": prof.name, "vocab_size": vocab_size,
+            "checkpoint_bytes": {str(d): b for d, b in sorted(ckpt.items())},
             "kept_bytes": kept, "peak_extra_last_pt_bytes": last,
             "params": {str(d): student_param_count(prof, d, vocab_size) for d in sorted(set(stages))}}
 

