@@ -44,7 +44,7 @@ def write_run(root, variant, seed, val_ce, phase_ce=None, val_kd_ce=None, profil
                "train_tok_s": tokens / 1.5, "n_params": 1000, "device": "cpu", "dtype": "float32",
                "vocab": {"mode": "full", "size": 48, "teacher_mass_outside": 0.0}, "phases": phases}
     (d / "summary.json").write_text(json.dumps(summary))
-    recorded = run_profile(profile, v.norm).to_dict()
+    recorded = run_profile(profile, v.norm, v.schedule).to_dict()
     if lr is not None:
         recorded["train"]["lr"] = lr
     (d / "config.json").write_text(json.dumps({"profile": recorded, "numerics": NUMERICS_VERSION, "seed": seed}))

@@ -52,50 +52,60 @@ def changed_lines(old: str, new: str) -> list[tuple[str, str]]:
     return [(x, y) for x, y in zip(a, b) if x != y]
 
 
-def test_float_lr_becomes_a_mapping_and_nothing_else_changes():
-    new = sweep.rewrite_lr_line(PROFILE, {"pre": 1e-3, "post": 1.5e-3}, "sweep X")
-    assert changed_lines(PROFILE, new) == [("  lr: 3.0e-3    # old comment\n",
-                                            "  lr: {pre: 1.0e-3, post: 1.5e-3}  # sweep X\n")]
-    assert yaml.safe_load(new)["train"]["lr"] == {"pre": 1e-3, "post": 1.5e-3}
+ALL_3E3 = {"joint": 3e-3, "grow": 3e-3, "single": 3e-3}
 
 
-def test_partial_sweep_keeps_the_other_norm():
-    from_float = sweep.rewrite_lr_line(PROFILE, {"post": 1e-3}, "c")
-    assert yaml.safe_load(from_float)["train"]["lr"] == {"pre": 3e-3, "post": 1e-3}
-    again = sweep.rewrite_lr_line(from_float, {"pre": 6e-3}, "d")
-    assert changed_lines(from_float, again) == [("  lr: {pre: 3.0e-3, post: 1.0e-3}  # c\n",
-                                                 "  lr: {pre: 6.0e-3, post: 1.0e-3}  # d\n")]
+def test_float_lr_becomes_a_mapping_per_arm_and_nothing_else_changes():
+    new = sweep.rewrite_lr_line(PROFILE, {"pre": {"joint": 1e-3}, "post": {"grow": 1.5e-3}}, "sweep X")
+    assert changed_lines(PROFILE, new) == [(
+        "  lr: 3.0e-3    # old comment\n",
+        "  lr: {pre: {joint: 1.0e-3, grow: 3.0e-3, single: 3.0e-3}, post: {joint: 3.0e-3, grow: 1.5e-3, "
+        "single: 3.0e-3}}  # sweep X\n")]
+    assert yaml.safe_load(new)["train"]["lr"] == {"pre": ALL_3E3 | {"joint": 1e-3}, "post": ALL_3E3 | {"grow": 1.5e-3}}
+
+
+def test_partial_sweep_keeps_the_other_arms():
+    per_norm = PROFILE.replace("  lr: 3.0e-3    # old comment\n", "  lr: {pre: 3.0e-3, post: 1.0e-3}\n")
+    once = sweep.rewrite_lr_line(per_norm, {"post": {"single": 2e-3}}, "c")
+    assert yaml.safe_load(once)["train"]["lr"] == {"pre": ALL_3E3,
+                                                   "post": {"joint": 1e-3, "grow": 1e-3, "single": 2e-3}}
+    again = sweep.rewrite_lr_line(once, {"pre": {"grow": 6e-3}}, "d")
+    assert yaml.safe_load(again)["train"]["lr"] == {"pre": ALL_3E3 | {"grow": 6e-3},
+                                                    "post": {"joint": 1e-3, "grow": 1e-3, "single": 2e-3}}
 
 
 def test_block_mapping_and_crlf_line_endings():
     text = PROFILE.replace("  lr: 3.0e-3    # old comment\n", "  lr:\n    pre: 2.0e-3\n    post: 1.0e-3\n")
     text = text.replace("\n", "\r\n")
-    new = sweep.rewrite_lr_line(text, {"post": 5e-4}, "c")
-    assert "  lr: {pre: 2.0e-3, post: 5.0e-4}  # c\r\n  warmup_steps: 2\r\n" in new
-    assert new.replace("  lr: {pre: 2.0e-3, post: 5.0e-4}  # c\r\n", "") == \
-        text.replace("  lr:\r\n    pre: 2.0e-3\r\n    post: 1.0e-3\r\n", "")
+    new = sweep.rewrite_lr_line(text, {"post": {"joint": 5e-4}}, "c")
+    line = ("  lr: {pre: {joint: 2.0e-3, grow: 2.0e-3, single: 2.0e-3}, post: {joint: 5.0e-4, grow: 1.0e-3, "
+            "single: 1.0e-3}}  # c\r\n")
+    assert line + "  warmup_steps: 2\r\n" in new
+    assert new.replace(line, "") == text.replace("  lr:\r\n    pre: 2.0e-3\r\n    post: 1.0e-3\r\n", "")
 
 
 def test_profile_without_a_train_lr_line_is_refused():
     with pytest.raises(ParamError, match="the train section has no lr line"):
-        sweep.rewrite_lr_line(PROFILE.replace("  lr: 3.0e-3    # old comment\n", ""), {"pre": 1e-3}, "c")
+        sweep.rewrite_lr_line(PROFILE.replace("  lr: 3.0e-3    # old comment\n", ""), {"pre": {"joint": 1e-3}}, "c")
 
 
-def rows(norm, scores):
-    return [{"norm": norm, "lr": lr, "val_ce": ce} for lr, ce in scores.items()]
+def rows(norm, scores, schedule="joint"):
+    return [{"norm": norm, "schedule": schedule, "lr": lr, "val_ce": ce} for lr, ce in scores.items()]
 
 
-def test_argmin_and_grid_edge_warnings():
+def test_argmin_and_grid_edge_warnings_per_arm():
     chosen = sweep.choose_lrs(rows("pre", {1e-3: 5.0, 3e-3: 4.5, 1e-2: 4.8}) + rows("post", {1e-3: 4.9, 3e-3: 5.2})
-                              + rows("x", {1e-3: 6.0, 3e-3: 5.0, 1e-2: math.nan}))
-    assert chosen["pre"] == {"lr": 3e-3, "val_ce": 4.5, "edge": None}
-    assert chosen["post"] == {"lr": 1e-3, "val_ce": 4.9, "edge": "lowest"}
-    assert chosen["x"] == {"lr": 3e-3, "val_ce": 5.0, "edge": None}  # bracketed by a diverged run
-    assert sweep.grid_warnings(chosen) == ["post: the best lr 1e-03 is the lowest point of the grid; "
-                                           "extend the grid below it"]
-    assert sweep.choose_lrs(rows("pre", {1e-3: 5.0, 3e-3: 4.0}))["pre"]["edge"] == "highest"
+                              + rows("x", {1e-3: 6.0, 3e-3: 5.0, 1e-2: math.nan})
+                              + rows("pre", {1e-3: 5.0, 3e-3: 4.8, 1e-2: 4.7}, "grow"))
+    assert chosen["pre"]["joint"] == {"lr": 3e-3, "val_ce": 4.5, "edge": None}
+    assert chosen["pre"]["grow"] == {"lr": 1e-2, "val_ce": 4.7, "edge": "highest"}  # its own optimum
+    assert chosen["post"]["joint"] == {"lr": 1e-3, "val_ce": 4.9, "edge": "lowest"}
+    assert chosen["x"]["joint"] == {"lr": 3e-3, "val_ce": 5.0, "edge": None}  # bracketed by a diverged run
+    assert sweep.grid_warnings(chosen) == [
+        "pre-grow: the best lr 1e-02 is the highest point of the grid; extend the grid above it",
+        "post-joint: the best lr 1e-03 is the lowest point of the grid; extend the grid below it"]
     diverged = sweep.choose_lrs(rows("pre", {1e-2: math.inf}))
-    assert diverged["pre"]["lr"] is None and "every candidate diverged" in sweep.grid_warnings(diverged)[0]
+    assert diverged["pre"]["joint"]["lr"] is None and "every candidate diverged" in sweep.grid_warnings(diverged)[0]
 
 
 @pytest.mark.parametrize("argv, needle", [
@@ -113,7 +123,7 @@ def test_tiny_sweep_end_to_end(outputs, tmp_path):
     profiles = tmp_path / "profiles"
     shutil.copytree(PARAMS_DIR / "profiles", profiles)
     before = (profiles / "tiny.yaml").read_text()
-    plan = sweep.make_plan("tiny", ["post"], [3e-3, 1e-3], seed=0, overrides=OVERRIDES)
+    plan = sweep.make_plan("tiny", ["post"], [3e-3, 1e-3], seed=0, overrides=OVERRIDES, schedules=["joint"])
     result = sweep.sweep(plan, write=True, profiles_dir=profiles, progress=False, command="test")
 
     out = outputs / "sweep" / "tiny"
@@ -123,14 +133,15 @@ def test_tiny_sweep_end_to_end(outputs, tmp_path):
     saved = json.loads((out / "sweep.json").read_text())
     assert saved["rows"] == result["rows"] and saved["profile"] == "tiny" and saved["command"] == "test"
     best = min(result["rows"], key=lambda r: r["val_ce"])
-    assert saved["chosen"]["post"]["lr"] == best["lr"]
+    assert saved["chosen"]["post"]["joint"]["lr"] == best["lr"]
     assert len(saved["warnings"]) == 1  # two-point grid: the best is always at an edge
 
     after = (profiles / "tiny.yaml").read_text()
     ((old, new),) = changed_lines(before, after)
     assert old == "  lr: 3.0e-3\n"
-    assert new.startswith(f"  lr: {{pre: 3.0e-3, post: {sweep.yaml_float(best['lr'])}}}  # sweep {saved['date']}: ")
-    assert str(out / "sweep.json") in new and f"(val_ce post {best['val_ce']:.4f})" in new
+    assert new.startswith(f"  lr: {{pre: {{joint: 3.0e-3, grow: 3.0e-3, single: 3.0e-3}}, post: {{joint: "
+                          f"{sweep.yaml_float(best['lr'])}, grow: 3.0e-3, single: 3.0e-3}}}}  # sweep {saved['date']}: ")
+    assert str(out / "sweep.json") in new and f"(val_ce post-joint {best['val_ce']:.4f})" in new
     assert (PARAMS_DIR / "profiles" / "tiny.yaml").read_text() == before
 
     summary = outputs / "runs" / "tiny" / "sweep-post-joint-lr1e-03-s0" / "summary.json"
@@ -149,10 +160,15 @@ def test_write_is_refused_before_training(outputs, tmp_path):
 
 def test_grid_per_placement(outputs, tmp_path):
     config = tmp_path / "sweep.yaml"
-    config.write_text("schedule: joint\nseed: 0\nlrs:\n  tiny: {pre: [3.0e-3, 1.0e-3], post: [5.0e-4]}\n")
+    config.write_text("schedules: [joint, grow]\nseed: 0\nlrs:\n  tiny: {pre: [3.0e-3, 1.0e-3], post: [5.0e-4]}\n")
     plan = sweep.make_plan("tiny", config_path=config)
-    assert plan.lrs == {"pre": (1e-3, 3e-3), "post": (5e-4,)}
-    assert [(s.norm, s.profile.train.lr) for s in plan.specs] == [("pre", 1e-3), ("pre", 3e-3), ("post", 5e-4)]
+    assert plan.lrs == {"pre": (1e-3, 3e-3), "post": (5e-4,)} and plan.schedules == ("joint", "grow")
+    arms = [("pre", 1e-3), ("pre", 3e-3), ("post", 5e-4)]
+    assert [(s.schedule, s.norm, s.profile.train.lr) for s in plan.specs] == \
+        [("joint", *a) for a in arms] + [("grow", *a) for a in arms]
+    assert plan.specs[3].run_name == "sweep-pre-grow-lr1e-03-s0"
+    with pytest.raises(ParamError, match="schedule='sideways' is not allowed"):
+        sweep.make_plan("tiny", config_path=config, schedules=["sideways"])
     config.write_text("lrs:\n  tiny: {pre: [3.0e-3]}\n")
     with pytest.raises(ParamError, match=r"lrs.tiny.post=None must be a non-empty list"):
         sweep.make_plan("tiny", config_path=config)

@@ -28,7 +28,7 @@ def texts():
 
 
 def _profile(source, corpus, **over):
-    o = {"teacher.source": str(source), "teacher.dtype": "float32", "teacher.device": "cpu", "teacher.batch_size": 4,
+    o = {"teacher.source": str(source), "teacher.dtype": "float32", "teacher.sanity": "warn", "teacher.device": "cpu", "teacher.batch_size": 4,
          "data.source": {"files": [f"{corpus}/*.txt"]}, "data.seq_len": 32, "data.train_tokens": 512,
          "data.val_tokens": 128, "data.val_fraction": 0.2, "cache.k": 4}
     return load_profile("tiny", o | over)

@@ -156,7 +156,7 @@ def build_steps(profile, batch: dict, names, dtype: torch.dtype, teacher=None, c
     from .export import to_qwen3
     from .train import make_optimizer, run_profile
 
-    profile = run_profile(profile.name, "pre")  # train.lr resolved for the pre-norm student the bench builds
+    profile = run_profile(profile.name, "pre", "joint")  # train.lr resolved for the pre-norm student the bench builds
     tp, P = profile.train, profile.distill
     chunk = chunk_size or distill.DEFAULT_CHUNK
     vocab = _vocab_size(profile) if teacher is None else int(teacher.get_output_embeddings().weight.shape[0])

@@ -320,8 +320,8 @@ def profile_from_dict(raw: dict, name: str) -> Profile:
 
 
 def _check_lr(lr: Any) -> Any:
-    """train.lr: a positive float, or a mapping of placement -> positive float (the placements are checked against
-    the run's norm in train.make_run_spec, where they are defined)."""
+    """train.lr: a positive float, or a mapping of placement -> positive float or mapping of schedule -> positive
+    float (the names are checked against the run's norm and schedule in train.lr_for_run, where they are defined)."""
     if isinstance(lr, dict) and lr:
         return {str(k): _check_lr(v) for k, v in lr.items()}
     value = _coerce("train.lr", lr, float)

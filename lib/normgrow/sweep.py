@@ -1,26 +1,30 @@
-"""Peak learning-rate sweep per norm placement: ``python -m normgrow.sweep --profile cpu [--write]`` (make sweep).
+"""Peak learning-rate sweep per arm (placement x schedule):
+``python -m normgrow.sweep --profile cpu [--schedules joint grow single] [--write]`` (make sweep).
 
-Why: pre- and post-norm may want different peak learning rates (post-norm classically a lower one); one shared lr
-could hand one placement a handicap that the study would then read as a placement effect. The sweep measures, per
-placement, the lr with the lowest final validation CE, and ``--write`` stores it in the profile as
-``train.lr: {pre: X, post: Y}`` (train.make_run_spec resolves it for each run's norm).
+Why: pre- and post-norm may want different peak learning rates (post-norm classically a lower one), and a
+placement's best lr differs between the joint and the grown schedule; one shared lr could hand one arm a handicap
+that the study would then read as a placement or curriculum effect. The sweep measures, per (placement, schedule),
+the lr with the lowest final validation CE, and ``--write`` stores it in the profile as
+``train.lr: {pre: {joint: X, grow: Y, single: Z}, post: {...}}`` (train.lr_for_run resolves it for each run; a
+freeze control takes its placement's grow lr, a matched run its joint lr).
 
 Choices:
   - Candidates per profile come from params/sweep.yaml (parameters are data); ``--lrs`` overrides. The grid is sorted
     and deduplicated, so its edges are its smallest and largest values.
-  - Candidates run the schedule of params/sweep.yaml (joint: full depth from step 0). Tuning on the schedule without
-    growth keeps the choice from being tuned toward the growth effect under test.
+  - Candidates run each schedule of ``--schedules`` (default: params/sweep.yaml's ``schedules``). Every arm the
+    study compares gets its own optimum, so a gap between arms is not a gap in tuning; the grid per placement is
+    shared by its schedules.
   - Each candidate is an ordinary run ``sweep-<norm>-<schedule>-lr<lr>-s<seed>`` in outputs/runs/<profile>/ with
     ``train.lr`` overridden (study run names never start with ``sweep-``). run_variant resumes an interrupted run and
     returns a finished one without training, so an interrupted sweep continues where it stopped; a finished run made
     with other profile parameters is refused by run_variant, never silently reused.
-  - The chosen lr per norm is the argmin of final val_ce over finite values (a diverged run never wins). A minimum at
+  - The chosen lr per arm is the argmin of final val_ce over finite values (a diverged run never wins). A minimum at
     an edge of the grid means the optimum may lie outside it: a warning says so and sweep.json records it.
   - One seed: the sweep picks an lr, it does not measure seed variance (rerun with --seed to check a close call).
   - ``--write`` edits only the ``lr:`` entry of the profile's train section (a line edit, not a YAML dump, so every
     other line and comment stays byte for byte), re-parses the result to check it, and writes atomically. A norm
-    that was not swept keeps its current value. A profile without an lr line is refused before any training.
-Outputs: outputs/sweep/<profile>/sweep.csv (one row per candidate) and sweep.json (the rows, the choice per norm,
+    and schedule that were not swept keep their current value. A profile without an lr line is refused before any training.
+Outputs: outputs/sweep/<profile>/sweep.csv (one row per candidate) and sweep.json (the rows, the choice per arm,
 the grid warnings, date, profile, git commit, command line). Both describe this invocation's candidates only.
 """
 from __future__ import annotations
@@ -42,25 +46,26 @@ from tqdm.auto import tqdm
 
 from .config import PARAMS_DIR, REPO_ROOT, ParamError, load_profile, outputs_dir, read_yaml
 from .rundir import SWEEP_RUN_PREFIX
+from .growth import SCHEDULES
 from .model import NORMS
-from .train import RunSpec, make_run_spec, run_variant
+from .train import RunSpec, lr_for_run, make_run_spec, run_variant
 from .utils import atomic_write_json, atomic_write_text
 
 SWEEP_FILE = PARAMS_DIR / "sweep.yaml"
 PROFILES_DIR = PARAMS_DIR / "profiles"
-SWEEP_KEYS = ("lrs", "seed", "schedule")
-COLUMNS = ("norm", "lr", "seed", "val_ce", "val_kd_ce", "steps", "tokens", "wall_s", "run_name")
+SWEEP_KEYS = ("lrs", "seed", "schedules")
+COLUMNS = ("norm", "schedule", "lr", "seed", "val_ce", "val_kd_ce", "steps", "tokens", "wall_s", "run_name")
 EDGE_ADVICE = {"lowest": "below", "highest": "above", "only": "on both sides of"}
 
 
 @dataclass(frozen=True)
 class SweepPlan:
-    """A validated sweep: one run spec per (norm, lr), norms outer, lrs ascending."""
+    """A validated sweep: one run spec per (schedule, norm, lr), schedules outer, lrs ascending."""
     profile: str
     norms: tuple[str, ...]
-    lrs: dict[str, tuple[float, ...]]  # per norm
+    lrs: dict[str, tuple[float, ...]]  # per norm (shared by its schedules)
     seed: int
-    schedule: str
+    schedules: tuple[str, ...]
     specs: tuple[RunSpec, ...]
 
 
@@ -85,7 +90,7 @@ def sweep_run_name(norm: str, schedule: str, lr: float, seed: int) -> str:
 
 
 def load_sweep_config(path: Path = SWEEP_FILE) -> dict:
-    """params/sweep.yaml: ``lrs: {profile: [lr, ...] or {norm: [lr, ...]}}``, ``seed``, ``schedule``."""
+    """params/sweep.yaml: ``lrs: {profile: [lr, ...] or {norm: [lr, ...]}}``, ``seed``, ``schedules``."""
     raw = read_yaml(path) or {}
     unknown = sorted(set(raw) - set(SWEEP_KEYS))
     if unknown:
@@ -114,7 +119,8 @@ def check_lrs(lrs, source: str) -> tuple[float, ...]:
 
 
 def make_plan(profile: str, norms: list[str] | None = None, lrs: list | None = None, seed: int | None = None,
-              overrides: dict | None = None, config_path: Path = SWEEP_FILE) -> SweepPlan:
+              overrides: dict | None = None, config_path: Path = SWEEP_FILE,
+              schedules: list[str] | None = None) -> SweepPlan:
     """Validate everything before any training: the profile, the grid, the norms, the seed (make_run_spec checks the
     last two with its usual messages). overrides: extra dotted profile keys for every candidate (tests shrink the
     tiny profile onto a synthetic cache with them)."""
@@ -134,15 +140,18 @@ def make_plan(profile: str, norms: list[str] | None = None, lrs: list | None = N
     else:
         grid = dict.fromkeys(norms, check_lrs(lrs, "--lrs"))
     seed = config.get("seed", 0) if seed is None else seed
-    schedule = config.get("schedule", "joint")
+    schedules = tuple(dict.fromkeys(schedules or config.get("schedules", ["joint"])))
+    bad = [s for s in schedules if s not in SCHEDULES]
+    if bad:
+        raise ParamError(f"schedule={bad[0]!r} is not allowed; allowed values: {', '.join(SCHEDULES)}")
     specs = tuple(make_run_spec(profile=profile, norm=norm, schedule=schedule, seed=seed,
                                 run_name=sweep_run_name(norm, schedule, lr, seed),
                                 overrides={**(overrides or {}), "train.lr": lr})
-                  for norm in norms for lr in grid[norm])
+                  for schedule in schedules for norm in norms for lr in grid[norm])
     names = [s.run_name for s in specs]
     if len(set(names)) != len(names):
         raise ParamError(f"learning rates {grid} must differ within 6 significant digits (run names {names})")
-    return SweepPlan(profile, norms, grid, seed, schedule, specs)
+    return SweepPlan(profile, norms, grid, seed, schedules, specs)
 
 
 # --------------------------------------------------------------------------------------------- runs, choice
@@ -155,38 +164,39 @@ def run_candidates(plan: SweepPlan, progress: bool = True) -> list[dict]:
     for spec in bar:
         bar.set_postfix_str(spec.run_name)
         summary = run_variant(spec, progress=progress)
-        rows.append({"norm": spec.norm, "lr": spec.profile.train.lr, "seed": spec.seed,
+        rows.append({"norm": spec.norm, "schedule": spec.schedule, "lr": spec.profile.train.lr, "seed": spec.seed,
                      **{key: summary[key] for key in COLUMNS[3:]}})
     return rows
 
 
-def choose_lrs(rows: list[dict]) -> dict[str, dict]:
-    """Per norm: the lr with the lowest finite val_ce, its val_ce, and ``edge``: lowest / highest when it is the
-    smallest / largest lr of that norm's grid (the optimum may lie outside), only for a one-point grid, else None.
-    Edges count diverged runs: a best lr just below a diverged one is bracketed. All runs diverged: lr None."""
-    chosen = {}
-    for norm in dict.fromkeys(r["norm"] for r in rows):
-        grid = sorted((r for r in rows if r["norm"] == norm), key=lambda r: r["lr"])
+def choose_lrs(rows: list[dict]) -> dict[str, dict[str, dict]]:
+    """Per norm and schedule: the lr with the lowest finite val_ce, its val_ce, and ``edge``: lowest / highest when it
+    is the smallest / largest lr of that arm's grid (the optimum may lie outside), only for a one-point grid, else
+    None. Edges count diverged runs: a best lr just below a diverged one is bracketed. All runs diverged: lr None."""
+    chosen: dict[str, dict[str, dict]] = {}
+    for norm, schedule in dict.fromkeys((r["norm"], r["schedule"]) for r in rows):
+        grid = sorted((r for r in rows if (r["norm"], r["schedule"]) == (norm, schedule)), key=lambda r: r["lr"])
         finite = [r for r in grid if math.isfinite(r["val_ce"])]
         if not finite:
-            chosen[norm] = {"lr": None, "val_ce": None, "edge": None}
+            chosen.setdefault(norm, {})[schedule] = {"lr": None, "val_ce": None, "edge": None}
             continue
         best = min(finite, key=lambda r: r["val_ce"])
         edge = ("only" if len(grid) == 1 else "lowest" if best is grid[0] else "highest" if best is grid[-1]
                 else None)
-        chosen[norm] = {"lr": best["lr"], "val_ce": best["val_ce"], "edge": edge}
+        chosen.setdefault(norm, {})[schedule] = {"lr": best["lr"], "val_ce": best["val_ce"], "edge": edge}
     return chosen
 
 
-def grid_warnings(chosen: dict[str, dict]) -> list[str]:
+def grid_warnings(chosen: dict[str, dict[str, dict]]) -> list[str]:
     warnings = []
-    for norm, choice in chosen.items():
-        if choice["lr"] is None:
-            warnings.append(f"{norm}: every candidate diverged (non-finite val_ce); extend the grid to lower learning "
-                            "rates")
-        elif choice["edge"]:
-            warnings.append(f"{norm}: the best lr {lr_tag(choice['lr'])} is the {choice['edge']} point of the grid; "
-                            f"extend the grid {EDGE_ADVICE[choice['edge']]} it")
+    for norm, by_schedule in chosen.items():
+        for schedule, choice in by_schedule.items():
+            if choice["lr"] is None:
+                warnings.append(f"{norm}-{schedule}: every candidate diverged (non-finite val_ce); extend the grid to "
+                                "lower learning rates")
+            elif choice["edge"]:
+                warnings.append(f"{norm}-{schedule}: the best lr {lr_tag(choice['lr'])} is the {choice['edge']} "
+                                f"point of the grid; extend the grid {EDGE_ADVICE[choice['edge']]} it")
     return warnings
 
 
@@ -202,7 +212,7 @@ def git_commit() -> str | None:
 def summarize(plan: SweepPlan, rows: list[dict], command: str) -> dict:
     chosen = choose_lrs(rows)
     return {"profile": plan.profile, "date": date.today().isoformat(), "git_commit": git_commit(), "command": command,
-            "schedule": plan.schedule, "seed": plan.seed, "norms": list(plan.norms), "lrs": {norm: list(g) for norm, g in plan.lrs.items()},
+            "schedules": list(plan.schedules), "seed": plan.seed, "norms": list(plan.norms), "lrs": {norm: list(g) for norm, g in plan.lrs.items()},
             "rows": rows, "chosen": chosen, "warnings": grid_warnings(chosen)}
 
 
@@ -222,12 +232,12 @@ def write_results(result: dict, out_dir: Path) -> Path:
 
 
 def format_table(result: dict) -> str:
-    """One line per candidate; * marks the chosen lr of each norm."""
-    lines = [f"{'norm':<5} {'lr':>9} {'val_ce':>8} {'val_kd_ce':>9} {'steps':>6} {'wall_s':>7}"]
+    """One line per candidate; * marks the chosen lr of each arm."""
+    lines = [f"{'norm':<5} {'schedule':<8} {'lr':>9} {'val_ce':>8} {'val_kd_ce':>9} {'steps':>6} {'wall_s':>7}"]
     for r in result["rows"]:
-        mark = " *" if result["chosen"][r["norm"]]["lr"] == r["lr"] else ""
-        lines.append(f"{r['norm']:<5} {lr_tag(r['lr']):>9} {r['val_ce']:>8.4f} {r['val_kd_ce']:>9.4f} "
-                     f"{r['steps']:>6} {r['wall_s']:>7.1f}{mark}")
+        mark = " *" if result["chosen"][r["norm"]][r["schedule"]]["lr"] == r["lr"] else ""
+        lines.append(f"{r['norm']:<5} {r['schedule']:<8} {lr_tag(r['lr']):>9} {r['val_ce']:>8.4f} "
+                     f"{r['val_kd_ce']:>9.4f} {r['steps']:>6} {r['wall_s']:>7.1f}{mark}")
     return "\n".join(lines)
 
 
@@ -254,25 +264,33 @@ def lr_line_span(lines: list[str], where: str) -> tuple[int, int]:
     return hits[0], end
 
 
-def merge_lrs(current, chosen: dict[str, float]) -> dict[str, float]:
-    """One lr per placement: the chosen value where swept, else the profile's current one (a float applies to both)."""
-    merged = {}
+def merge_lrs(current, chosen: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    """One lr per placement and schedule: the chosen value where swept, else the profile's current one for that arm
+    (train.lr_for_run: a float or a per-placement value applies to every schedule)."""
+    merged: dict[str, dict[str, float]] = {}
     for norm in NORMS:
-        value = chosen.get(norm, current.get(norm) if isinstance(current, dict) else current)
-        if value is None:
-            raise ParamError(f"train.lr={current!r} has no value for {norm}; sweep it too (--norms {' '.join(NORMS)})")
-        merged[norm] = float(value)
+        for schedule in SCHEDULES:
+            value = chosen.get(norm, {}).get(schedule)
+            if value is None:
+                try:
+                    value = lr_for_run(current, norm, schedule)
+                except (KeyError, ParamError):
+                    raise ParamError(f"train.lr={current!r} has no value for {norm}-{schedule}; sweep it too "
+                                     f"(--norms {' '.join(NORMS)} --schedules {' '.join(SCHEDULES)})") from None
+            merged.setdefault(norm, {})[schedule] = float(value)
     return merged
 
 
-def rewrite_lr_line(text: str, chosen: dict[str, float], comment: str, where: str = "profile") -> str:
-    """text with the train section's lr entry replaced by ``lr: {pre: X, post: Y}  # comment``; every other line is
-    kept byte for byte (line endings included). The result is re-parsed: its train.lr must read back as written."""
+def rewrite_lr_line(text: str, chosen: dict[str, dict[str, float]], comment: str, where: str = "profile") -> str:
+    """text with the train section's lr entry replaced by ``lr: {pre: {joint: X, ...}, post: {...}}  # comment``;
+    every other line is kept byte for byte (line endings included). The result is re-parsed: its train.lr must read
+    back as written."""
     lines = text.splitlines(keepends=True)
     start, end = lr_line_span(lines, where)
     lrs = merge_lrs((yaml.safe_load(text) or {})["train"]["lr"], chosen)
     ending = lines[end - 1][len(lines[end - 1].rstrip("\r\n")):] or "\n"
-    mapping = ", ".join(f"{norm}: {yaml_float(lr)}" for norm, lr in lrs.items())
+    mapping = ", ".join(f"{norm}: {{{', '.join(f'{s}: {yaml_float(lr)}' for s, lr in by_schedule.items())}}}"
+                        for norm, by_schedule in lrs.items())
     new_line = f"{' ' * _indent(lines[start])}lr: {{{mapping}}}  # {comment}{ending}"
     new_text = "".join(lines[:start] + [new_line] + lines[end:])
     raw = yaml.safe_load(new_text)
@@ -291,12 +309,15 @@ def display_path(path: Path) -> str:
 
 def write_profile_lr(path: Path, result: dict, json_path: Path) -> None:
     """Store the chosen lr per norm in the profile's train.lr line, with the sweep's date, file and val_ce."""
-    chosen = {norm: c["lr"] for norm, c in result["chosen"].items()}
-    missing = [norm for norm, lr in chosen.items() if lr is None]
+    chosen = {norm: {schedule: c["lr"] for schedule, c in by_schedule.items()}
+              for norm, by_schedule in result["chosen"].items()}
+    missing = [f"{norm}-{schedule}" for norm, by_schedule in chosen.items() for schedule, lr in by_schedule.items()
+               if lr is None]
     if missing:
         raise ParamError(f"--write: no learning rate chosen for {', '.join(missing)} (every run diverged); "
                          f"{path} left unchanged")
-    scores = ", ".join(f"{norm} {c['val_ce']:.4f}" for norm, c in result["chosen"].items())
+    scores = ", ".join(f"{norm}-{schedule} {c['val_ce']:.4f}" for norm, by_schedule in result["chosen"].items()
+                       for schedule, c in by_schedule.items())
     comment = f"sweep {result['date']}: {display_path(json_path)} (val_ce {scores})"
     atomic_write_text(path, rewrite_lr_line(path.read_bytes().decode(), chosen, comment, str(path)))
 
@@ -329,12 +350,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", required=True, help="a file in params/profiles")
     parser.add_argument("--norms", nargs="+", help=f"placements to sweep (default: {' '.join(NORMS)})")
     parser.add_argument("--lrs", type=float, nargs="+", help="candidate peak lrs (default: params/sweep.yaml)")
+    parser.add_argument("--schedules", nargs="+", help=f"schedules to sweep, of {', '.join(SCHEDULES)} (default: "
+                                                       "params/sweep.yaml)")
     parser.add_argument("--seed", type=int, help="seed of every candidate (default: params/sweep.yaml)")
     parser.add_argument("--write", action="store_true", help="store the chosen lrs in params/profiles/<profile>.yaml")
     args = parser.parse_args(argv)
     command = shlex.join(["python", "-m", "normgrow.sweep", *(sys.argv[1:] if argv is None else argv)])
     try:
-        plan = make_plan(args.profile, args.norms, args.lrs, args.seed)
+        plan = make_plan(args.profile, args.norms, args.lrs, args.seed, schedules=args.schedules)
         sweep(plan, args.write, command=command)
     except ParamError as err:
         print(f"error: {err}", file=sys.stderr)

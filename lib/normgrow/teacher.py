@@ -32,8 +32,9 @@ the teacher must pass two checks (``sanity_failures``):
   * later positions: teacher CE at least SANITY_MARGIN nats below the unigram CE (a teacher that reads the text is
     far better than context-free statistics: the bundled teacher is 3.4 nats below on the tiny profile);
   * first positions: teacher CE at most FIRST_POSITIONS_SLACK nats above the unigram CE there. With little context
-    any model is near the unigram level (the bundled teacher: 7.26 vs 7.23; its prediction right after the start
-    token of a row that continues a document is worse, since it expects a document to begin); a teacher fed rows
+    any model is near the unigram level, a little above it because its prediction right after the start token of
+    a row that continues a document expects a document to begin (the bundled teacher: 7.26 vs 7.23 on the tiny
+    profile, 7.41 vs 6.50 on the cpu profile's longer rows, where most rows are continuations); a teacher fed rows
     without the start token it expects was 13.3 nats at those positions, 4+ nats above.
 
 A cache that fails is still published (the pass is the expensive part; the gate's mode is not part of the key), but
@@ -73,7 +74,7 @@ MODELS_DIR: Path | None = None  # override for where converted teachers live (de
 
 FIRST_POSITIONS = 4  # the first predictions of a row (positions 0-3), bucketed apart in the sanity gate
 SANITY_MARGIN = 0.5  # nats the teacher must beat the unigram model by on the later positions
-FIRST_POSITIONS_SLACK = 1.0  # nats the teacher may be above the unigram model on the first positions
+FIRST_POSITIONS_SLACK = 2.0  # nats the teacher may be above the unigram model on the first positions
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
 
@@ -548,9 +549,11 @@ def sanity_failures(positions: dict) -> list[str]:
 
 
 def check_sanity(cache: "TeacherCache", mode: str) -> None:
-    """Apply the sanity gate to an opened cache: raise (enforce) or print (warn) when teacher.json records failures.
-    A cache built before the gate existed records none and passes."""
-    failures = cache.report.get("sanity", {}).get("failures", [])
+    """Apply the sanity gate to an opened cache: raise (enforce) or print (warn) on a failed check. The checks run on
+    teacher.json's position buckets at every open (the thresholds live here, not in the file); a cache built before
+    the buckets were recorded has none and passes."""
+    positions = cache.report.get("positions")
+    failures = sanity_failures(positions["val"]) if positions else []
     if not failures:
         return
     what = (f"the teacher of cache {cache.dir} fails the sanity gate: {'; '.join(failures)}. Its distillation "

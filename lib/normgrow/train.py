@@ -118,8 +118,12 @@ def resolve_match_target(profile_name: str, target: str, seed: int) -> Path:
                      f"finished runs of profile {profile_name!r}: {', '.join(finished) or 'none'}")
 
 
-def lr_for_norm(lr, norm: str) -> float:
-    """The peak learning rate of a run: train.lr itself, or its entry for this placement ({pre: X, post: Y})."""
+def lr_for_run(lr, norm: str, schedule: str) -> float:
+    """The peak learning rate of a run from train.lr: one float; one per placement ({pre: X, post: Y}); or one per
+    placement and schedule ({pre: {joint: X, grow: Y, single: Z}, post: {...}}), since a placement's best lr differs
+    between the joint and the grown schedule (python -m normgrow.sweep --schedules joint grow single measures each).
+    A freeze control trains at its placement's grow lr and a matched run at its joint lr: they are those schedules
+    with one setting changed."""
     if not isinstance(lr, dict):
         return lr
     missing = [n for n in NORMS if n not in lr]
@@ -127,13 +131,24 @@ def lr_for_norm(lr, norm: str) -> float:
     if missing or unknown:
         raise ParamError(f"train.lr={lr!r} must give one learning rate per placement ({', '.join(NORMS)}); "
                          f"missing: {', '.join(missing) or 'none'}, unknown: {', '.join(unknown) or 'none'}")
-    return lr[norm]
+    per_norm = lr[norm]
+    if not isinstance(per_norm, dict):
+        return per_norm
+    missing = [s for s in SCHEDULES if s not in per_norm]
+    unknown = sorted(set(per_norm) - set(SCHEDULES))
+    if missing or unknown:
+        raise ParamError(f"train.lr.{norm}={per_norm!r} must give one learning rate per schedule "
+                         f"({', '.join(SCHEDULES)}); missing: {', '.join(missing) or 'none'}, unknown: "
+                         f"{', '.join(unknown) or 'none'}")
+    return per_norm[schedule]
 
 
-def run_profile(profile: str, norm: str, overrides: dict | None = None) -> Profile:
-    """The profile a run trains with: the file, the overrides, and train.lr resolved for the run's placement."""
+def run_profile(profile: str, norm: str, schedule: str, overrides: dict | None = None) -> Profile:
+    """The profile a run trains with: the file, the overrides, and train.lr resolved for the run's placement and
+    schedule."""
     prof = load_profile(profile, overrides)
-    return dataclasses.replace(prof, train=dataclasses.replace(prof.train, lr=lr_for_norm(prof.train.lr, norm)))
+    return dataclasses.replace(prof, train=dataclasses.replace(prof.train,
+                                                               lr=lr_for_run(prof.train.lr, norm, schedule)))
 
 
 def make_run_spec(profile: str = "tiny", norm: str = "pre", schedule: str = "grow", freeze_prefix: bool = False,
@@ -158,7 +173,7 @@ def make_run_spec(profile: str = "tiny", norm: str = "pre", schedule: str = "gro
     if overrides is not None and not isinstance(overrides, dict):
         raise ParamError(f"overrides={overrides!r} must be a mapping of dotted keys, e.g. {{'train.lr': 1e-3}}")
     overrides = with_processes(overrides, processes)
-    prof = run_profile(profile, norm, overrides)
+    prof = run_profile(profile, norm, schedule, overrides)
     if prof.train.processes > prof.train.batch_size:
         raise ParamError(f"train.processes={prof.train.processes} must be <= train.batch_size="
                          f"{prof.train.batch_size}: every process trains on at least one row of the global batch")
@@ -254,14 +269,19 @@ def set_trainable(model: Student, phase: Phase) -> None:
             p.requires_grad_(True)  # final norm, untied head
 
 
-def make_optimizer(model: Student, params, previous: torch.optim.Optimizer | None) -> torch.optim.AdamW:
+def make_optimizer(model: Student, params, previous: torch.optim.Optimizer | None,
+                   fused: bool | None = None) -> torch.optim.AdamW:
+    """AdamW over the trainable parameters (weight decay on matrices only), carrying `previous`'s state under
+    optimizer_on_grow: keep. fused: None = the fused kernel on CPU and CUDA (numerics version 2); False = the
+    for-loop implementation (version 1, the bench's comparison)."""
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     groups = [{"params": [p for n, p in named if p.ndim >= 2], "weight_decay": params.weight_decay},
               {"params": [p for n, p in named if p.ndim < 2], "weight_decay": 0.0}]
     # fused: one kernel for all parameters instead of ~10 ops per tensor (a for-loop AdamW was 10.7 ms of a 206 ms
     # cpu-profile step, most of it dispatch); its rounding differs from the for-loop's in the last bits
-    opt = torch.optim.AdamW(groups, lr=params.lr, betas=tuple(params.betas),
-                            fused=model.embed_tokens.weight.device.type in ("cpu", "cuda"))
+    if fused is None:
+        fused = model.embed_tokens.weight.device.type in ("cpu", "cuda")
+    opt = torch.optim.AdamW(groups, lr=params.lr, betas=tuple(params.betas), fused=fused)
     if previous is not None and params.optimizer_on_grow == "keep":
         for _, p in named:
             if p in previous.state:

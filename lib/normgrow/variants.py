@@ -126,11 +126,11 @@ def collect_runs(profile: str) -> StudyRuns:
                                 f"{summary.freeze_prefix}, match={summary.match_active_layer_tokens}) match no run "
                                 "file of params/runs")
             continue
-        if summary.norm not in expected:
-            expected[summary.norm] = {"profile": run_profile(profile, summary.norm).to_dict(),
-                                      "numerics": NUMERICS_VERSION}
+        arm = (summary.norm, summary.schedule)  # train.lr may differ per placement and schedule
+        if arm not in expected:
+            expected[arm] = {"profile": run_profile(profile, *arm).to_dict(), "numerics": NUMERICS_VERSION}
         recorded = {"profile": (identity or {}).get("profile"), "numerics": (identity or {}).get("numerics")}
-        differing = identity_differences(recorded, expected[summary.norm])
+        differing = identity_differences(recorded, expected[arm])
         if differing:
             unassigned[name] = (f"recorded settings differ from params/profiles/{profile}.yaml "
                                 f"({', '.join(differing[:4])}{', ...' if len(differing) > 4 else ''})")
