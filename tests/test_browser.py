@@ -84,7 +84,7 @@ def test_report_page_offline(browser, finished_study):
     text = page.inner_text("body")
     assert "Training regime:" in text.split("Claims")[0]  # the regime check comes before the claims
     claims = page.locator(".claim")
-    assert claims.count() >= 8, claims.count()  # the 8 claims of STUDY.md (plus observations 4 and 5)
+    assert claims.count() >= 8, claims.count()  # the 8 claims of docs/STUDY.md (plus observations 4 and 5)
     for claim in ("headline-joint", "headline-grow", "obs1-matched", "obs2-crossover", "obs3-controls"):
         assert claim in text
     assert "obs4-boundary" in text and "obs5-identity" in text

@@ -141,7 +141,7 @@ def test_force_empties_only_the_run_directory(outputs):
 
 
 def test_study_refuses_a_run_made_with_other_settings(outputs, capsys):
-    """A run launched by hand into a study run's directory with overrides (the issue's lr 0.5 run) is reported by name
+    """A run launched by hand into a study run's directory with overrides (an lr 0.5 run) is reported by name
     and never counted as finished; the study's own run with the profile's settings is accepted."""
     from normgrow import study
     (single,) = study.load_study(seeds=[0], variants=["pre-single"])

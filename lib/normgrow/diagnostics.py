@@ -28,7 +28,7 @@ per group across phases: ``top`` (h_N of each checkpoint: what the head's norm a
 receive), ``growth`` (the growth boundary of each phase; phase 0: its top) and ``fixed`` (h_{depth of phase 0} in
 every checkpoint). Cached as <run_dir>/diagnostics.json, recomputed when a checkpoint is newer or the batch differs.
 Per study (``diagnose_study``): every finished run of outputs/runs/<profile>/ plus the claims table for
-observations 4 and 5 of STUDY.md, written to outputs/study/<profile>/diagnostics.json.
+observations 4 and 5 of docs/STUDY.md, written to outputs/study/<profile>/diagnostics.json.
 """
 from __future__ import annotations
 
