@@ -11,7 +11,7 @@ import torch
 
 import fakes
 from normgrow import rundir, train
-from normgrow.config import ParamError
+from normgrow.config import ParamError, load_profile
 from normgrow.rundir import RunDirError, RunLock
 from normgrow.train import NonFiniteError, derive_run_name, make_run_spec, run_variant
 
@@ -199,3 +199,14 @@ def test_finished_run_on_another_teacher_cache_stays_a_result(outputs):
     assert "teacher_key" in study.conflicting_run("tiny", single, teacher_key="float32-cache")
     (run_dir / "summary.json").write_text("{}")
     assert study.conflicting_run("tiny", single, teacher_key="float32-cache") is None
+
+
+def test_a_profile_key_absent_from_a_recorded_run_compares_as_its_default():
+    expected = {"profile": load_profile("tiny").to_dict(), "numerics": 2}
+    recorded = json.loads(json.dumps(expected))
+    del recorded["profile"]["data"]["max_doc_chars"]  # recorded before the key existed
+    del recorded["profile"]["train"]["compile"]
+    assert rundir.identity_differences(recorded, expected) == []
+    changed = json.loads(json.dumps(expected))
+    changed["profile"]["data"]["max_doc_chars"] = 0  # a non-default value is a difference
+    assert rundir.identity_differences(recorded, changed) == ["profile.data.max_doc_chars"]

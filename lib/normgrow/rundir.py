@@ -26,13 +26,14 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import json
 import fcntl
 import os
 import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from .config import ParamError, TrainParams, outputs_dir
+from .config import SECTIONS, ParamError, outputs_dir
 from .utils import atomic_write_json, read_json
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -150,30 +151,30 @@ def _flatten(tree: dict, prefix: str = "") -> dict:
     return out
 
 
-LATER_KEYS = ("profile.train.processes", "profile.train.compile")
-"""Identity keys added after runs had been recorded without them. Such a key, absent from one side, compares as its
-default (config.TrainParams), which is what every run recorded before it existed did: one process, and ``auto``
-compilation, which was eager on the CPUs those runs used. Any other key absent on one side is a difference."""
-
-
 NOT_COMPARED = ("profile.teacher.processes", "profile.teacher.sanity")
 """Recorded, but not part of what must agree: the teacher cache is the same byte for byte on any number of
-processes (teacher.teacher_pass), and the cache itself is compared through its key."""
+processes (teacher.teacher_pass), and the cache itself is compared through its key; the sanity gate's mode decides
+whether a cache may be opened, not what a run computes."""
 
 
-def _later_key_defaults() -> dict:
-    defaults = {f"profile.train.{f.name}": f.default for f in fields(TrainParams)}
-    return {k: defaults[k] for k in LATER_KEYS}
+def _profile_defaults() -> dict:
+    """Every profile key's default (config.SECTIONS), flattened as recorded ('profile.train.compile': 'auto')."""
+    return _flatten({"profile": json.loads(json.dumps({name: dataclasses.asdict(cls())
+                                                       for name, cls in SECTIONS.items()}))})
 
 
 def identity_differences(recorded: dict, expected: dict) -> list[str]:
     """The dotted keys (e.g. 'profile.train.lr') on which two identities differ; provenance and NOT_COMPARED are not
-    compared. The profile of either side is compared with the LATER_KEYS it lacks filled in with their defaults."""
+    compared. A profile key absent on one side (a run recorded before the key existed) compares as the key's default:
+    the rule for adding a profile key is that its default is what runs did before it existed (one process, ``auto``
+    compilation, ``max_doc_chars`` ...), so no key needs a special case here."""
     a, b = _flatten(recorded), _flatten(expected)
+    defaults = _profile_defaults()
     for flat in (a, b):
-        if any(k.startswith("profile.train.") for k in flat):
-            for key, default in _later_key_defaults().items():
-                flat.setdefault(key, default)
+        if any(k.startswith("profile.") for k in flat):
+            for key, default in defaults.items():
+                if not any(k == key or k.startswith(key + ".") for k in flat):
+                    flat[key] = default
     return sorted(k for k in set(a) | set(b)
                   if k.split(".")[0] != "environment" and k not in NOT_COMPARED and a.get(k) != b.get(k))
 
