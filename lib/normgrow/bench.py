@@ -215,8 +215,9 @@ def _finish(model: nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tens
 
 def build_candidates(profile, batch: BenchBatch, names, dtype: torch.dtype, teacher=None,
                      seed: int = 0) -> tuple[dict[str, Candidate], dict]:
-    """({name: Candidate} for the requested names, info: hf_online's teacher and its forward times). teacher is
-    loaded only for hf_online when None. profile: as train.run_profile gives it for the pre-norm joint run."""
+    """({name: Candidate} for the requested names, info: the profile's student config, hf_online's teacher and its
+    forward times). teacher is loaded only for hf_online when None. profile: as train.run_profile gives it for the
+    pre-norm joint run."""
     from .export import to_qwen3
 
     tp, P = profile.train, profile.distill
@@ -230,7 +231,7 @@ def build_candidates(profile, batch: BenchBatch, names, dtype: torch.dtype, teac
     torch.manual_seed(seed)
     proto = Student(config(batch.vocab_size))
     candidates: dict[str, Candidate] = {}
-    info: dict = {}
+    info: dict = {"student": proto.cfg}
 
     def normgrow(attention_kernel: str = "auto", fused: bool | None = None, compiled: bool | None = None):
         model = Student(config(batch.vocab_size, attention_kernel=attention_kernel))
@@ -454,7 +455,7 @@ def run_bench(profile_name: str = "cpu", repeats: int = 5, warmup: int = 1, cand
             results[n]["memory"] = measure_memory(built[n].step, steps=1)
     ratios = {f"normgrow_vs_{n}": results[n]["step_s"] / results["normgrow"]["step_s"]
               for n in names if n != "normgrow" and "normgrow" in results}
-    cfg = built[names[0]].cfg if "normgrow" not in built else built["normgrow"].cfg
+    cfg = info["student"]
     eval_head = bench_eval_head(batch.student, cfg.d_model, batch.vocab_size, dt, repeats, warmup)
     teacher_cost = None
     if info.get("teacher_times"):
