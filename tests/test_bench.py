@@ -1,9 +1,19 @@
-"""The benchmark's code path on tiny shapes (no timing assertions): every candidate runs and the JSON has the fields."""
+"""The benchmark's code path on tiny shapes (no timing assertions): every candidate runs, the JSON has the fields, the
+student is the profile's, normgrow_v1 differs from normgrow only where numerics version 1 does, and the FLOP count
+matches torch's counter."""
 import json
 
+import fakes
+import pytest
 import torch
 
 from normgrow import bench
+from normgrow.model import StudentConfig
+from normgrow.train import run_profile
+from normgrow.vocab import corpus_ids
+
+# the tiny profile shrunk to fakes.fake_cache()'s shapes, with the corpus vocabulary (47 of its 48 ids occur)
+CORPUS = fakes.TINY_OVERRIDES | {"student.vocab": "corpus"}
 
 
 def tiny_teacher(vocab=96):
@@ -20,7 +30,7 @@ def test_bench_tiny_writes_every_field(tmp_path):
                              memory="inprocess", out=out, peak_size=256)
     saved = json.loads(out.read_text())
     assert saved.keys() == report.keys()
-    for key in ("profile", "machine", "data", "shapes", "candidates", "ratios", "flops", "matmul_peak_flop_s",
+    for key in ("profile", "machine", "data", "vocabulary", "shapes", "candidates", "ratios", "flops", "matmul_peak",
                 "memory_method", "timing_method", "study_teacher_cost", "eval_head"):
         assert key in saved, key
     assert set(saved["candidates"]) == set(bench.CANDIDATES)
@@ -37,9 +47,93 @@ def test_bench_tiny_writes_every_field(tmp_path):
     assert saved["shapes"]["tokens_per_step"] == 8 * 64 and saved["flops"]["step"] == 3 * saved["flops"]["forward"]
 
 
+def test_bench_student_has_the_profiles_vocabulary(tmp_path):
+    """With a cache, the student's vocabulary is VocabMap.for_cache's (corpus: the ids that occur); hf_online alone
+    keeps the teacher's full vocabulary, and the table says which each candidate uses."""
+    cache = fakes.fake_cache()
+    occurring = len(corpus_ids(cache))
+    assert occurring < fakes.VOCAB
+    report = bench.run_bench("tiny", repeats=1, warmup=0, candidates=("normgrow", "hf_cached", "hf_online"),
+                             cache=cache, teacher=tiny_teacher(fakes.VOCAB), overrides=CORPUS, memory="none",
+                             out=tmp_path / "b.json", peak_size=64)
+    c = report["candidates"]
+    assert report["vocabulary"]["student_size"] == occurring and report["vocabulary"]["teacher_size"] == fakes.VOCAB
+    assert c["normgrow"]["vocab_size"] == c["hf_cached"]["vocab_size"] == occurring
+    assert c["hf_online"]["vocab_size"] == fakes.VOCAB and c["hf_online"]["vocabulary"] == "teacher"
+    assert report["shapes"]["d_model"] == 16 and report["shapes"]["depth"] == 3  # student.d_model, train.stages[-1]
+    assert report["dtype"] == "float32"  # the profile's train.dtype (TINY_OVERRIDES)
+    table = bench.format_table(report)
+    assert f"| normgrow | student {occurring:,} |" in table and f"| hf_online | teacher {fakes.VOCAB} |" in table
+
+
+def test_corpus_vocabulary_without_a_cache_needs_a_stated_size():
+    profile = run_profile("tiny", "pre", "joint", CORPUS)
+    with pytest.raises(ValueError, match="--vocab-size"):
+        bench.load_batch(profile, "synthetic", teacher_vocab_size=fakes.VOCAB)
+    batch = bench.load_batch(profile, "synthetic", vocab_size=40, teacher_vocab_size=fakes.VOCAB)
+    assert batch.vocab_size == 40 and "--vocab-size" in batch.vocabulary and int(batch.student["tokens"].max()) < 40
+    with pytest.raises(ValueError, match="--vocab-size"):
+        bench.load_batch(profile, "auto", cache=fakes.fake_cache(), vocab_size=40)
+
+
+def _v1_v2(dtype, overrides=CORPUS):
+    profile = run_profile("tiny", "pre", "joint", overrides)
+    batch = bench.load_batch(profile, "cache", cache=fakes.fake_cache())
+    built, _ = bench.build_candidates(profile, batch, ("normgrow", "normgrow_v1"), dtype)
+    return built["normgrow"], built["normgrow_v1"]
+
+
+def test_v1_differs_only_in_the_optimizer_in_float32():
+    """In float32 there is no autocast, so both attention kernels run in float32: the loss is the same bit for bit
+    and one step of the fused and the for-loop AdamW moves the parameters alike up to rounding."""
+    v2, v1 = _v1_v2(torch.float32)
+    assert v2.model.cfg.attention_kernel == "auto" and v1.model.cfg.attention_kernel == "autocast"
+    assert v2.step() == v1.step()
+    for (name, a), (_, b) in zip(v2.model.named_parameters(), v1.model.named_parameters()):
+        assert (a - b).abs().max() <= 1e-6, name
+
+
+def test_v1_loss_within_bf16_rounding():
+    """Under bf16 autocast v1 runs attention in bf16 and v2 in float32, so the first step's losses (before any
+    update) differ, by bf16 rounding only: within 2^-9 relative, half a bf16 ulp, since the loss averages the
+    rounding of the attention outputs over every position (3e-6 measured here)."""
+    v2, v1 = _v1_v2(torch.bfloat16)
+    a, b = v2.step(), v1.step()
+    assert a != b and abs(a - b) <= 2 ** -9 * abs(a)
+
+
+def test_mfu_label_follows_the_dtype():
+    assert bench.mfu_label(torch.bfloat16) == "MFU (bf16 peak)"
+    assert bench.mfu_label(torch.float32) == "MFU (float32 peak)"
+
+
+def test_peak_is_sampled_in_every_round(tmp_path):
+    report = bench.run_bench("tiny", repeats=3, warmup=1, candidates=("normgrow",), cache=fakes.fake_cache(),
+                             overrides=CORPUS, memory="none", out=tmp_path / "b.json", peak_size=64)
+    pk = report["matmul_peak"]
+    assert len(pk["per_round"]) == 3 and len(pk["warmup_rounds"]) == 1 and pk["dtype"] == "float32"
+    assert pk["flop_s"] == sorted(pk["per_round"])[1]  # the median of the timed rounds
+    r = report["candidates"]["normgrow"]
+    assert r["mfu"] == r["step_flops"] / r["step_s"] / pk["flop_s"]
+    assert "MFU (float32 peak)" in bench.format_table(report) and "bf16" not in bench.format_table(report)
+
+
 def test_step_flops_counts_every_matmul():
-    from normgrow.model import StudentConfig
     cfg = StudentConfig(vocab_size=10, n_layers=1, d_model=4, n_heads=2, n_kv_heads=1, head_dim=2, d_ff=6)
     f = bench.student_step_flops(cfg, batch=1, seq_len=3)
     linear = 4 * 4 + 2 * 4 * 2 + 4 * 4 + 3 * 4 * 6  # q, k+v, o, gate+up+down
     assert f["forward"] == 3 * (2 * linear + 2 * 2 * 3 * 2 * 2 + 2 * 4 * 10)
+
+
+def test_step_flops_match_torchs_counter():
+    """torch's FlopCounterMode over one whole normgrow step (forward, the fused head's hand-written gradients,
+    backward, AdamW) agrees with the analytic count within 5%. Attention runs on SDPA's math backend here, whose
+    matmuls the counter sees (it has no formula for the CPU flash kernel)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.utils.flop_counter import FlopCounterMode
+    v2, _ = _v1_v2(torch.float32)
+    B, L = fakes.TINY_OVERRIDES["train.batch_size"], fakes.TINY_OVERRIDES["data.seq_len"]
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        v2.step()
+    analytic = bench.student_step_flops(v2.cfg, B, L)["step"]
+    assert abs(counter.get_total_flops() / analytic - 1) < 0.05, (counter.get_flop_counts(), analytic)

@@ -1,30 +1,37 @@
-"""Training-throughput benchmark: normgrow's student step against transformers baselines, in one process.
+"""Training-throughput benchmark: the study's training step against its numerics version 1 and transformers
+baselines, in one process.
 
     python -m normgrow.bench --profile cpu          (make bench)
 
-Candidates (same batch, same student shape: the profile's full depth train.stages[-1], pre-norm so it maps to
-Qwen3ForCausalLM; every one is a full training step: forward, loss, backward, grad-norm clip, AdamW step, loss.item()):
-  normgrow           Student under bf16 autocast (train.dtype) + distill_loss_chunked (cached top-k teacher, fused
-                     chunked head) called inside the autocast region, so the head runs in the autocast dtype
-  normgrow_compiled  normgrow with the student's body (embedding, blocks, final norm) under torch.compile, as
-                     train.compile: on runs it (train.DistillStep); the head stays eager. Its first call compiles, so
-                     it needs warmup >= 1; ratios.normgrow_vs_normgrow_compiled is compiled / eager step time
-  normgrow_trainpy   the same, with the loss called after the autocast region (a float32 head; train.py calls it inside,
-                     as normgrow does): what the head's dtype costs
-  normgrow_reference the same as normgrow_trainpy with fused=False: the per-chunk autograd head that the fused head
-                     replaced
-  hf_cached          transformers Qwen3ForCausalLM of the same shape under the same autocast, full logits
-                     (model(input_ids).logits) + normgrow's cached top-k loss (distill.distill_loss on full logits):
-                     the same loss, the model/head implementation differs
-  hf_online          the same HF student + the teacher run online (bf16, no_grad) on the batch + full-vocabulary
-                     KL(teacher || student) on full logits: what one does without a cache
-Timing: candidates are interleaved round by round (warmup rounds first) and each reports the median step time, so
-machine noise (shared cores) hits them alike; ratios are taken between medians of the same run.
+The student is the profile's own, as the study builds it: student.* width and heads at the full depth
+train.stages[-1], pre-norm (the placement that maps to Qwen3ForCausalLM), the vocabulary of student.vocab resolved by
+VocabMap.for_cache on the teacher cache (corpus: the ids that occur in the cached tokens), autocast in train.dtype
+resolved for this CPU (--dtype overrides). Without a usable cache (or with --data synthetic) the batch is synthetic,
+the bench says so, and the vocabulary is the teacher's (its config) under student.vocab: full, or --vocab-size ids;
+under corpus --vocab-size is required, since only the cache knows which ids occur.
+
+Candidates (same batch, same initial weights; every one is a full training step: forward, loss, backward,
+grad-norm clip, AdamW step, loss.item()):
+  normgrow           the study's step: train.DistillStep (the student's body, compiled when train.compile resolves
+                     to on here, + the fused distillation head) under train._autocast, train.make_optimizer's AdamW
+                     (numerics version 2: attention kernel in float32 on CPU, fused AdamW)
+  normgrow_v1        the same step under numerics version 1: StudentConfig.attention_kernel="autocast" and
+                     make_optimizer(fused=False); ratios.normgrow_vs_normgrow_v1 is v1 / v2 step time
+  normgrow_compiled  normgrow with DistillStep(compiled=True), as train.compile: on runs it. Its first call
+                     compiles, so it needs warmup >= 1
+  hf_cached          transformers Qwen3ForCausalLM converted from the same student (same vocabulary) under the same
+                     autocast, full logits + distill.distill_loss: the same cached loss, another model/head
+  hf_online          a Qwen3ForCausalLM student over the teacher's full vocabulary (the online KL needs every teacher
+                     class) + the teacher run online (no_grad) on the batch + full-vocabulary KL(teacher || student)
+                     on full logits: what one does without a cache
+Timing: candidates are interleaved round by round (warmup rounds first) and each round ends with one sample of the
+matmul peak in the candidates' dtype, so machine noise (shared cores) hits steps and peak alike; every figure is a
+median over the timed rounds and ratios are taken between medians of the same run. MFU = a candidate's step FLOPs
+(student_step_flops of its own shape; hf_online's teacher forward is timed but not counted) / its median step time /
+the median peak.
 Also reported: the validation head (bench_eval_head), the teacher's forward throughput (timed inside hf_online)
 and the study-level teacher cost (one cached pass over the profile's tokens vs one teacher pass per run of
-params/study.yaml), the student step's matmul FLOPs,
-the machine's measured bf16 / float32 matmul peak and MFU, and peak memory per step (RSS sampling, see
-measure_memory). Writes outputs/bench/<profile>.json.
+params/study.yaml), and peak memory per step (RSS sampling, see measure_memory). Writes outputs/bench/<profile>.json.
 """
 from __future__ import annotations
 
@@ -38,21 +45,25 @@ import subprocess
 import sys
 import threading
 import time
-from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from . import distill
-from .config import PARAMS_DIR, load_profile, outputs_dir, read_yaml
+from .config import PARAMS_DIR, outputs_dir, read_yaml
 from .growth import plan_phases
 from .model import Student, StudentConfig
+from .train import DistillStep, _autocast, _choice, compile_enabled, make_optimizer, rows_to_batch, run_profile
 from .variants import load_variants
 from .utils import TRAIN_DTYPES, cpu_flags, dtype_name, resolve_dtype
 
-CANDIDATES = ("normgrow", "normgrow_compiled", "normgrow_trainpy", "normgrow_reference", "hf_cached", "hf_online")
+CANDIDATES = ("normgrow", "normgrow_v1", "normgrow_compiled", "hf_cached", "hf_online")
+CPU = torch.device("cpu")
 
 
 # ----------------------------------------------------------------------------------------------- FLOPs
@@ -63,6 +74,7 @@ def student_step_flops(cfg: StudentConfig, batch: int, seq_len: int) -> dict:
     plus attention's QK^T and AV, 2 * seq_len * head_dim * n_heads each per token per block (the full square, not
     halved for the causal mask). Norms, RoPE, softmax and the loss's elementwise work are not counted. The embedding
     lookup is not a matmul. The backward pass is counted as 2 x forward (input and weight gradients).
+    tests/test_bench.py checks the count against torch's FlopCounterMode on a step.
     """
     d, hd, H, KV, ff = cfg.d_model, cfg.head_dim, cfg.n_heads, cfg.n_kv_heads, cfg.d_ff
     linear_params = d * H * hd + 2 * d * KV * hd + H * hd * d + 3 * d * ff
@@ -77,16 +89,22 @@ def student_step_flops(cfg: StudentConfig, batch: int, seq_len: int) -> dict:
                       "norms/RoPE/softmax/loss elementwise not counted"}
 
 
-def matmul_peak(dtype: torch.dtype, n: int = 2048, repeats: int = 5) -> float:
-    """Measured FLOP/s of an n x n x n matmul in dtype (median of repeats, after one warmup)."""
+def matmul_peak_sampler(dtype: torch.dtype, n: int = 2048) -> Callable[[], float]:
+    """A function returning one sample of the FLOP/s of an n x n x n matmul in dtype (one warmup product here).
+    run_bench takes one sample per round, after the round's candidates, so that the peak sees the load they saw."""
     a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
     a @ b
-    times = []
-    for _ in range(repeats):
+
+    def sample() -> float:
         t0 = time.perf_counter()
         a @ b
-        times.append(time.perf_counter() - t0)
-    return 2 * n ** 3 / statistics.median(times)
+        return 2 * n ** 3 / (time.perf_counter() - t0)
+    return sample
+
+
+def mfu_label(dtype: torch.dtype) -> str:
+    """The MFU column's name: the dtype whose measured matmul peak it divides by."""
+    return f"MFU ({'bf16' if dtype == torch.bfloat16 else dtype_name(dtype)} peak)"
 
 
 # ----------------------------------------------------------------------------------------------- data
@@ -105,31 +123,69 @@ def synthetic_batch(batch: int, seq_len: int, k: int, vocab: int, seed: int = 0)
             "topk_ids": ids, "topk_logp": top, "tail_logp": logp[..., k]}
 
 
-def load_batch(profile, data: str, vocab: int | None = None) -> tuple[dict, str]:
-    """(batch of the profile's train.batch_size x data.seq_len, a description of where it came from)."""
+@dataclass
+class BenchBatch:
+    """One batch of the profile's train.batch_size x data.seq_len, in the student's vocabulary and in the teacher's
+    (the same sequences; hf_online's teacher and full-vocabulary student read the second)."""
+    student: dict
+    teacher: dict
+    vocab_size: int
+    teacher_vocab_size: int
+    vocabulary: str  # how the student's vocabulary was decided
+    source: str  # where the batch came from
+
+
+def load_batch(profile, data: str = "auto", cache=None, vocab_size: int | None = None,
+               teacher_vocab_size: int | None = None) -> BenchBatch:
+    """The bench's batch (module docstring). data: auto (the cache, else synthetic, saying so) | cache | synthetic.
+    cache: an opened teacher cache (default: teacher.open_cache(profile)). vocab_size: the student's vocabulary of a
+    synthetic batch. teacher_vocab_size: the teacher's, when the caller has the teacher (default: its config)."""
+    from .vocab import VocabMap
+    _choice("data", data, ("auto", "cache", "synthetic"))
     B, L, k = profile.train.batch_size, profile.data.seq_len, profile.cache.k
     if data in ("auto", "cache"):
         try:
-            from .teacher import open_cache
-            from .train import rows_to_batch
-            from .vocab import VocabMap
-            cache = open_cache(profile)
-            if cache.train.tokens.shape[0] >= B:
-                # the teacher's full vocabulary: the candidates (HF Qwen3 included) share the teacher's head size
-                batch = rows_to_batch(cache.train, np.arange(B), torch.device("cpu"), VocabMap(None, 0))
-                return batch, f"teacher cache {cache.key} (first {B} training sequences)"
-            if data == "cache":
-                raise ValueError(f"the cache holds {cache.train.tokens.shape[0]} < {B} sequences")
+            if cache is None:
+                from .teacher import open_cache
+                cache = open_cache(profile)
+            if cache.train.tokens.shape[0] < B:
+                raise ValueError(f"the cache holds {cache.train.tokens.shape[0]} < train.batch_size={B} sequences")
         except Exception as e:  # noqa: BLE001 - auto falls back to synthetic arrays of the same shapes
             if data == "cache":
                 raise
             print(f"[bench] no usable teacher cache for profile {profile.name!r} ({type(e).__name__}: "
-                  f"{str(e)[:120]}); using synthetic top-k arrays of the cache's shapes")
-    return synthetic_batch(B, L, k, vocab or _vocab_size(profile)), (
-        f"synthetic top-k arrays of the cache's shapes ([{B}, {L}] tokens, k={k}); throughput does not depend on values")
+                  f"{str(e)[:160]}); using a synthetic batch of the cache's shapes")
+        else:
+            if vocab_size is not None:
+                raise ValueError(f"--vocab-size={vocab_size}: the teacher cache {cache.key} gives the student's "
+                                 f"vocabulary (student.vocab={profile.student.vocab}); --vocab-size applies to a "
+                                 "synthetic batch only (--data synthetic, or no cache)")
+            vocab = VocabMap.for_cache(cache, profile.student.vocab)
+            teacher = rows_to_batch(cache.train, np.arange(B), CPU, VocabMap(None, 0))
+            return BenchBatch(vocab.restrict(teacher), teacher, vocab.size, vocab.teacher_vocab_size,
+                              f"student.vocab={profile.student.vocab}: {vocab.size:,} of the teacher's "
+                              f"{vocab.teacher_vocab_size:,} ids (VocabMap.for_cache, cache {cache.key})",
+                              f"teacher cache {cache.key} (first {B} training sequences)")
+    teacher_vocab = teacher_vocab_size or _teacher_vocab_size(profile)
+    if vocab_size is not None:
+        if not k < vocab_size <= teacher_vocab:
+            raise ValueError(f"--vocab-size={vocab_size} must be in ({k}, {teacher_vocab}]: above cache.k={k} (distinct "
+                             f"top-k ids) and at most the teacher's vocabulary (its tokens feed the teacher too)")
+        size, vocabulary = vocab_size, f"synthetic: {vocab_size:,} ids (--vocab-size)"
+    elif profile.student.vocab == "full":
+        size, vocabulary = teacher_vocab, f"synthetic: student.vocab=full, the teacher's {teacher_vocab:,} ids"
+    else:
+        raise ValueError(f"student.vocab={profile.student.vocab!r}: the student's vocabulary is the ids the teacher "
+                         f"cache holds, and there is none to read (--data {data}); build the cache (make study, or "
+                         "notebooks/00_teacher.ipynb), or pass --vocab-size N for a synthetic vocabulary of N ids")
+    print(f"[bench] student vocabulary: {vocabulary}")
+    batch = synthetic_batch(B, L, k, size)  # ids < size <= teacher_vocab: valid teacher ids as well
+    return BenchBatch(batch, batch, size, teacher_vocab, vocabulary,
+                      f"synthetic top-k arrays of the cache's shapes ([{B}, {L}] tokens, k={k}); throughput does not "
+                      "depend on values")
 
 
-def _vocab_size(profile) -> int:
+def _teacher_vocab_size(profile) -> int:
     """The teacher's vocabulary (its config; the model is not loaded)."""
     from transformers import AutoConfig
 
@@ -138,103 +194,106 @@ def _vocab_size(profile) -> int:
 
 
 # ----------------------------------------------------------------------------------------------- candidates
-def _autocast(dtype: torch.dtype):
-    return nullcontext() if dtype == torch.float32 else torch.autocast("cpu", dtype=dtype)
+@dataclass
+class Candidate:
+    """One benchmarked training step and what the report needs to know about it."""
+    step: Callable[[], float]  # one training step on the bench's batch; returns its loss
+    model: nn.Module  # what the step trains
+    cfg: StudentConfig  # the student shape whose FLOPs the step is counted at
+    vocabulary: str  # "student" (the profile's student vocabulary) | "teacher" (the teacher's full one)
 
 
-def _finish(model, opt, loss, clip: float) -> float:
+def _finish(model: nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tensor, grad_clip: float) -> float:
+    """What train_phase does after the forward in one process: backward, global-norm clip over the trainable
+    parameters, optimiser step, zero_grad, loss.item()."""
     loss.backward()
-    torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], clip)
-    opt.step()
-    opt.zero_grad(set_to_none=True)
+    torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], grad_clip)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
     return loss.item()
 
 
-def build_steps(profile, batch: dict, names, dtype: torch.dtype, teacher=None, chunk_size: int | None = None,
-                seed: int = 0) -> tuple[dict, dict]:
-    """({name: step()}, info) for the requested candidates; teacher is loaded only for hf_online when None."""
+def build_candidates(profile, batch: BenchBatch, names, dtype: torch.dtype, teacher=None,
+                     seed: int = 0) -> tuple[dict[str, Candidate], dict]:
+    """({name: Candidate} for the requested names, info: the profile's student config, hf_online's teacher and its
+    forward times). teacher is loaded only for hf_online when None. profile: as train.run_profile gives it for the
+    pre-norm joint run."""
     from .export import to_qwen3
-    from .train import make_optimizer, run_profile
 
-    profile = run_profile(profile.name, "pre", "joint")  # train.lr resolved for the pre-norm student the bench builds
     tp, P = profile.train, profile.distill
-    chunk = chunk_size or distill.DEFAULT_CHUNK
-    vocab = _vocab_size(profile) if teacher is None else int(teacher.get_output_embeddings().weight.shape[0])
-    torch.manual_seed(seed)
-    cfg = StudentConfig.from_params(profile.student, vocab_size=vocab, n_layers=tp.stages[-1], norm="pre",
-                                    max_seq_len=max(profile.data.seq_len, 16))
-    proto = Student(cfg)
-    tokens = batch["tokens"]
-    flat = distill.flatten_batch({k: v for k, v in batch.items() if k != "tokens"})
-    mask = flat["mask"]
-    steps, info = {}, {"student_config": cfg.__dict__ | {}, "chunk_size": chunk}
+    for name in names:
+        _choice("candidates", name, CANDIDATES)
 
-    def normgrow_step(loss_in_autocast: bool, fused: bool, compiled: bool = False):
-        model = Student(cfg)
+    def config(vocab_size: int, **fields) -> StudentConfig:
+        return StudentConfig.from_params(profile.student, vocab_size=vocab_size, n_layers=tp.stages[-1], norm="pre",
+                                         max_seq_len=max(profile.data.seq_len, 16), **fields)
+
+    torch.manual_seed(seed)
+    proto = Student(config(batch.vocab_size))
+    candidates: dict[str, Candidate] = {}
+    info: dict = {"student": proto.cfg}
+
+    def normgrow(attention_kernel: str = "auto", fused: bool | None = None, compiled: bool | None = None):
+        model = Student(config(batch.vocab_size, attention_kernel=attention_kernel))
         model.load_state_dict(proto.state_dict())
         model.train()
-        opt = make_optimizer(model, tp, None)
-        body = torch.compile(model.hidden) if compiled else model.hidden
+        optimizer = make_optimizer(model, tp, None, fused=fused)
+        forward = DistillStep(model, P, compile_enabled(tp.compile, CPU) if compiled is None else compiled)
 
-        def step():
-            with _autocast(dtype):
-                hidden = body(tokens)
-                if loss_in_autocast:
-                    loss, _ = distill.distill_loss_chunked(hidden.flatten(0, 1), model.head_weight, flat, P,
-                                                           chunk_size=chunk, fused=fused)
-            if not loss_in_autocast:
-                loss, _ = distill.distill_loss_chunked(hidden.flatten(0, 1), model.head_weight, flat, P,
-                                                       chunk_size=chunk, fused=fused)
-            return _finish(model, opt, loss, tp.grad_clip)
-        return step
+        def step() -> float:
+            with _autocast(CPU, dtype):
+                loss, _ = forward(batch.student)
+            return _finish(model, optimizer, loss, tp.grad_clip)
+        return Candidate(step, model, model.cfg, "student")
 
-    def hf_model():
-        hf = to_qwen3(proto).train()
-        return hf, make_optimizer(hf, tp, None)
+    def hf_model(student: Student):
+        hf = to_qwen3(student).train()
+        # make_optimizer's fused default looks for Student.embed_tokens; on CPU that default is fused
+        return hf, make_optimizer(hf, tp, None, fused=True)
 
     if "normgrow" in names:
-        steps["normgrow"] = normgrow_step(True, True)
+        candidates["normgrow"] = normgrow()
+    if "normgrow_v1" in names:
+        candidates["normgrow_v1"] = normgrow(attention_kernel="autocast", fused=False)
     if "normgrow_compiled" in names:
-        steps["normgrow_compiled"] = normgrow_step(True, True, compiled=True)
-    if "normgrow_trainpy" in names:
-        steps["normgrow_trainpy"] = normgrow_step(False, True)
-    if "normgrow_reference" in names:
-        steps["normgrow_reference"] = normgrow_step(False, False)
+        candidates["normgrow_compiled"] = normgrow(compiled=True)
     if "hf_cached" in names:
-        hf, opt = hf_model()
+        hf, opt = hf_model(proto)
+        rows = distill.flatten_batch({k: v for k, v in batch.student.items() if k != "tokens"})
 
-        def hf_cached():
-            with _autocast(dtype):
-                logits = hf(input_ids=tokens, use_cache=False).logits
-            loss, _ = distill.distill_loss(logits.flatten(0, 1), flat, P)
+        def hf_cached() -> float:
+            with _autocast(CPU, dtype):
+                logits = hf(input_ids=batch.student["tokens"], use_cache=False).logits
+            loss, _ = distill.distill_loss(logits.flatten(0, 1), rows, P)
             return _finish(hf, opt, loss, tp.grad_clip)
-        steps["hf_cached"] = hf_cached
+        candidates["hf_cached"] = Candidate(hf_cached, hf, proto.cfg, "student")
     if "hf_online" in names:
         if teacher is None:
             from .teacher import load_teacher
             teacher, _ = load_teacher(profile.teacher, progress=False)
         teacher.eval()
-        info["teacher"] = {"class": type(teacher).__name__, "dtype": str(next(teacher.parameters()).dtype),
-                           "params": sum(p.numel() for p in teacher.parameters())}
-        hf2, opt2 = hf_model()
+        full = Student(config(batch.teacher_vocab_size))
+        hf2, opt2 = hf_model(full)
+        tokens, mask, T = batch.teacher["tokens"], batch.teacher["mask"].flatten(), P.temperature
         teacher_times: list[float] = []
         info["teacher_times"] = teacher_times
-        T = P.temperature
+        info["teacher"] = {"class": type(teacher).__name__, "dtype": str(next(teacher.parameters()).dtype),
+                           "params": sum(p.numel() for p in teacher.parameters())}
 
-        def hf_online():
+        def hf_online() -> float:
             t0 = time.perf_counter()
             with torch.no_grad():
                 t_logits = teacher(input_ids=tokens, use_cache=False).logits
             teacher_times.append(time.perf_counter() - t0)
-            with _autocast(dtype):
+            with _autocast(CPU, dtype):
                 logits = hf2(input_ids=tokens, use_cache=False).logits
             s_logp = F.log_softmax(logits.flatten(0, 1).float() / T, dim=-1)
             t_logp = F.log_softmax(t_logits.flatten(0, 1).float() / T, dim=-1)
             kl = F.kl_div(s_logp, t_logp, log_target=True, reduction="none").sum(-1)
             loss = T * T * distill.masked_mean(kl, mask)
             return _finish(hf2, opt2, loss, tp.grad_clip)
-        steps["hf_online"] = hf_online
-    return steps, info
+        candidates["hf_online"] = Candidate(hf_online, hf2, full.cfg, "teacher")
+    return candidates, info
 
 
 def bench_eval_head(batch: dict, d_model: int, vocab: int, dtype: torch.dtype, repeats: int, warmup: int) -> dict:
@@ -249,7 +308,7 @@ def bench_eval_head(batch: dict, d_model: int, vocab: int, dtype: torch.dtype, r
     heads = {"fused": lambda: distill.eval_sums(hidden, weight, rows),
              "reference": lambda: distill.distill_loss_chunked(hidden, weight, rows, distill.REPORTED, fused=False)}
     times: dict[str, list[float]] = {n: [] for n in heads}
-    with torch.no_grad(), _autocast(dtype):
+    with torch.no_grad(), _autocast(CPU, dtype):
         for r in range(warmup + repeats):
             for n, head in heads.items():
                 t0 = time.perf_counter()
@@ -297,9 +356,9 @@ def measure_memory(step, steps: int = 2, interval_s: float = 0.002) -> dict:
 
 def _memory_subprocess(args, name: str) -> dict:
     cmd = [sys.executable, "-m", "normgrow.bench", "--profile", args.profile, "--memory-probe", name,
-           "--data", args.data, "--threads", str(torch.get_num_threads()), "--dtype", args.dtype]
-    if args.chunk_size:
-        cmd += ["--chunk-size", str(args.chunk_size)]
+           "--data", args.data, "--threads", str(torch.get_num_threads())]
+    cmd += ["--dtype", args.dtype] if args.dtype else []
+    cmd += ["--vocab-size", str(args.vocab_size)] if args.vocab_size else []
     out = subprocess.run(cmd, capture_output=True, text=True, check=False)
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("MEMORY ")]
     if out.returncode or not lines:
@@ -350,61 +409,72 @@ def machine() -> dict:
 
 
 def run_bench(profile_name: str = "cpu", repeats: int = 5, warmup: int = 1, candidates=CANDIDATES,
-              data: str = "auto", dtype: str = "auto", chunk_size: int | None = None, teacher=None,
-              memory: str = "subprocess", args=None, out: Path | None = None, peak_size: int = 2048) -> dict:
-    profile = load_profile(profile_name)
-    dt = resolve_dtype(dtype, torch.device("cpu"))
-    dtype = dtype_name(dt)
-    vocab = None if teacher is None else int(teacher.get_output_embeddings().weight.shape[0])
-    batch, data_desc = load_batch(profile, data, vocab)
-    steps, info = build_steps(profile, batch, candidates, dt, teacher=teacher, chunk_size=chunk_size)
-    names = [n for n in CANDIDATES if n in steps]
+              data: str = "auto", dtype: str | None = None, vocab_size: int | None = None, teacher=None, cache=None,
+              overrides: dict | None = None, memory: str = "subprocess", args=None, out: Path | None = None,
+              peak_size: int = 2048) -> dict:
+    """Build the candidates, time them in interleaved rounds with one matmul-peak sample per round, write and print
+    the report. dtype None: the profile's train.dtype. teacher / cache / overrides: what tests pass instead of
+    the bundled teacher, the profile's cache and the profile file alone."""
+    profile = run_profile(profile_name, "pre", "joint", overrides)  # train.lr resolved for the bench's student
+    dt = resolve_dtype(dtype or profile.train.dtype, CPU)
+    teacher_vocab = None if teacher is None else int(teacher.get_output_embeddings().weight.shape[0])
+    batch = load_batch(profile, data, cache, vocab_size, teacher_vocab)
+    built, info = build_candidates(profile, batch, candidates, dt, teacher=teacher)
+    names = [n for n in CANDIDATES if n in built]
+    peak = matmul_peak_sampler(dt, peak_size)
     times: dict[str, list[float]] = {n: [] for n in names}
     warmup_times: dict[str, list[float]] = {n: [] for n in names}  # the first includes normgrow_compiled's compile
+    peaks, warmup_peaks = [], []
     losses = {}
     for r in range(warmup + repeats):
+        timed = r >= warmup
         for n in names:
             t0 = time.perf_counter()
-            losses[n] = steps[n]()
-            (times if r >= warmup else warmup_times)[n].append(time.perf_counter() - t0)
-        print(f"[bench] round {r + 1}/{warmup + repeats}" + ("" if r < warmup else ": " + ", ".join(
-            f"{n} {times[n][-1]:.2f}s" for n in names)), flush=True)
-    tokens = batch["tokens"].numel()
-    cfg = StudentConfig(**info["student_config"])
-    flops = student_step_flops(cfg, *batch["tokens"].shape)
-    peak_bf16, peak_fp32 = matmul_peak(torch.bfloat16, peak_size), matmul_peak(torch.float32, peak_size)
-    peak = peak_bf16 if dt == torch.bfloat16 else peak_fp32
+            losses[n] = built[n].step()
+            (times if timed else warmup_times)[n].append(time.perf_counter() - t0)
+        (peaks if timed else warmup_peaks).append(peak())
+        print(f"[bench] round {r + 1}/{warmup + repeats}" + (": " + ", ".join(
+            f"{n} {times[n][-1]:.3f}s" for n in names) + f", peak {peaks[-1] / 1e9:.0f} GFLOP/s" if timed else ""),
+            flush=True)
+    B, L = batch.student["tokens"].shape
+    tokens = B * L
+    peak_flop_s = statistics.median(peaks)
     results = {}
     for n in names:
         med = statistics.median(times[n])
-        results[n] = {"step_s": med, "step_s_all": times[n], "warmup_s": warmup_times[n], "tok_s": tokens / med, "flop_s": flops["step"] / med,
-                      "mfu": flops["step"] / med / peak, "loss": losses[n]}
+        step_flops = student_step_flops(built[n].cfg, B, L)["step"]
+        results[n] = {"step_s": med, "step_s_all": times[n], "warmup_s": warmup_times[n], "tok_s": tokens / med,
+                      "vocabulary": built[n].vocabulary, "vocab_size": built[n].cfg.vocab_size,
+                      "step_flops": step_flops, "flop_s": step_flops / med, "mfu": step_flops / med / peak_flop_s,
+                      "loss": losses[n]}
     if memory == "subprocess" and args is not None:
         for n in names:
             results[n]["memory"] = _memory_subprocess(args, n)
     elif memory == "inprocess":
         for n in names:
-            results[n]["memory"] = measure_memory(steps[n], steps=1)
-    ratios = {}
-    if "normgrow" in results:
-        for n in names:
-            if n != "normgrow":
-                ratios[f"normgrow_vs_{n}"] = results[n]["step_s"] / results["normgrow"]["step_s"]
-    eval_head = bench_eval_head(batch, cfg.d_model, cfg.vocab_size, dt, repeats, warmup)
+            results[n]["memory"] = measure_memory(built[n].step, steps=1)
+    ratios = {f"normgrow_vs_{n}": results[n]["step_s"] / results["normgrow"]["step_s"]
+              for n in names if n != "normgrow" and "normgrow" in results}
+    cfg = info["student"]
+    eval_head = bench_eval_head(batch.student, cfg.d_model, batch.vocab_size, dt, repeats, warmup)
     teacher_cost = None
     if info.get("teacher_times"):
         t_s = statistics.median(info["teacher_times"][warmup:] or info["teacher_times"])
         teacher_cost = study_teacher_cost(profile, tokens / t_s)
     report = {"profile": profile.name, "command": " ".join(["python -m normgrow.bench"] + (sys.argv[1:] if args else [])),
-              "machine": machine(), "data": data_desc, "dtype": dtype,
-              "shapes": {"batch": int(batch["tokens"].shape[0]), "seq_len": int(batch["tokens"].shape[1]),
-                         "k": int(batch["topk_ids"].shape[-1]), "vocab": cfg.vocab_size, "depth": cfg.n_layers,
-                         "d_model": cfg.d_model, "tokens_per_step": tokens},
-              "repeats": repeats, "warmup": warmup, "chunk_size": info["chunk_size"],
-              "timing_method": "candidates interleaved round by round; median wall time of `repeats` steps after "
-                               "`warmup` rounds; each step = forward + loss + backward + clip + AdamW + loss.item()",
-              "candidates": results, "ratios": ratios, "flops": flops,
-              "matmul_peak_flop_s": {"bfloat16": peak_bf16, "float32": peak_fp32, "size": peak_size},
+              "machine": machine(), "data": batch.source, "dtype": dtype_name(dt),
+              "vocabulary": {"student": batch.vocabulary, "student_size": batch.vocab_size,
+                             "teacher_size": batch.teacher_vocab_size},
+              "shapes": {"batch": B, "seq_len": L, "k": int(batch.student["topk_ids"].shape[-1]),
+                         "vocab": batch.vocab_size, "depth": cfg.n_layers, "d_model": cfg.d_model,
+                         "tokens_per_step": tokens},
+              "repeats": repeats, "warmup": warmup,
+              "timing_method": "candidates interleaved round by round, each round ending with one matmul-peak sample; "
+                               "median wall time of `repeats` steps after `warmup` rounds; each step = forward + loss "
+                               "+ backward + clip + AdamW + loss.item()",
+              "candidates": results, "ratios": ratios, "flops": student_step_flops(cfg, B, L),
+              "matmul_peak": {"dtype": dtype_name(dt), "size": peak_size, "flop_s": peak_flop_s,
+                              "per_round": peaks, "warmup_rounds": warmup_peaks, "mfu_label": mfu_label(dt)},
               "memory_method": "peak RSS (psutil, sampled every 2 ms by a thread) over 2 steps minus the RSS just "
                                "before them, each candidate in a fresh subprocess after one warmup step (the fused "
                                "head's reusable chunk buffers are freed before, so they count)"
@@ -419,21 +489,29 @@ def run_bench(profile_name: str = "cpu", repeats: int = 5, warmup: int = 1, cand
 
 
 def format_table(report: dict) -> str:
-    c = report["candidates"]
+    c, pk, voc = report["candidates"], report["matmul_peak"], report["vocabulary"]
     base = c.get("normgrow", {}).get("step_s")
+    sizes = {"student": f"student {voc['student_size']:,}", "teacher": f"teacher {voc['teacher_size']:,}"}
     lines = [f"profile {report['profile']}: {report['shapes']}, dtype {report['dtype']}, data: {report['data']}",
+             f"student vocabulary: {voc['student']}",
              f"machine: {report['machine']['cpu']}, {report['machine']['cores']} cores, torch threads "
              f"{report['machine']['torch_threads']}, load avg {report['machine']['load_avg_1m']:.1f}",
-             "| candidate | step s (median) | tok/s | x slower than normgrow | MFU (bf16 peak) | peak step memory |",
-             "|---|---|---|---|---|---|"]
+             f"| candidate | vocabulary | step s (median) | tok/s | x normgrow step time | GFLOP/step | "
+             f"{pk['mfu_label']} | peak step memory |",
+             "|---|---|---|---|---|---|---|---|"]
     for n, r in c.items():
         mem = r.get("memory", {}).get("peak_step_bytes")
-        lines.append(f"| {n} | {r['step_s']:.3f} | {r['tok_s']:,.0f} | "
-                     f"{r['step_s'] / base if base else float('nan'):.2f} | {100 * r['mfu']:.1f}% | "
-                     f"{'n/a' if mem is None else f'{mem / 2**20:,.0f} MiB'} |")
-    pk = report["matmul_peak_flop_s"]
+        lines.append(f"| {n} | {sizes[r['vocabulary']]} | {r['step_s']:.3f} | {r['tok_s']:,.0f} | "
+                     f"{r['step_s'] / base if base else float('nan'):.2f} | {r['step_flops'] / 1e9:.1f} | "
+                     f"{100 * r['mfu']:.1f}% | {'n/a' if mem is None else f'{mem / 2**20:,.0f} MiB'} |")
+    if "normgrow_vs_normgrow_v1" in report["ratios"]:
+        lines.append(f"numerics version 2 vs 1: normgrow_v1 / normgrow step time = "
+                     f"{report['ratios']['normgrow_vs_normgrow_v1']:.3f} (v1: attention kernel in the autocast dtype, "
+                     "for-loop AdamW)")
     lines.append(f"student step: {report['flops']['step'] / 1e9:.1f} GFLOP (head {100 * report['flops']['head_fraction']:.0f}% "
-                 f"of forward); matmul peak bf16 {pk['bfloat16'] / 1e9:.0f} GFLOP/s, float32 {pk['float32'] / 1e9:.0f} GFLOP/s")
+                 f"of forward); matmul peak {pk['dtype']} {pk['flop_s'] / 1e9:.0f} GFLOP/s (median of one "
+                 f"{pk['size']}^3 sample per round; rounds {min(pk['per_round']) / 1e9:.0f}-"
+                 f"{max(pk['per_round']) / 1e9:.0f})")
     ev = report["eval_head"]
     lines.append(f"validation head ({ev['tokens']:,} tokens): fused eval_sums {ev['fused_s']:.3f} s, reference "
                  f"{ev['reference_s']:.3f} s ({ev['speedup']:.1f}x)")
@@ -452,28 +530,31 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--candidates", nargs="+", default=list(CANDIDATES), choices=CANDIDATES)
     ap.add_argument("--data", default="auto", choices=("auto", "cache", "synthetic"))
-    ap.add_argument("--dtype", default="auto", choices=TRAIN_DTYPES,
-                    help="auto: bf16 where the CPU computes it natively (AMX / AVX512-BF16), else float32")
-    ap.add_argument("--chunk-size", type=int, default=None)
+    ap.add_argument("--dtype", default=None, choices=TRAIN_DTYPES,
+                    help="default: the profile's train.dtype (auto: bf16 where the CPU computes it natively, AMX / "
+                         "AVX512-BF16, else float32)")
+    ap.add_argument("--vocab-size", type=int, default=None,
+                    help="the student's vocabulary of a synthetic batch (required under student.vocab: corpus "
+                         "without a cache; default under full: the teacher's)")
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's default)")
     ap.add_argument("--memory", default="subprocess", choices=("subprocess", "inprocess", "none"))
+    ap.add_argument("--peak-size", type=int, default=2048, help="n of the n x n x n matmul-peak sample")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--memory-probe", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.memory_probe:
-        profile = load_profile(args.profile)
-        batch, _ = load_batch(profile, args.data)
-        dt = resolve_dtype(args.dtype, torch.device("cpu"))
-        steps, _ = build_steps(profile, batch, [args.memory_probe], dt, chunk_size=args.chunk_size)
-        step = steps[args.memory_probe]
+        profile = run_profile(args.profile, "pre", "joint")
+        batch = load_batch(profile, args.data, vocab_size=args.vocab_size)
+        dt = resolve_dtype(args.dtype or profile.train.dtype, CPU)
+        step = build_candidates(profile, batch, [args.memory_probe], dt)[0][args.memory_probe].step
         step()  # warmup: optimizer state, lazy init
         distill.release_workspace()  # count the fused head's reusable chunk buffers in the step's peak
         print("MEMORY " + json.dumps(measure_memory(step)))
         return 0
-    run_bench(args.profile, args.repeats, args.warmup, args.candidates, args.data, args.dtype, args.chunk_size,
-              memory=args.memory, args=args, out=args.out)
+    run_bench(args.profile, args.repeats, args.warmup, args.candidates, args.data, args.dtype, args.vocab_size,
+              memory=args.memory, args=args, out=args.out, peak_size=args.peak_size)
     return 0
 
 

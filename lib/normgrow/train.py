@@ -280,7 +280,7 @@ def make_optimizer(model: Student, params, previous: torch.optim.Optimizer | Non
     # fused: one kernel for all parameters instead of ~10 ops per tensor (a for-loop AdamW was 10.7 ms of a 206 ms
     # cpu-profile step, most of it dispatch); its rounding differs from the for-loop's in the last bits
     if fused is None:
-        fused = model.embed_tokens.weight.device.type in ("cpu", "cuda")
+        fused = next(model.parameters()).device.type in ("cpu", "cuda")
     opt = torch.optim.AdamW(groups, lr=params.lr, betas=tuple(params.betas), fused=fused)
     if previous is not None and params.optimizer_on_grow == "keep":
         for _, p in named:
