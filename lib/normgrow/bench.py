@@ -248,8 +248,7 @@ def build_candidates(profile, batch: BenchBatch, names, dtype: torch.dtype, teac
 
     def hf_model(student: Student):
         hf = to_qwen3(student).train()
-        # make_optimizer's fused default looks for Student.embed_tokens; on CPU that default is fused
-        return hf, make_optimizer(hf, tp, None, fused=True)
+        return hf, make_optimizer(hf, tp, None)
 
     if "normgrow" in names:
         candidates["normgrow"] = normgrow()
