@@ -84,3 +84,94 @@ def test_pre_and_post_are_bit_identical_to_the_string_branches(norm, tie):
         assert all(torch.equal(a, b) for a, b in zip(model_sums, sums))
         with torch.autocast("cpu", dtype=torch.bfloat16):
             assert torch.equal(model(idx), legacy(idx)[0])
+
+
+def test_registry():
+    from normgrow.model import NORMS
+    from normgrow.placements import PLACEMENTS
+    assert NORMS == tuple(PLACEMENTS) == ("pre", "post", "mix", "peri", "deepnorm", "lns")
+    assert [n for n, p in PLACEMENTS.items() if p.exports_to_qwen3] == ["pre"]
+    assert [n for n, p in PLACEMENTS.items() if not p.final_norm] == ["post", "deepnorm"]
+    for p in PLACEMENTS.values():
+        assert p.label and len(p.colour) == 7 and p.colour.startswith("#") and int(p.colour[1:], 16) >= 0
+    assert len({p.colour for p in PLACEMENTS.values()}) == len(PLACEMENTS)
+    with pytest.raises(ValueError, match="norm='sandwich' is not supported; allowed values: pre, post, mix, peri, "
+                                         "deepnorm, lns"):
+        config("sandwich")
+    with pytest.raises(ValueError, match="mix_alpha=1.5 must be in"):
+        config("mix", mix_alpha=1.5)
+    assert config("pre", n_layers=3).placement_depth == 3
+
+
+def block_io(norm, index=0, **kw):
+    torch.manual_seed(0)
+    model = Student(config(norm, **kw)).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.add_(0.3 * torch.randn_like(p))
+    return model, model.blocks[index], torch.randn(2, 5, 32), model.rope(5)
+
+
+def test_mix_is_post_norm_below_floor_alpha_l_and_pre_norm_above():
+    model, _, x, rope = block_io("mix", n_layers=3, placement_depth=9)  # floor(0.25 * 9) = 2 post-norm blocks
+    assert [b.placement.inner.name for b in model.blocks] == ["post", "post", "pre"]
+    assert [b.placement.output_norm for b in model.blocks] == [True, True, False]
+    assert isinstance(model.norm, RMSNorm)
+    with torch.no_grad():
+        b = model.blocks[1]
+        h = b.attn_norm(x + b.self_attn(x, rope))
+        assert torch.equal(b(x, rope), b.mlp_norm(h + b.mlp(h)))
+        b = model.blocks[2]
+        h = x + b.self_attn(b.attn_norm(x), rope)
+        assert torch.equal(b(x, rope), h + b.mlp(b.mlp_norm(h)))
+
+
+def test_peri_normalises_each_sublayers_input_and_output():
+    model, b, x, rope = block_io("peri")
+    assert [n for n, _ in b.named_children() if n.endswith("norm")] == ["attn_norm", "mlp_norm", "attn_out_norm",
+                                                                        "mlp_out_norm"]
+    assert isinstance(model.norm, RMSNorm)
+    with torch.no_grad():
+        h = x + b.attn_out_norm(b.self_attn(b.attn_norm(x), rope))
+        out, s = b(x, rope, return_residual_sum=True)
+        assert torch.equal(out, h + b.mlp_out_norm(b.mlp(b.mlp_norm(h)))) and torch.equal(s, out)
+
+
+def test_deepnorm_constants_init_and_forward():
+    """alpha = (2N)^(1/4), beta = (8N)^(-1/4) for N = 12: 2.2134 and 0.3195; v/o/FFN init std scaled by beta."""
+    model, b, x, rope = block_io("deepnorm", n_layers=4, placement_depth=12, init_std=0.1)
+    assert b.placement.alpha == pytest.approx(2.21336, abs=1e-5) and b.placement.beta == pytest.approx(0.31947,
+                                                                                                       abs=1e-5)
+    assert isinstance(model.norm, nn.Identity)
+    for name, p in model.blocks.named_parameters():
+        if name.endswith("proj.weight"):
+            scaled = any(k in name for k in ("v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"))
+            assert p.std().item() == pytest.approx(0.1 * (0.31947 if scaled else 1), rel=0.15), name
+    with torch.no_grad():
+        a = b.placement.alpha
+        h = b.attn_norm(a * x + b.self_attn(x, rope))
+        out, s = b(x, rope, return_residual_sum=True)
+        assert torch.equal(s, a * h + b.mlp(h)) and torch.equal(out, b.mlp_norm(s))
+
+
+def test_lns_scales_the_norm_outputs_by_one_over_sqrt_l():
+    model, b, x, rope = block_io("lns", index=2)
+    assert [blk.placement.scale for blk in model.blocks] == pytest.approx([1, 2 ** -0.5, 3 ** -0.5])
+    with torch.no_grad():
+        s = 3 ** -0.5
+        h = x + b.self_attn(b.attn_norm(x) * s, rope)
+        assert torch.equal(b(x, rope), h + b.mlp(b.mlp_norm(h) * s))
+
+
+@pytest.mark.parametrize("norm", ["mix", "deepnorm", "lns"])
+def test_a_grown_student_has_its_joint_counterparts_placement(norm):
+    """placement_depth is the final depth: a 3-block student grown to 9 has the 9-block student's blocks."""
+    joint = Student(config(norm, n_layers=9))
+    grown = Student(config(norm, n_layers=3, placement_depth=9))
+    grown.append_blocks(3, init="random")
+    grown.append_blocks(3, init="copy_last")
+
+    def constants(block):  # the placement's per-block state: index, Mix-LN's inner placement, alpha, beta, scale
+        return {k: type(v).__name__ if k == "inner" else v for k, v in vars(block.placement).items()}
+    assert [constants(b) for b in grown.blocks] == [constants(b) for b in joint.blocks]

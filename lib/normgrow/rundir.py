@@ -32,7 +32,7 @@ import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from .config import ParamError, TrainParams, outputs_dir
+from .config import ParamError, StudentParams, TrainParams, outputs_dir
 from .utils import atomic_write_json, read_json
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -150,10 +150,13 @@ def _flatten(tree: dict, prefix: str = "") -> dict:
     return out
 
 
-LATER_KEYS = ("profile.train.processes", "profile.train.compile")
+LATER_KEYS = ("profile.train.processes", "profile.train.compile", "profile.student.mix_alpha",
+              "profile.student.gate_ramp_steps")
 """Identity keys added after runs had been recorded without them. Such a key, absent from one side, compares as its
-default (config.TrainParams), which is what every run recorded before it existed did: one process, and ``auto``
-compilation, which was eager on the CPUs those runs used. Any other key absent on one side is a difference."""
+default (config.TrainParams, config.StudentParams), which is what every run recorded before it existed did: one
+process; ``auto`` compilation, which was eager on the CPUs those runs used; and the placement and growth operator
+settings, which no run before them read (they were pre or post with random, copy_last or zero_out growth). Any other
+key absent on one side is a difference."""
 
 
 NOT_COMPARED = ("profile.teacher.processes", "profile.teacher.sanity")
@@ -162,7 +165,8 @@ processes (teacher.teacher_pass), and the cache itself is compared through its k
 
 
 def _later_key_defaults() -> dict:
-    defaults = {f"profile.train.{f.name}": f.default for f in fields(TrainParams)}
+    defaults = {f"profile.{section}.{f.name}": f.default
+                for section, cls in (("train", TrainParams), ("student", StudentParams)) for f in fields(cls)}
     return {k: defaults[k] for k in LATER_KEYS}
 
 
@@ -171,7 +175,7 @@ def identity_differences(recorded: dict, expected: dict) -> list[str]:
     compared. The profile of either side is compared with the LATER_KEYS it lacks filled in with their defaults."""
     a, b = _flatten(recorded), _flatten(expected)
     for flat in (a, b):
-        if any(k.startswith("profile.train.") for k in flat):
+        if any(k.startswith("profile.") for k in flat):
             for key, default in _later_key_defaults().items():
                 flat.setdefault(key, default)
     return sorted(k for k in set(a) | set(b)
@@ -182,7 +186,12 @@ def identity_differences(recorded: dict, expected: dict) -> list[str]:
 
 @dataclass(frozen=True)
 class PhaseSummary:
-    """The model at the end of one phase (a stage of the schedule)."""
+    """The model at the end of one phase (a stage of the schedule).
+
+    val_ce_after_growth: the validation CE (whole split) of the model just after this phase's growth step, before
+    any update (train.train_phase); None for the first phase and for joint and single runs, and in summaries written
+    before it was recorded. The loss before growth is the previous phase's val_ce, measured on the same split at its
+    end by the same model, so it is not measured again."""
     phase: int
     depth: int
     step: int
@@ -191,6 +200,7 @@ class PhaseSummary:
     trainable_layer_tokens: int
     val_ce: float
     val_kd_ce: float
+    val_ce_after_growth: float | None = None
 
 
 @dataclass(frozen=True)
@@ -198,7 +208,9 @@ class Summary:
     """summary.json: the finished run's parameters, final numbers and one PhaseSummary per phase.
 
     Read and written only through read_summary / write_summary: a missing, unknown or mistyped field is an error
-    naming the file, so a renamed field cannot silently become a NaN column in a table."""
+    naming the file, so a renamed field cannot silently become a NaN column in a table. The one exception is a field
+    with a default (PhaseSummary.val_ce_after_growth): added after summaries had been written without it, it may be
+    absent and then reads as its default."""
     run_name: str
     profile: str
     norm: str
@@ -227,20 +239,22 @@ class Summary:
 
 
 _TYPES = {"str": (str,), "bool": (bool,), "int": (int,), "float": (int, float), "dict": (dict,),
-          "str | None": (str, type(None))}
+          "str | None": (str, type(None)), "float | None": (int, float, type(None))}
 
 
 def _typed(cls, raw, where: str):
     if not isinstance(raw, dict):
         raise RunDirError(f"{where}: expected a JSON object, got {type(raw).__name__}")
     names = [f.name for f in fields(cls)]
-    missing, unknown = [n for n in names if n not in raw], sorted(set(raw) - set(names))
+    required = [f.name for f in fields(cls) if f.default is dataclasses.MISSING]  # a field with a default came later
+    missing, unknown = [n for n in required if n not in raw], sorted(set(raw) - set(names))
     if missing or unknown:
         raise RunDirError(f"{where}: missing field(s) {missing or 'none'}, unknown field(s) {unknown or 'none'}; "
                           f"{cls.__name__} has {', '.join(names)}")
     for f in fields(cls):
-        allowed = _TYPES.get(str(f.type))
-        value = raw[f.name]
+        if f.name not in raw:
+            continue
+        allowed, value = _TYPES.get(str(f.type)), raw[f.name]
         if allowed and (not isinstance(value, allowed) or (bool not in allowed and isinstance(value, bool))):
             raise RunDirError(f"{where}: field {f.name}={value!r} is not a {f.type}")
     return raw
