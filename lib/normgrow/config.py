@@ -153,15 +153,16 @@ class TrainParams:
     stages: tuple = (3, 6, 9)  # depth after each curriculum stage; joint runs train stages[-1] from step 0
     stage_tokens: tuple = (65_536, 65_536, 65_536)  # tokens trained in each stage
     batch_size: int = 16  # sequences per step
-    # Peak learning rate: one float for both placements, or {pre: X, post: Y} (post-norm wants a lower one;
-    # `python -m normgrow.sweep` measures it). make_run_spec resolves it for the run's norm.
+    # Peak learning rate: one float for every placement, or {pre: X, post: Y, ...} (post-norm wants a lower one;
+    # `python -m normgrow.sweep` measures it), which needs only the placements the profile runs. make_run_spec
+    # resolves it for the run's norm (train.lr_for_run).
     lr: Any = 3e-3
     min_lr_ratio: float = 0.1
     warmup_steps: int = 10
     weight_decay: float = 0.1
     betas: tuple = (0.9, 0.95)
     grad_clip: float = 1.0
-    lr_schedule: str = "per_stage"  # per_stage (warmup + cosine restarted at each growth) | global
+    lr_schedule: str = "per_stage"  # per_stage (warmup + cosine restarted at each growth) | global (train.py)
     optimizer_on_grow: str = "reset"  # reset (fresh AdamW state) | keep (old params keep their moments)
     eval_every: int = 50  # steps
     eval_tokens: int = 0  # validation tokens per evaluation; 0 = the whole validation split
