@@ -172,6 +172,6 @@ def test_a_grown_student_has_its_joint_counterparts_placement(norm):
     grown.append_blocks(3, init="random")
     grown.append_blocks(3, init="copy_last")
 
-    def constants(block):  # the placement's per-block state: index, Mix-LN's inner placement, alpha, beta, scale
+    def constants(block):  # per-block state: Mix-LN's inner placement, DeepNorm's alpha and beta, LNS's scale
         return {k: type(v).__name__ if k == "inner" else v for k, v in vars(block.placement).items()}
     assert [constants(b) for b in grown.blocks] == [constants(b) for b in joint.blocks]

@@ -52,7 +52,7 @@ class Placement:
     exports_to_qwen3: bool = False
 
     def __init__(self, cfg, index: int):
-        self.index = index  # 0-based layer index of the block
+        """A block's constants from the config and its 0-based layer index; none by default."""
 
     def forward(self, block, x: Tensor, rope) -> tuple[Tensor, Tensor]:
         raise NotImplementedError
@@ -63,8 +63,9 @@ class Placement:
 
 @register
 class Pre(Placement):
-    """Pre-norm (Xiong et al. 2020; GPT-2, Llama, Qwen3): h = h + attn(attn_norm(h)); h = h + mlp(mlp_norm(h)),
-    and a final norm before the head. The residual stream is never normalised, so its scale can drift with depth."""
+    """Pre-norm (GPT-2, Radford et al. 2019; analysed by Xiong et al. 2020; Llama, Qwen3):
+    h = h + attn(attn_norm(h)); h = h + mlp(mlp_norm(h)), and a final norm before the head. The residual stream is
+    never normalised, so its scale can drift with depth."""
     name, label, colour = "pre", "pre-norm", "#d62728"
     exports_to_qwen3 = True
 
