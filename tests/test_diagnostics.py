@@ -217,3 +217,17 @@ def test_study_keeps_the_diagnostics_of_runs_whose_checkpoints_are_gone(tmp_path
     other = dict(batch, meta=dict(batch["meta"], fingerprint="another batch"))
     monkeypatch.setattr(D, "fixed_batch", lambda profile, n: other)
     assert D.diagnose_study("tiny", progress=False)["runs"] == {}  # measured on another batch: not kept
+
+
+def test_residual_sum_cosine_for_the_blocks_with_an_output_norm(batch):
+    """Mix-LN at placement depth 8: blocks 0-1 are post-norm (floor(0.25 * 8) = 2), block 2 pre-norm; the cosine
+    with the residual sum is measured, and drawn, for the first two only."""
+    from normgrow.diagplots import block_figure
+    torch.manual_seed(0)
+    model = Student(StudentConfig(vocab_size=64, n_layers=3, d_model=16, n_heads=2, n_kv_heads=1, head_dim=8, d_ff=32,
+                                  norm="mix", init_std=0.2, placement_depth=8)).eval()
+    d = D.diagnose_model(model, batch, skip=False)
+    assert ["cosine_residual_sum" in b for b in d["blocks"]] == [True, True, False]
+    study = {"runs": {"mix-joint-s0": {"variant": "mix-joint", "seed": 0, "checkpoints": [d]}}}
+    (markers,) = [t for t in block_figure(study).data if "residual sum" in (t.hovertemplate or "")]
+    assert list(markers.x) == [0, 1]

@@ -5,8 +5,9 @@ import pytest
 import torch
 
 from normgrow.__main__ import main
-from normgrow.export import export_student
+from normgrow.export import export_student, to_qwen3
 from normgrow.model import Student, StudentConfig, load_student, save_student
+from normgrow.placements import PLACEMENTS
 
 V = 96
 
@@ -48,13 +49,18 @@ def test_pre_norm_exports_to_qwen3(tmp_path, tie, n_kv_heads):
         assert (hf(input_ids=idx).logits - model(idx)).abs().max() <= 1e-4
 
 
-def test_post_norm_export_roundtrips(tmp_path):
-    model = random_student("post", tie=False)
+@pytest.mark.parametrize("norm", [n for n, p in PLACEMENTS.items() if not p.exports_to_qwen3])
+def test_other_placements_export_as_normgrow_checkpoints(tmp_path, norm):
+    model = random_student(norm, tie=False)
+    model.append_blocks(1, init="gated")  # the gate is no part of a checkpoint
     src = run_dir(tmp_path, model, {"step": 3})
     main(["export", str(src / "checkpoints" / "final.pt"), str(tmp_path / "out")])
     info = json.loads((tmp_path / "out" / "normgrow_export.json").read_text())
     assert info["format"] == "normgrow" and "not a transformers architecture" in info["message"]
-    assert json.loads((tmp_path / "out" / "config.json").read_text())["norm"] == "post"
+    assert json.loads((tmp_path / "out" / "config.json").read_text())["norm"] == norm
+    model.blocks[-1].gate = None  # what the checkpoint holds: the block after its ramp
+    with pytest.raises(ValueError, match=f"norm='{norm}' has no transformers architecture; only pre maps to Qwen3"):
+        to_qwen3(model)
     loaded = load_student(tmp_path / "out")
     idx = torch.randint(V, (2, 20), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():

@@ -63,6 +63,27 @@ def test_summary_record_fails_loudly(outputs):
         rundir.read_summary(run_dir)
 
 
+def test_records_written_before_the_placement_keys_still_read_and_match(outputs):
+    """summary.json without val_ce_after_growth reads it as None; config.json without student.mix_alpha and
+    student.gate_ramp_steps (absent keys compare as their defaults) is the same identity when the profile has their
+    defaults, and another value still differs."""
+    summary = run_variant(spec(), progress=False)
+    run_dir = outputs / "runs" / "tiny" / "pre-grow-s0"
+    assert [p["val_ce_after_growth"] is None for p in summary["phases"]] == [True, False, False]
+    raw = json.loads((run_dir / "summary.json").read_text())
+    for phase in raw["phases"]:
+        del phase["val_ce_after_growth"]
+    (run_dir / "summary.json").write_text(json.dumps(raw))
+    assert [p.val_ce_after_growth for p in rundir.read_summary(run_dir).phases] == [None] * 3
+    recorded = rundir.read_identity(run_dir)
+    del recorded["profile"]["student"]["mix_alpha"], recorded["profile"]["student"]["gate_ramp_steps"]
+    expected = spec().identity() | {"teacher_key": recorded["teacher_key"]}
+    assert rundir.identity_differences(recorded, expected) == []
+    other = spec(overrides=fakes.TINY_OVERRIDES | {"student.mix_alpha": 0.5}).identity()
+    assert rundir.identity_differences(recorded, other | {"teacher_key": recorded["teacher_key"]}) == [
+        "profile.student.mix_alpha"]
+
+
 def test_one_writer_per_run_directory(outputs):
     run_dir = outputs / "runs" / "tiny" / "pre-grow-s0"
     with RunLock(run_dir):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -202,11 +203,16 @@ def kill_mid_phase(run_dir: Path, extra: dict) -> None:
     assert not (run_dir / "summary.json").exists()
 
 
-def test_resume_after_sigkill_matches_uninterrupted_run(outputs, tmp_path):
-    reference = run(norm="pre", schedule="grow", run_name="reference")
+@pytest.mark.parametrize("extra", [{}, {"student.new_block_init": "gated", "student.gate_ramp_steps": 4}],
+                         ids=["random", "gated"])
+def test_resume_after_sigkill_matches_uninterrupted_run(outputs, tmp_path, extra):
+    """gated: the run resumes from step 4 or 6 of phase 1 (steps 4-8), whose mask ramps over all 4 of its steps
+    (0.75 for the step after 6): the resumed run computes the mask from the step, as the uninterrupted one did."""
+    overrides = fakes.TINY_OVERRIDES | extra
+    reference = run(norm="pre", schedule="grow", run_name="reference", overrides=overrides)
     run_dir = outputs / "runs" / "tiny" / "pre-grow-s0"
-    kill_mid_phase(run_dir, {})
-    resumed = run(norm="pre", schedule="grow")
+    kill_mid_phase(run_dir, extra)
+    resumed = run(norm="pre", schedule="grow", overrides=overrides)
     for key in ("val_ce", "val_kd_ce", "tokens", "active_layer_tokens", "steps"):
         assert resumed[key] == pytest.approx(reference[key], abs=1e-6), key
     for a, b in zip(resumed["phases"], reference["phases"]):
@@ -225,3 +231,73 @@ def test_lr_per_placement_and_schedule():
     freeze = make_run_spec(profile="tiny", norm="pre", schedule="grow", freeze_prefix=True,
                            overrides=fakes.TINY_OVERRIDES | {"train.lr": lr})
     assert freeze.profile.train.lr == 2e-3
+
+
+def test_lr_mapping_needs_only_the_runs_placement():
+    """A mapping tuned for pre and post runs those two; another placement needs its own key; a key that is no
+    placement is still an error."""
+    lr = {"pre": 1e-3, "post": 4e-4}
+    assert lr_for_run(lr, "post", "joint") == 4e-4 and lr_for_run({"mix": 2e-3}, "mix", "grow") == 2e-3
+    with pytest.raises(ParamError, match=r"train.lr=.* gives no learning rate for norm='peri' \(keys given: pre, "
+                                         r"post\); add train.lr.peri"):
+        lr_for_run(lr, "peri", "joint")
+    with pytest.raises(ParamError, match="unknown placement.s. sandwich; allowed keys: pre, post, mix, peri, "
+                                         "deepnorm, lns"):
+        lr_for_run(lr | {"sandwich": 1e-3}, "pre", "joint")
+    with pytest.raises(ParamError, match="no learning rate for norm='lns'"):
+        make_run_spec(profile="tiny", norm="lns", overrides=fakes.TINY_OVERRIDES | {"train.lr": lr})
+
+
+def test_keep_carries_the_old_parameters_adamw_state_exactly():
+    """optimizer_on_grow keep: after growth the old parameters' exp_avg, exp_avg_sq and step are those before it
+    (torch.equal) and the appended block's parameters have no state; reset: no parameter has state."""
+    from normgrow.config import TrainParams
+    from normgrow.model import Student, StudentConfig
+    from normgrow.train import make_optimizer
+    torch.manual_seed(0)
+    model = Student(StudentConfig(vocab_size=fakes.VOCAB, n_layers=1, d_model=16, n_heads=2, n_kv_heads=1,
+                                  head_dim=8, d_ff=32))
+    keep, reset = TrainParams(optimizer_on_grow="keep"), TrainParams(optimizer_on_grow="reset")
+    opt = make_optimizer(model, keep, None)
+    for _ in range(2):
+        model(torch.randint(0, fakes.VOCAB, (2, 8))).logsumexp(-1).mean().backward()
+        opt.step()
+        opt.zero_grad()
+    before = {p: {k: v.clone() for k, v in opt.state[p].items()} for p in model.parameters()}
+    model.append_blocks(1, init="random")
+    kept = make_optimizer(model, keep, opt)
+    new = set(model.blocks[1].parameters())
+    for p in model.parameters():
+        if p in new:
+            assert p not in kept.state
+        else:
+            assert kept.state[p].keys() == before[p].keys() == {"step", "exp_avg", "exp_avg_sq"}
+            assert all(torch.equal(kept.state[p][k], before[p][k]) for k in before[p])
+    assert not make_optimizer(model, reset, opt).state
+
+
+@pytest.mark.parametrize("norm", ["mix", "peri", "deepnorm", "lns"])
+def test_every_schedule_trains_the_other_placements(outputs, norm):
+    """joint, grow (gated), single, freeze and matched runs finish with finite losses; a grown run records the
+    validation CE just after each growth step, equal to the previous phase's final one (gated growth preserves the
+    function), and none for its first phase nor for a joint run."""
+    gated = fakes.TINY_OVERRIDES | {"student.new_block_init": "gated", "student.gate_ramp_steps": 3}
+    grow = run_variant(make_run_spec(profile="tiny", norm=norm, schedule="grow", overrides=gated,
+                                     run_name=f"{norm}-grow-s0"), progress=False)
+    phases = grow["phases"]
+    assert phases[0]["val_ce_after_growth"] is None
+    for before, after in zip(phases, phases[1:]):
+        assert after["val_ce_after_growth"] == pytest.approx(before["val_ce"], abs=1e-6)
+    joint = run(norm=norm, schedule="joint")
+    assert joint["phases"][0]["val_ce_after_growth"] is None
+    for kw in ({"schedule": "single"}, {"schedule": "grow", "freeze_prefix": True},
+               {"schedule": "joint", "match_active_layer_tokens": f"{norm}-grow"}):
+        summary = run(norm=norm, **kw)
+        assert all(math.isfinite(p["val_ce"]) for p in summary["phases"]), kw
+    assert summary["active_layer_tokens"] == grow["active_layer_tokens"]
+
+
+def test_zero_out_growth_of_pre_norm_keeps_the_validation_loss(outputs):
+    summary = run(norm="pre", schedule="grow", overrides=fakes.TINY_OVERRIDES | {"student.new_block_init": "zero_out"})
+    for before, after in zip(summary["phases"], summary["phases"][1:]):
+        assert after["val_ce_after_growth"] == pytest.approx(before["val_ce"], abs=1e-6)

@@ -56,7 +56,7 @@ def _run(args: argparse.Namespace) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m normgrow", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    export = sub.add_parser("export", help="export a student: Qwen3ForCausalLM (pre-norm) or normgrow checkpoint (post)")
+    export = sub.add_parser("export", help="export a student: Qwen3ForCausalLM (pre) or normgrow checkpoint (others)")
     export.add_argument("src", help="a run dir (uses checkpoints/final.pt) or a checkpoint .pt file")
     export.add_argument("out_dir", help="output folder (created; never a run directory or inside outputs/runs)")
     export.add_argument("--force", action="store_true",

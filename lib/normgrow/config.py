@@ -139,7 +139,9 @@ class StudentParams:
     rope_theta: float = 10000.0
     rms_eps: float = 1e-6
     init_std: float = 0.02
-    new_block_init: str = "random"  # random | copy_last | zero_out
+    new_block_init: str = "random"  # a growth operator of growth_ops.GROWTH_OPS: random | copy_last | zero_out | gated
+    mix_alpha: float = 0.25  # norm mix (Mix-LN): post-norm in the first floor(mix_alpha * final depth) blocks
+    gate_ramp_steps: int = 64  # new_block_init gated (MSG): updates over which the new blocks' mask ramps from 0 to 1
     # full: the teacher's whole vocabulary. corpus: only the token ids that occur in the cached corpus (train and
     # validation); teacher top-k mass on other ids joins the tail bucket (see vocab.py). The head is most of a
     # small student's FLOPs, and most of a 49k vocabulary never occurs in a few MB of text.
@@ -151,15 +153,16 @@ class TrainParams:
     stages: tuple = (3, 6, 9)  # depth after each curriculum stage; joint runs train stages[-1] from step 0
     stage_tokens: tuple = (65_536, 65_536, 65_536)  # tokens trained in each stage
     batch_size: int = 16  # sequences per step
-    # Peak learning rate: one float for both placements, or {pre: X, post: Y} (post-norm wants a lower one;
-    # `python -m normgrow.sweep` measures it). make_run_spec resolves it for the run's norm.
+    # Peak learning rate: one float for every placement, or {pre: X, post: Y, ...} (post-norm wants a lower one;
+    # `python -m normgrow.sweep` measures it), which needs only the placements the profile runs. make_run_spec
+    # resolves it for the run's norm (train.lr_for_run).
     lr: Any = 3e-3
     min_lr_ratio: float = 0.1
     warmup_steps: int = 10
     weight_decay: float = 0.1
     betas: tuple = (0.9, 0.95)
     grad_clip: float = 1.0
-    lr_schedule: str = "per_stage"  # per_stage (warmup + cosine restarted at each growth) | global
+    lr_schedule: str = "per_stage"  # per_stage (warmup + cosine restarted at each growth) | global (train.py)
     optimizer_on_grow: str = "reset"  # reset (fresh AdamW state) | keep (old params keep their moments)
     eval_every: int = 50  # steps
     eval_tokens: int = 0  # validation tokens per evaluation; 0 = the whole validation split
@@ -200,10 +203,10 @@ def choices() -> dict[str, tuple]:
     """Allowed values, by dotted key. Each list lives in the module that branches on it (imported here on first use:
     distill.py imports this module); the two train.* lists live here because train.py imports this module too."""
     from .distill import LOSSES, TAILS
-    from .model import BLOCK_INITS
+    from .growth_ops import GROWTH_OPS
     from .utils import DTYPES, TRAIN_DTYPES
     from .vocab import VOCABS
-    return {"teacher.dtype": ("auto",) + tuple(DTYPES), "teacher.sanity": ("enforce", "warn"), "student.vocab": VOCABS, "student.new_block_init": BLOCK_INITS,
+    return {"teacher.dtype": ("auto",) + tuple(DTYPES), "teacher.sanity": ("enforce", "warn"), "student.vocab": VOCABS, "student.new_block_init": tuple(GROWTH_OPS),
             "train.lr_schedule": ("per_stage", "global"), "train.optimizer_on_grow": ("reset", "keep"),
             "train.dtype": TRAIN_DTYPES, "train.compile": ("auto", "on", "off"), "distill.loss": LOSSES, "distill.tail": TAILS}
 
@@ -211,6 +214,7 @@ def choices() -> dict[str, tuple]:
 POSITIVE = {
     "teacher.batch_size", "teacher.processes", "data.seq_len", "data.train_tokens", "data.val_tokens", "cache.k",
     "student.d_model", "student.n_heads", "student.n_kv_heads", "student.head_dim", "student.d_ff",
+    "student.gate_ramp_steps",
     "train.batch_size", "train.eval_every", "train.checkpoint_every", "train.processes", "distill.temperature",
 }
 
@@ -343,6 +347,7 @@ RANGES = {  # key -> (allowed range as the message says it, test); every float m
     "student.init_std": ("> 0", lambda v: v > 0),
     "student.rms_eps": ("> 0", lambda v: v > 0),
     "student.rope_theta": ("> 0", lambda v: v > 0),
+    "student.mix_alpha": ("in [0, 1]", lambda v: 0 <= v <= 1),
     "train.min_lr_ratio": ("in [0, 1]", lambda v: 0 <= v <= 1),
     "train.warmup_steps": (">= 0", lambda v: v >= 0),
     "train.weight_decay": (">= 0", lambda v: v >= 0),

@@ -17,8 +17,9 @@ Per checkpoint (``diagnose_model``):
   boundaries  for h_0 (embeddings) .. h_N: ``rms`` = sqrt(mean h^2) over the group's positions and all channels,
               ``max_abs`` = max |h| over them (massive activations).
   blocks      block j maps h_j -> h_{j+1}: ``update_ratio`` = mean over positions of ||h_{j+1} - h_j|| / ||h_j||,
-              ``cosine`` = mean cos(h_j, h_{j+1}); post-norm also ``cosine_residual_sum`` = mean cos(h_j, s_j) with
-              s_j the block's residual sum before its output norm; ``skip_delta_ce`` / ``skip_delta_kd_ce``: the
+              ``cosine`` = mean cos(h_j, h_{j+1}); a block with an output norm (placements.py: post-norm, DeepNorm,
+              Mix-LN's lower blocks) also ``cosine_residual_sum`` = mean cos(h_j, s_j) with s_j the block's residual
+              sum before its output norm; ``skip_delta_ce`` / ``skip_delta_kd_ce``: the
               change in validation next-token CE / soft-target CE (loss_mask positions) when block j is removed
               (h_j fed straight into block j+1: exactly the model rebuilt without block j).
   final_block the last block's update ratio against the other blocks' (median, ratio, rank; rank 1 = smallest).
@@ -45,7 +46,7 @@ from torch import Tensor
 from .claims import NOT_SUPPORTED, NOT_TESTABLE, SUPPORTED, Claim
 from .config import load_profile
 from .distill import eval_sums
-from .model import Student, StudentConfig, load_checkpoint
+from .model import NORMS, Student, StudentConfig, load_checkpoint
 from .rundir import finished_runs, is_finished, phase_checkpoints, read_identity, study_dir
 from .train import rows_to_batch
 from .utils import atomic_write_json, read_json, stable_hash
@@ -242,7 +243,7 @@ def diagnose_model(model: Student, batch: dict, skip: bool = True) -> dict:
         ratio = (h_out - h_in).norm(dim=-1) / h_in.norm(dim=-1).clamp_min(1e-12)
         entry = {"index": j, "update_ratio": _group_stats(ratio, masks, "mean"),
                  "cosine": _group_stats(_cos(h_in, h_out), masks, "mean")}
-        if model.cfg.norm == "post":
+        if model.blocks[j].placement.output_norm:
             entry["cosine_residual_sum"] = _group_stats(_cos(h_in, sums[j]), masks, "mean")
         if skip:
             lost = skip_block_losses(model, hs, batch, j)
@@ -352,11 +353,13 @@ CHECKPOINT_OVERHEAD = 16 * 1024  # torch.save zip entries, key names, config and
 
 
 def student_param_count(profile, depth: int, vocab_size: int) -> int:
-    """Parameters of a student of the profile at a depth over vocab_size ids (built on the meta device: no memory)."""
+    """Parameters of a student of the profile at a depth over vocab_size ids, for the placement with the most
+    (placements differ by their norms: pre's final norm, Peri-LN's output norms), so that the disk estimate bounds
+    every run (built on the meta device: no memory)."""
     prof = load_profile(profile) if isinstance(profile, str) else profile
-    cfg = StudentConfig.from_params(prof.student, vocab_size=vocab_size, n_layers=depth, norm="pre")
     with torch.device("meta"):
-        return sum(p.numel() for p in Student(cfg).parameters())
+        return max(sum(p.numel() for p in Student(StudentConfig.from_params(
+            prof.student, vocab_size=vocab_size, n_layers=depth, norm=norm)).parameters()) for norm in NORMS)
 
 
 def run_disk_estimate(profile, cache=None) -> dict:

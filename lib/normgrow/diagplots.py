@@ -29,6 +29,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .diagnostics import GROUPS
+from .placements import PLACEMENTS
 from .render import (Page, claims_html, details, faint, split_variant, style_figure, table,
                      variant_style, write_text)
 
@@ -78,11 +79,14 @@ def _select(study: dict, runs) -> dict:
 
 
 def by_variant(runs: dict) -> dict[str, list[tuple[str, dict]]]:
-    """{variant: [(run name, run), ...]} in a stable order: schedule family, then pre before post, then seed."""
+    """{variant: [(run name, run), ...]} in a stable order: schedule family, then placement in PLACEMENTS' order
+    (pre before post), then seed."""
     out: dict[str, list] = {}
     for name in sorted(runs, key=lambda n: (runs[n].get("seed") or 0, n)):
         out.setdefault(variant_of(name, runs[name]), []).append((name, runs[name]))
-    return dict(sorted(out.items(), key=lambda kv: (split_variant(kv[0])[1], split_variant(kv[0])[0] != "pre")))
+    order = {norm: i for i, norm in enumerate(PLACEMENTS)}
+    return dict(sorted(out.items(), key=lambda kv: (split_variant(kv[0])[1],
+                                                    order.get(split_variant(kv[0])[0], len(order)))))
 
 
 def _checkpoint(run: dict, checkpoint: int) -> dict | None:
@@ -240,8 +244,9 @@ def drift_figure(study: dict, runs=None, groups=None, kind: str = "top", layer: 
 
 def block_figure(study: dict, runs=None, checkpoint: int = -1, group: str = "all") -> go.Figure:
     """Per block j (h_j -> h_j+1): update ratio ||h_out - h_in|| / ||h_in||, cosine(h_in, h_out) and the validation
-    CE change when the block is skipped; variant means over seeds with seeds as faint markers. Post-norm also gets
-    cosine(h_in, h_in + F(h_in)) (the residual sum before its norm) as open markers."""
+    CE change when the block is skipped; variant means over seeds with seeds as faint markers. A block with an output
+    norm (post-norm, DeepNorm, Mix-LN's lower blocks) also gets cosine(h_in, s) (s its residual sum before that norm)
+    as open markers."""
     runs = _select(study, runs)
     fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.08,
                         subplot_titles=(f"update ratio ({group} tokens)", f"cosine(h_in, h_out) ({group} tokens)",
@@ -255,11 +260,11 @@ def block_figure(study: dict, runs=None, checkpoint: int = -1, group: str = "all
                         True, "block %{x}: %{y:.4g}")
         _variant_traces(fig, variant, xs, [[b["cosine"][group] for b in c["blocks"]] for c in ckpts], 1, 2, False,
                         "block %{x}: %{y:.4f}")
-        if all("cosine_residual_sum" in c["blocks"][0] for c in ckpts):
+        normed = [i for i in range(len(xs[0])) if all("cosine_residual_sum" in c["blocks"][i] for c in ckpts)]
+        if normed:  # the blocks with an output norm (diagnostics.py): all under post-norm, the lower ones of Mix-LN
             st = variant_style(variant)
             fig.add_trace(go.Scatter(
-                x=xs[0], y=[_mean([c["blocks"][i]["cosine_residual_sum"][group] for c in ckpts])
-                            for i in range(len(xs[0]))],
+                x=normed, y=[_mean([c["blocks"][i]["cosine_residual_sum"][group] for c in ckpts]) for i in normed],
                 mode="markers", legendgroup=variant, showlegend=False,
                 marker=dict(symbol=st["symbol"] + "-open", size=8, color=st["color"]),
                 hovertemplate=f"{variant} residual sum, block %{{x}}: %{{y:.4f}}<extra></extra>"), row=1, col=2)

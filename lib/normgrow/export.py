@@ -1,9 +1,11 @@
 """Export a trained student.
 
-pre-norm  -> a transformers Qwen3ForCausalLM folder (save_pretrained). The student is a Qwen3 decoder, so the
+A placement that exports to Qwen3 (placements.py, exports_to_qwen3: pre)
+          -> a transformers Qwen3ForCausalLM folder (save_pretrained). The student is a Qwen3 decoder, so the
              weights map one to one (table below); the export checks the logits against the student before
              returning and records the largest difference in OUT_DIR/normgrow_export.json.
-post-norm -> no transformers architecture puts the norm after the residual sum, so the export is a normgrow
+any other -> no transformers architecture computes it (post-norm's norm after the residual sum, Mix-LN, Peri-LN's
+             output norms, DeepNorm's alpha, LayerNorm-Scaling's 1/sqrt(l)), so the export is a normgrow
              checkpoint: OUT_DIR/student.pt (save_student format) + OUT_DIR/config.json (StudentConfig), loadable
              with normgrow.model.load_student(OUT_DIR).
 
@@ -25,6 +27,7 @@ import torch
 
 from .rundir import CHECKPOINTS, CONFIG, METRICS, SUMMARY, RunDirError, read_identity, runs_base
 from .model import Student, load_checkpoint, resolve_checkpoint, save_student
+from .placements import PLACEMENTS
 from .utils import atomic_write_json, disk_full_errors
 
 # normgrow parameter name prefix -> transformers Qwen3ForCausalLM name prefix (first match wins).
@@ -72,8 +75,9 @@ def to_qwen3(model: Student, **token_ids):
     """A Qwen3ForCausalLM (float32, eval mode) computing the same function as a pre-norm student."""
     from transformers import Qwen3ForCausalLM
 
-    if model.cfg.norm != "pre":
-        raise ValueError(f"norm={model.cfg.norm!r} has no transformers architecture; only pre-norm maps to Qwen3")
+    if not PLACEMENTS[model.cfg.norm].exports_to_qwen3:
+        raise ValueError(f"norm={model.cfg.norm!r} has no transformers architecture; only "
+                         f"{', '.join(n for n, p in PLACEMENTS.items() if p.exports_to_qwen3)} maps to Qwen3")
     hf = Qwen3ForCausalLM(qwen3_config(model, **token_ids)).float().eval()
     state = {qwen3_name(k): v.detach().float() for k, v in model.state_dict().items()}
     missing, unexpected = hf.load_state_dict(state, strict=False)
@@ -160,7 +164,7 @@ def _write_export(model: Student, extra: dict, ckpt_path: Path, out_dir: Path) -
     token_ids = _copy_tokenizer(tokenizer_dir, out_dir) if tokenizer_dir else {}
     info = {"source": str(ckpt_path), "norm": model.cfg.norm, "n_layers": model.cfg.n_layers,
             "tokenizer_dir": tokenizer_dir}
-    if model.cfg.norm == "pre":
+    if PLACEMENTS[model.cfg.norm].exports_to_qwen3:
         hf = to_qwen3(model, **token_ids)
         diff = max_logit_diff(model, hf)
         if diff > PARITY_TOL:

@@ -15,35 +15,35 @@ Architecture (each choice follows transformers' Qwen3 so a pre-norm student expo
   - MLP: SwiGLU, down_proj(silu(gate_proj(x)) * up_proj(x)).
   - Head: tied to the embedding matrix (tie_embeddings) or a separate bias-free linear layer.
 
-Norm placement (cfg.norm), the variable of the study:
+Norm placement (cfg.norm), the variable of the study: one class each in placements.py (PLACEMENTS), which says
+where a block's RMSNorms sit, which norms it has, whether the stack has a final norm before the head, any init
+scaling and whether the student exports to Qwen3. The study's two:
   pre   h = h + attn(attn_norm(h)); h = h + mlp(mlp_norm(h)); a final norm before the head (Qwen3).
-        The residual stream is never normalised, so its scale can drift with depth.
-  post  h = attn_norm(h + attn(h)); h = mlp_norm(h + mlp(h)); NO separate final norm: the last block's
-        output norm already feeds the head (classical post-LN, Vaswani et al. 2017; Xiong et al. 2020).
-        Every block boundary is an RMSNorm output, so its scale is pinned by the gains.
-The two placements have exactly the same parameters except the final norm (pre only).
+  post  h = attn_norm(h + attn(h)); h = mlp_norm(h + mlp(h)); NO separate final norm (classical post-LN).
+They have exactly the same parameters except the final norm (pre only). The others (mix, peri, deepnorm, lns) are
+defined, with their sources, in placements.py; depth-dependent ones read cfg.placement_depth, the run's final depth.
 
 Initialisation: every linear and embedding weight ~ N(0, init_std) (transformers' initializer_range; no
-depth-dependent rescaling, so pre and post start from the same distribution and an appended block is
-initialised exactly like a block present from step 0); norm gains are 1.
+depth-dependent rescaling except where a placement defines one (DeepNorm's beta), so pre and post start from the
+same distribution and an appended block is initialised exactly like a block present from step 0); norm gains are 1.
 
-Growth: append_blocks() stacks new blocks on top of the trained prefix, under the final norm and the head,
-so each new block receives the prefix's boundary representation h_N. Initialisations: "random" (fresh),
-"copy_last" (deep copy of the last block, progressive stacking), "zero_out" (fresh with o_proj and down_proj
-zeroed, LLaMA Pro: an exact identity under pre-norm; under post-norm the block still applies its norms, so
-it is not an identity unless its input is already normalised with unit gains).
+Growth: append_blocks() stacks new blocks on top of the trained prefix, under the final norm and the head, so each
+new block receives the prefix's boundary representation h_N. How a new block is initialised is a growth operator
+(growth_ops.py, GROWTH_OPS: random, copy_last, zero_out, gated), which also says under which placements the grown
+model computes exactly the prefix's function.
 
-Parameter names map to transformers' Qwen3 as follows (see export.py):
+Parameter names map to transformers' Qwen3 as follows for a placement that exports to it (pre; see export.py):
   embed_tokens.weight                 model.embed_tokens.weight
   blocks.{i}.self_attn.{q,k,v,o}_proj model.layers.{i}.self_attn.{q,k,v,o}_proj
   blocks.{i}.self_attn.{q,k}_norm     model.layers.{i}.self_attn.{q,k}_norm
   blocks.{i}.attn_norm                model.layers.{i}.input_layernorm
   blocks.{i}.mlp_norm                 model.layers.{i}.post_attention_layernorm
   blocks.{i}.mlp.{gate,up,down}_proj  model.layers.{i}.mlp.{gate,up,down}_proj
-  norm (pre only)                     model.norm
+  norm (placements with a final norm) model.norm
   lm_head (untied only)               lm_head
 The norms are named after the sublayer they belong to rather than HF's names, because under post-norm the
-attention norm is applied after the attention, not at the block input.
+attention norm is applied after the attention, not at the block input. Peri-LN's output norms are
+blocks.{i}.{attn,mlp}_out_norm.
 """
 from __future__ import annotations
 
@@ -57,10 +57,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .growth_ops import GROWTH_OPS
+from .placements import PLACEMENTS
 from .utils import disk_full_errors
 
-NORMS = ("pre", "post")
-BLOCK_INITS = ("random", "copy_last", "zero_out")
+NORMS = tuple(PLACEMENTS)
 ATTENTION_KERNELS = ("auto", "autocast")
 
 
@@ -73,13 +74,18 @@ class StudentConfig:
     n_kv_heads: int
     head_dim: int
     d_ff: int
-    norm: str = "pre"  # pre | post
+    norm: str = "pre"  # a name of placements.PLACEMENTS (NORMS)
     tie_embeddings: bool = True
     rope_theta: float = 10000.0
     rms_eps: float = 1e-6
     init_std: float = 0.02
     max_seq_len: int = 4096
     attention_kernel: str = "auto"  # auto (float32 on CPU) | autocast; see the module docstring
+    mix_alpha: float = 0.25  # Mix-LN's fraction of post-norm blocks (placements.Mix)
+    # The depth a depth-dependent placement refers to (Mix-LN's L, DeepNorm's N): the run's final depth
+    # (train.stages[-1], set by train.start_run) for every schedule, so a grown student's blocks are those of its
+    # joint counterpart (placements.py). None: n_layers.
+    placement_depth: int | None = None
 
     def __post_init__(self):
         if self.attention_kernel not in ATTENTION_KERNELS:
@@ -87,6 +93,12 @@ class StudentConfig:
                              f"{', '.join(ATTENTION_KERNELS)}")
         if self.norm not in NORMS:
             raise ValueError(f"StudentConfig.norm={self.norm!r} is not supported; allowed values: {', '.join(NORMS)}")
+        if not 0 <= self.mix_alpha <= 1:
+            raise ValueError(f"StudentConfig.mix_alpha={self.mix_alpha!r} must be in [0, 1]")
+        if self.placement_depth is None:
+            self.placement_depth = self.n_layers
+        if self.placement_depth < 1:
+            raise ValueError(f"StudentConfig.placement_depth={self.placement_depth!r} must be >= 1")
         if self.n_heads % self.n_kv_heads:
             raise ValueError(f"StudentConfig.n_heads={self.n_heads} must be a multiple of n_kv_heads={self.n_kv_heads}")
         if self.head_dim % 2:
@@ -181,28 +193,26 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    """One decoder block; self.norm is its placement ("pre" or "post")."""
+    """One decoder block at layer `index`: its placement (placements.py, cfg.norm) says which norms it holds and how
+    it combines them with its sublayers."""
 
-    def __init__(self, cfg: StudentConfig):
+    def __init__(self, cfg: StudentConfig, index: int):
         super().__init__()
-        self.norm = cfg.norm
+        self.placement = PLACEMENTS[cfg.norm](cfg, index)
         self.self_attn = Attention(cfg)
         self.mlp = MLP(cfg)
-        self.attn_norm = RMSNorm(cfg.d_model, cfg.rms_eps)
-        self.mlp_norm = RMSNorm(cfg.d_model, cfg.rms_eps)
+        for name in self.placement.norms:
+            setattr(self, name, RMSNorm(cfg.d_model, cfg.rms_eps))
+        # growth_ops.Gated's mask m while the block is being grown in (output h + m * (block(h) - h)); None otherwise.
+        # Non-persistent: never in a checkpoint, set from the step by train.train_phase.
+        self.register_buffer("gate", None, persistent=False)
 
     def forward(self, x: Tensor, rope: tuple[Tensor, Tensor], return_residual_sum: bool = False):
-        """Block output; with return_residual_sum, (output, residual sum x' + mlp(.) before the output norm).
-
-        Under pre-norm there is no output norm, so the residual sum is the output itself.
-        """
-        if self.norm == "pre":
-            h = x + self.self_attn(self.attn_norm(x), rope)
-            out = residual_sum = h + self.mlp(self.mlp_norm(h))
-        else:
-            h = self.attn_norm(x + self.self_attn(x, rope))
-            residual_sum = h + self.mlp(h)
-            out = self.mlp_norm(residual_sum)
+        """Block output; with return_residual_sum, (output, residual sum before the output norm): the output itself
+        when the placement has no output norm. The gate, when set, applies to the output only."""
+        out, residual_sum = self.placement.forward(self, x, rope)
+        if self.gate is not None:
+            out = x + self.gate * (out - x)
         return (out, residual_sum) if return_residual_sum else out
 
 
@@ -221,11 +231,13 @@ class Student(nn.Module):
         super().__init__()
         self.cfg = copy.copy(cfg)  # append_blocks updates n_layers; never mutate the caller's object
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
-        self.norm = RMSNorm(cfg.d_model, cfg.rms_eps) if cfg.norm == "pre" else nn.Identity()
+        self.blocks = nn.ModuleList(Block(self.cfg, i) for i in range(cfg.n_layers))
+        self.norm = RMSNorm(cfg.d_model, cfg.rms_eps) if PLACEMENTS[cfg.norm].final_norm else nn.Identity()
         self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.rope = RotaryEmbedding(cfg.head_dim, cfg.rope_theta)
         init_weights(self, cfg.init_std)
+        for block in self.blocks:
+            block.placement.init_block(block)
 
     @property
     def head_weight(self) -> Tensor:
@@ -250,29 +262,29 @@ class Student(nn.Module):
         return (hs, sums) if residual_sums else hs
 
     def hidden(self, idx: Tensor) -> Tensor:
-        """[B, T, d]: the final hidden state the head consumes (final norm for pre, h_N itself for post)."""
+        """[B, T, d]: the final hidden state the head consumes (the final norm of h_N, or h_N itself when the
+        placement has none)."""
         return self.norm(self.boundaries(idx)[-1])
 
     def forward(self, idx: Tensor) -> Tensor:
         """Logits [B, T, V]."""
         return F.linear(self.hidden(idx), self.head_weight)
 
+    def fresh_block(self, generator: torch.Generator | None = None) -> Block:
+        """A new block for layer len(self.blocks), initialised like a block present from step 0 (init_weights from
+        generator, then its placement's init scaling); growth operators start from it."""
+        block = Block(self.cfg, len(self.blocks))
+        init_weights(block, self.cfg.init_std, generator)
+        block.placement.init_block(block)
+        return block
+
     def append_blocks(self, n: int, init: str = "random", generator: torch.Generator | None = None) -> None:
-        """Stack n new blocks on top (under the final norm and head); see the module docstring for init."""
-        if init not in BLOCK_INITS:
-            raise ValueError(f"append_blocks init={init!r}; allowed values: {', '.join(BLOCK_INITS)}")
-        if init == "copy_last" and not len(self.blocks):
-            raise ValueError("append_blocks init='copy_last' needs at least one existing block")
+        """Stack n new blocks on top (under the final norm and head), each from the growth operator `init`."""
+        if init not in GROWTH_OPS:
+            raise ValueError(f"append_blocks init={init!r}; allowed values: {', '.join(GROWTH_OPS)}")
         ref = self.embed_tokens.weight
         for _ in range(n):
-            if init == "copy_last":
-                block = copy.deepcopy(self.blocks[-1])
-            else:
-                block = Block(self.cfg)
-                init_weights(block, self.cfg.init_std, generator)
-                if init == "zero_out":
-                    nn.init.zeros_(block.self_attn.o_proj.weight)
-                    nn.init.zeros_(block.mlp.down_proj.weight)
+            block = GROWTH_OPS[init].new_block(self, generator)
             self.blocks.append(block.to(device=ref.device, dtype=ref.dtype))
         self.cfg.n_layers = len(self.blocks)
 

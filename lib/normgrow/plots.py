@@ -13,7 +13,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .rundir import METRICS
-from .render import NORM_COLOR, faint, split_variant, style_figure
+from .placements import PLACEMENTS
+from .render import faint, split_variant, style_figure
 
 VAL_KINDS = ("eval", "phase_end")
 
@@ -111,7 +112,8 @@ def learning_curves(run_dirs: dict[str, list[Path]], baselines: dict | None = No
         growth_x = set()
         for variant in families[family]:
             norm = split_variant(variant)[0]
-            color = NORM_COLOR.get(norm, "#555555")
+            placement = PLACEMENTS.get(norm)  # None for a variant without a placement prefix
+            color = placement.colour if placement else "#555555"
             c = seed_curve(run_dirs[variant], metric)
             if c is None:
                 continue
@@ -126,7 +128,7 @@ def learning_curves(run_dirs: dict[str, list[Path]], baselines: dict | None = No
                                          hoverinfo="skip", showlegend=False, legendgroup=norm), row=row, col=col)
             fig.add_trace(go.Scatter(
                 x=x, y=c["mean"], mode="lines", line=dict(color=color, width=2), legendgroup=norm,
-                name=f"{norm or variant}-norm" if norm else variant, showlegend=norm not in legend_norms,
+                name=placement.label if placement else variant, showlegend=norm not in legend_norms,
                 customdata=c[["n", "depth"]], hovertemplate=f"{variant}<br>%{{x:,}} active-layer tokens<br>"
                 f"{metric} %{{y:.4f}} (mean of %{{customdata[0]}} seeds)<br>depth %{{customdata[1]}}<extra></extra>"),
                 row=row, col=col)

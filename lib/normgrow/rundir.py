@@ -183,7 +183,12 @@ def identity_differences(recorded: dict, expected: dict) -> list[str]:
 
 @dataclass(frozen=True)
 class PhaseSummary:
-    """The model at the end of one phase (a stage of the schedule)."""
+    """The model at the end of one phase (a stage of the schedule).
+
+    val_ce_after_growth: the validation CE (whole split) of the model just after this phase's growth step, before
+    any update (train.train_phase); None for the first phase and for joint and single runs, and in summaries written
+    before it was recorded. The loss before growth is the previous phase's val_ce, measured on the same split at its
+    end by the same model, so it is not measured again."""
     phase: int
     depth: int
     step: int
@@ -192,6 +197,7 @@ class PhaseSummary:
     trainable_layer_tokens: int
     val_ce: float
     val_kd_ce: float
+    val_ce_after_growth: float | None = None
 
 
 @dataclass(frozen=True)
@@ -199,7 +205,9 @@ class Summary:
     """summary.json: the finished run's parameters, final numbers and one PhaseSummary per phase.
 
     Read and written only through read_summary / write_summary: a missing, unknown or mistyped field is an error
-    naming the file, so a renamed field cannot silently become a NaN column in a table."""
+    naming the file, so a renamed field cannot silently become a NaN column in a table. The one exception is a field
+    with a default (PhaseSummary.val_ce_after_growth): added after summaries had been written without it, it may be
+    absent and then reads as its default."""
     run_name: str
     profile: str
     norm: str
@@ -228,20 +236,22 @@ class Summary:
 
 
 _TYPES = {"str": (str,), "bool": (bool,), "int": (int,), "float": (int, float), "dict": (dict,),
-          "str | None": (str, type(None))}
+          "str | None": (str, type(None)), "float | None": (int, float, type(None))}
 
 
 def _typed(cls, raw, where: str):
     if not isinstance(raw, dict):
         raise RunDirError(f"{where}: expected a JSON object, got {type(raw).__name__}")
     names = [f.name for f in fields(cls)]
-    missing, unknown = [n for n in names if n not in raw], sorted(set(raw) - set(names))
+    required = [f.name for f in fields(cls) if f.default is dataclasses.MISSING]  # a field with a default came later
+    missing, unknown = [n for n in required if n not in raw], sorted(set(raw) - set(names))
     if missing or unknown:
         raise RunDirError(f"{where}: missing field(s) {missing or 'none'}, unknown field(s) {unknown or 'none'}; "
                           f"{cls.__name__} has {', '.join(names)}")
     for f in fields(cls):
-        allowed = _TYPES.get(str(f.type))
-        value = raw[f.name]
+        if f.name not in raw:
+            continue
+        allowed, value = _TYPES.get(str(f.type)), raw[f.name]
         if allowed and (not isinstance(value, allowed) or (bool not in allowed and isinstance(value, bool))):
             raise RunDirError(f"{where}: field {f.name}={value!r} is not a {f.type}")
     return raw

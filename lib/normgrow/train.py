@@ -6,10 +6,22 @@ outputs/runs/<profile>/<run>/{config.json, metrics.jsonl, summary.json, checkpoi
 
 Choices made explicit here (see growth.py for the schedules and the token accounting):
   - Optimiser: AdamW, weight decay on matrices only (not norm gains), global-norm gradient clipping.
-  - At each growth step the optimiser follows train.optimizer_on_grow: ``reset`` builds a fresh AdamW (progressive
-    stacking does this), ``keep`` carries the moments of parameters that already existed; new blocks start fresh.
+  - At each growth step the optimiser follows train.optimizer_on_grow: ``reset`` builds a fresh AdamW, as
+    progressive stacking does (prts: a new optimiser, with a new warmup, after each stacking); ``keep`` carries the
+    moments (exp_avg, exp_avg_sq, step) of parameters that already existed, as MSG (Yao et al. 2023) and staged
+    training (Shen et al. 2022) do; new blocks start with empty state either way (tests/test_train.py pins both).
   - Learning rate: linear warmup then cosine decay to lr * min_lr_ratio. ``per_stage`` restarts warmup + cosine at
-    every phase (each phase is an optimisation problem of its own); ``global`` runs one schedule over all steps.
+    every phase (each phase is an optimisation problem of its own; with ``reset`` this is prts's recipe);
+    ``global`` runs one schedule over all steps, growth or not (with ``keep`` this is staged training's: Shen et al.
+    2022 carry the whole training state, optimiser and schedule, across growth). MSG instead carries the moments
+    and rewinds its schedule at growth to an earlier point; that rewind is not implemented: ``keep`` with
+    ``per_stage`` restarts the schedule from its start (warmup included) rather than rewinding it part way.
+  - After each growth step, before any update, the whole validation split is evaluated (PhaseSummary's
+    val_ce_after_growth): with a function-preserving growth operator (growth_ops.py) it equals the previous phase's
+    final val_ce.
+  - A growth operator whose new blocks change over the phase (growth_ops.Gated's mask) is told the step before
+    every training step and every evaluation, so the mask is a function of the step and a resumed run computes
+    the same.
   - Data order: step s reads sequences [s*B, (s+1)*B) of an endless stream of epochs, each a permutation drawn from
     (seed, epoch). The order is a pure function of the step, so a resumed run sees exactly the data it would have.
   - New blocks are initialised from a generator seeded by (seed, phase), so growth is reproducible after a resume.
@@ -53,6 +65,7 @@ from . import distill
 from .config import ParamError, Profile, check_seed, load_profile, with_processes
 from .data import loss_mask, loss_mask_np
 from .growth import SCHEDULES, Phase, plan_phases
+from .growth_ops import GROWTH_OPS
 from .model import NORMS, Student, StudentConfig, save_student
 from .ranks import Ranks, check_processes, on_ranks, progress_bar
 from .rundir import (CHECKPOINTS, CONFIG, FINAL, LAST, LOCK, METRICS, NUMERICS_VERSION, SUMMARY, PhaseSummary,
@@ -122,15 +135,18 @@ def lr_for_run(lr, norm: str, schedule: str) -> float:
     """The peak learning rate of a run from train.lr: one float; one per placement ({pre: X, post: Y}); or one per
     placement and schedule ({pre: {joint: X, grow: Y, single: Z}, post: {...}}), since a placement's best lr differs
     between the joint and the grown schedule (python -m normgrow.sweep --schedules joint grow single measures each).
-    A freeze control trains at its placement's grow lr and a matched run at its joint lr: they are those schedules
-    with one setting changed."""
+    A mapping needs the run's placement only (a profile tuned for pre and post still runs those two; any other
+    placement needs its own lr); a key that is no placement is an error. A freeze control trains at its placement's
+    grow lr and a matched run at its joint lr: they are those schedules with one setting changed."""
     if not isinstance(lr, dict):
         return lr
-    missing = [n for n in NORMS if n not in lr]
     unknown = sorted(set(lr) - set(NORMS))
-    if missing or unknown:
-        raise ParamError(f"train.lr={lr!r} must give one learning rate per placement ({', '.join(NORMS)}); "
-                         f"missing: {', '.join(missing) or 'none'}, unknown: {', '.join(unknown) or 'none'}")
+    if unknown:
+        raise ParamError(f"train.lr={lr!r}: unknown placement(s) {', '.join(unknown)}; allowed keys: "
+                         f"{', '.join(NORMS)}")
+    if norm not in lr:
+        raise ParamError(f"train.lr={lr!r} gives no learning rate for norm={norm!r} (keys given: "
+                         f"{', '.join(lr)}); add train.lr.{norm}")
     per_norm = lr[norm]
     if not isinstance(per_norm, dict):
         return per_norm
@@ -389,7 +405,7 @@ def prepare_run_dir(spec: RunSpec, teacher_key: str) -> tuple[Path, Summary | No
 
 def _new_counters() -> dict:
     return {"step": 0, "tokens": 0, "active_layer_tokens": 0, "trainable_layer_tokens": 0, "wall_s": 0.0,
-            "metrics_lines": 0, "phases": []}
+            "metrics_lines": 0, "phases": [], "val_ce_after_growth": None}
 
 
 def load_resume_state(run_dir: Path, optimizer_on_grow: str) -> dict | None:
@@ -472,7 +488,8 @@ def start_run(spec: RunSpec, cache, run_dir: Path, phases: list[Phase], state: d
     if state is None:
         torch.manual_seed(spec.seed)
         model = Student(StudentConfig.from_params(prof.student, vocab_size=vocab.size, n_layers=phases[0].depth,
-                                                  norm=spec.norm, max_seq_len=max(prof.data.seq_len, 16)))
+                                                  norm=spec.norm, max_seq_len=max(prof.data.seq_len, 16),
+                                                  placement_depth=tp.stages[-1]))  # placements.py: final depth
         counters = _new_counters()
     else:
         model = Student(StudentConfig(**state["config"]))
@@ -516,14 +533,25 @@ class DistillStep(nn.Module):
 
 
 def train_phase(run: Run, phase: Phase, phase_start: int, optimizer: torch.optim.Optimizer | None):
-    """One phase: grow the model to the phase's depth, freeze its prefix, then step to the phase's end with
-    evaluations, the phase checkpoint and resume checkpoints. Returns the phase's optimiser."""
+    """One phase: grow the model to the phase's depth (student.new_block_init) and evaluate it before any update,
+    freeze its prefix, then step to the phase's end with evaluations, the phase checkpoint and resume checkpoints.
+    Returns the phase's optimiser."""
     spec, tp, counters, model = run.spec, run.spec.profile.train, run.counters, run.model
     phase_end = phase_start + phase.steps
-    if model.cfg.n_layers < phase.depth:
-        model.append_blocks(phase.depth - model.cfg.n_layers, spec.profile.student.new_block_init,
+    grow_op = GROWTH_OPS[spec.profile.student.new_block_init]
+    grows = model.cfg.n_layers < phase.depth  # False when resumed inside the phase: the blocks are in the checkpoint
+    if grows:
+        model.append_blocks(phase.depth - model.cfg.n_layers, grow_op.name,
                             generator=_grow_generator(spec.seed, phase.index))
         model.to(run.device)
+    grown = model.blocks[run.phases[phase.index - 1].depth:] if phase.index else []
+
+    def at_step(step: int) -> None:  # the operator sees the phase's updates after this step (growth_ops.py)
+        grow_op.at_step(grown, step - phase_start, phase.steps, spec.profile.student)
+
+    if grows:
+        at_step(phase_start)
+        counters["val_ce_after_growth"] = run.evaluate(run.cache.val.tokens.shape[0])["val_ce"]
     set_trainable(model, phase)
     optimizer = make_optimizer(model, tp, optimizer)
     if run.resume_optimizer is not None and counters["step"] > phase_start:
@@ -542,6 +570,7 @@ def train_phase(run: Run, phase: Phase, phase_start: int, optimizer: torch.optim
         lr = lr_at(step, run.phases, tp)
         for group in optimizer.param_groups:
             group["lr"] = lr
+        at_step(step + 1)  # the model this step trains is the one evaluated after it
         batch = run.batches(step)
         with _autocast(run.device, run.dtype):  # the head's matmuls too; the loss math itself runs in float32
             loss, stats = step_fn(batch)
@@ -590,7 +619,8 @@ def train_phase(run: Run, phase: Phase, phase_start: int, optimizer: torch.optim
                     phase=phase.index, depth=phase.depth, step=counters["step"], tokens=counters["tokens"],
                     active_layer_tokens=counters["active_layer_tokens"],
                     trainable_layer_tokens=counters["trainable_layer_tokens"], val_ce=record["val_ce"],
-                    val_kd_ce=record["val_kd_ce"])))
+                    val_kd_ce=record["val_kd_ce"],
+                    val_ce_after_growth=counters.get("val_ce_after_growth") if phase.index else None)))
             counters["metrics_lines"] = run.log.lines
             if at_phase_end:  # carries the counters, so a damaged last.pt can resume from here (load_resume_state)
                 save_student(phase_checkpoint(run.dir, phase.index, phase.depth), model,
