@@ -49,6 +49,7 @@ from .rundir import SWEEP_RUN_PREFIX
 from .growth import SCHEDULES
 from .model import NORMS
 from .train import RunSpec, lr_for_run, make_run_spec, run_variant
+from .variants import load_variants
 from .utils import atomic_write_json, atomic_write_text
 
 SWEEP_FILE = PARAMS_DIR / "sweep.yaml"
@@ -118,6 +119,12 @@ def check_lrs(lrs, source: str) -> tuple[float, ...]:
     return tuple(sorted(values))
 
 
+def study_norms() -> tuple[str, ...]:
+    """The placements the study compares (those of params/runs, in registry order): the sweep's default."""
+    used = {v.norm for v in load_variants().values()}
+    return tuple(n for n in NORMS if n in used)
+
+
 def make_plan(profile: str, norms: list[str] | None = None, lrs: list | None = None, seed: int | None = None,
               overrides: dict | None = None, config_path: Path = SWEEP_FILE,
               schedules: list[str] | None = None) -> SweepPlan:
@@ -126,7 +133,7 @@ def make_plan(profile: str, norms: list[str] | None = None, lrs: list | None = N
     tiny profile onto a synthetic cache with them)."""
     load_profile(profile)  # an unknown profile fails here, naming the available ones
     config = load_sweep_config(config_path)
-    norms = tuple(dict.fromkeys(norms or NORMS))
+    norms = tuple(dict.fromkeys(norms or study_norms()))
     if lrs is None:
         grids = config.get("lrs") or {}
         if profile not in grids:
@@ -265,10 +272,12 @@ def lr_line_span(lines: list[str], where: str) -> tuple[int, int]:
 
 
 def merge_lrs(current, chosen: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
-    """One lr per placement and schedule: the chosen value where swept, else the profile's current one for that arm
-    (train.lr_for_run: a float or a per-placement value applies to every schedule)."""
+    """One lr per schedule for every placement the profile's train.lr names or the sweep chose: the chosen value where
+    swept, else the profile's current one for that arm (train.lr_for_run: a float or a per-placement value applies to
+    every schedule). A float train.lr names no placement: the study's placements are written out."""
+    norms = [n for n in NORMS if n in chosen or (n in current if isinstance(current, dict) else n in study_norms())]
     merged: dict[str, dict[str, float]] = {}
-    for norm in NORMS:
+    for norm in norms:
         for schedule in SCHEDULES:
             value = chosen.get(norm, {}).get(schedule)
             if value is None:
@@ -276,7 +285,7 @@ def merge_lrs(current, chosen: dict[str, dict[str, float]]) -> dict[str, dict[st
                     value = lr_for_run(current, norm, schedule)
                 except (KeyError, ParamError):
                     raise ParamError(f"train.lr={current!r} has no value for {norm}-{schedule}; sweep it too "
-                                     f"(--norms {' '.join(NORMS)} --schedules {' '.join(SCHEDULES)})") from None
+                                     f"(--norms {norm} --schedules {' '.join(SCHEDULES)})") from None
             merged.setdefault(norm, {})[schedule] = float(value)
     return merged
 
@@ -348,7 +357,8 @@ def sweep(plan: SweepPlan, write: bool = False, profiles_dir: Path = PROFILES_DI
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m normgrow.sweep", description=__doc__.splitlines()[0])
     parser.add_argument("--profile", required=True, help="a file in params/profiles")
-    parser.add_argument("--norms", nargs="+", help=f"placements to sweep (default: {' '.join(NORMS)})")
+    parser.add_argument("--norms", nargs="+", help=f"placements to sweep, of {', '.join(NORMS)} (default: those of "
+                                                   "params/runs)")
     parser.add_argument("--lrs", type=float, nargs="+", help="candidate peak lrs (default: params/sweep.yaml)")
     parser.add_argument("--schedules", nargs="+", help=f"schedules to sweep, of {', '.join(SCHEDULES)} (default: "
                                                        "params/sweep.yaml)")
