@@ -487,3 +487,28 @@ def test_without_baselines_claims_are_not_judged_and_missing_stays_not_testable(
     c = claims_by_id(rep)
     assert c["headline-grow"]["status"] == claims.NOT_JUDGED and "no unigram baseline" in c["headline-grow"]["sentence"]
     assert c["obs1-matched"]["status"] == claims.NOT_TESTABLE
+
+
+# ------------------------------------------------------------------------------------------------------ resolution
+
+def test_gap_table_mde_and_seeds_to_resolve_reference(outputs, trained):
+    """grow gaps 0.03, 0.05, 0.07 (sd 0.02): mde = t(0.975, 2) * 0.02 / sqrt(3) = 0.0497; 4 seeds resolve the
+    reference 0.0328 (n = 3: 0.0497, n = 4: 3.1824 * 0.02 / 2 = 0.0318); no reference: None."""
+    write_study(outputs, grow_gaps=[0.03, 0.05, 0.07], joint_gaps=[0.001, -0.001, 0.0005],
+                matched_gaps=[0.02, 0.025, 0.03])
+    rep = report.build_report("tiny")
+    g = rep.gaps.set_index(["metric", "gap"])
+    assert g.loc[("val_ce", "grow"), "mde"] == pytest.approx(T975[2] * 0.02 / math.sqrt(3))
+    assert g.loc[("val_ce", "grow"), "seeds_to_resolve_reference"] == 4
+    joint_sd = np.std([0.001, -0.001, 0.0005], ddof=1)
+    assert g.loc[("val_ce", "joint"), "seeds_to_resolve_reference"] == 29  # about (1.96 * sd / 0.0004)^2 = 26
+    half = lambda n: stats.t_quantile(0.975, n - 1) * joint_sd / math.sqrt(n)
+    assert half(29) < 0.0004 <= half(28)
+    assert g.loc[("val_ce", "matched"), "seeds_to_resolve_reference"] is None  # no reference value
+    assert g.loc[("val_kd_ce", "grow"), "seeds_to_resolve_reference"] is None  # references are val_ce
+    assert "half_width" not in rep.gaps.columns  # mde is that column
+    files = report.write_report(rep)
+    written = pd.read_csv(files["gaps"], dtype={"seeds_to_resolve_reference": str}).set_index(["metric", "gap"])
+    assert written.loc[("val_ce", "grow"), "seeds_to_resolve_reference"] == "4"
+    page = files["report"].read_text()
+    assert "MDE (minimum detectable effect)" in page and "seeds to resolve reference" in page

@@ -20,8 +20,9 @@ import pandas as pd
 from .claims import (NOT_JUDGED, SUPPORTED, Claim, evaluate_claims,
                      gate_claims, read_diagnostics)
 from .rundir import run_path, study_dir, unfinished_runs
-from .stats import (FLAT_LIMIT, FLAT_TAIL, LEVEL, REGIME_FIELDS, UNIGRAM_MARGIN, baselines, crossover_table,
-                    gap_ratio, gap_table, regime_check, runs_frame, undertrained, variant_stats, with_flatness)
+from .stats import (FLAT_LIMIT, FLAT_TAIL, LEVEL, REGIME_FIELDS, SEEDS_LIMIT, UNIGRAM_MARGIN, baselines,
+                    crossover_table, gap_ratio, gap_table, regime_check, runs_frame, undertrained, variant_stats,
+                    with_flatness)
 from .utils import atomic_write_json, atomic_write_text
 from .variants import GapSpec, collect_runs, load_gaps
 
@@ -249,8 +250,15 @@ def _gaps_table(rep: Report, metric: str) -> str:
                        f"mean [{round(rep.level * 100)}% CI]": [
                            f"{m:+.4f}" + (f" [{lo:+.4f}, {hi:+.4f}]" if np.isfinite(lo) else "") if np.isfinite(m)
                            else "" for m, lo, hi in zip(g["mean"], g["ci_low"], g["ci_high"])],
+                       "MDE": g["mde"], "seeds to resolve reference": g["seeds_to_resolve_reference"],
                        "reference": g["reference_text"], "meaning": g["meaning"], "missing": g["missing"]})
     return table(df)
+
+
+GAP_RESOLUTION = ("MDE (minimum detectable effect): the half-width of the gap's interval, the smallest |gap| these "
+                  "seeds at this spread resolve from zero. Seeds to resolve reference: the paired seeds that, at the "
+                  "observed per-seed spread, would make that half-width smaller than the reference's value (blank "
+                  f"without a reference value or a measured spread, or beyond {SEEDS_LIMIT:,} seeds).")
 
 
 def _crossover_table(rep: Report) -> str:
@@ -313,7 +321,8 @@ def report_html(rep: Report, figs: dict | None = None) -> str:
     caveat = "" if ratio["joint_resolved"] else "; the joint gap's interval includes zero, so the ratio is unbounded"
     page.add("</section><section id='gaps'><h2>Paired gaps (a - b by seed)</h2>",
              f"<p>Grow gap / joint gap (val_ce, ratio of means): {ratio_text} (reference "
-             f"~{ratio['reference_ratio']:.0f}x){caveat}.</p>", _gaps_table(rep, "val_ce"))
+             f"~{ratio['reference_ratio']:.0f}x){caveat}.</p>", f"<p class='note'>{e(GAP_RESOLUTION)}</p>",
+             _gaps_table(rep, "val_ce"))
     page.figure(figs["gaps"], div_id="fig-gaps")
     page.add(details("the same gaps in val_kd_ce (soft-target CE against the teacher)", _gaps_table(rep, "val_kd_ce")),
              f"</section><section id='crossover'><h2>Crossover: {e(rep.grow.a)} vs {e(rep.grow.b)} at every stage "
