@@ -124,3 +124,26 @@ def test_processes_parameter_sets_both_process_keys():
     assert with_processes(None, 2) == {"train.processes": 2, "teacher.processes": 2}
     profile = load_profile("tiny", with_processes({}, 2))
     assert profile.train.processes == profile.teacher.processes == 2
+
+
+@pytest.mark.parametrize("old,new,match", [
+    ("equivalence_margin: 0.02", "equivalence_margin: -1", "equivalence_margin=-1 must be a finite number > 0"),
+    ("equivalence_margin: 0.02", "equivalence_margin: .nan", "equivalence_margin=nan must be a finite number > 0"),
+    ("{multiple: 3, of: grow}", "{multiple: 0, of: grow}", "depth_margin.multiple=0 must be a finite number > 0"),
+    ("{multiple: 3, of: grow}", "{multiple: 3, of: matched}",
+     "depth_margin.of='matched' must name a gap with a nonzero reference value; allowed values: joint, grow"),
+    ("{multiple: 3, of: grow}", "0.1", "depth_margin=0.1 must be a mapping with exactly the keys multiple, of"),
+    ("equivalence_margin: 0.02", "alpha: 0.05",
+     "needs exactly the keys gaps, equivalence_margin, depth_margin \\(got alpha, depth_margin, gaps\\)"),
+])
+def test_reference_margins_fail_at_load(tmp_path, monkeypatch, old, new, match):
+    from normgrow import variants
+    shutil.copytree(config.PARAMS_DIR, tmp_path / "params")
+    monkeypatch.setattr(variants, "PARAMS_DIR", tmp_path / "params")
+    reference = variants.load_reference()
+    assert reference.equivalence_margin == 0.02 and reference.depth_margin == pytest.approx(3 * 0.0328)
+    path = tmp_path / "params" / "reference.yaml"
+    assert old in path.read_text()
+    path.write_text(path.read_text().replace(old, new))
+    with pytest.raises(ParamError, match=match):
+        variants.load_reference()

@@ -1,5 +1,6 @@
 """Statistics of the study's runs: per-variant means with Student-t intervals over seeds, paired gaps between
-variants, the phase-wise crossover, and the training-regime check (is a variant clearly trained?).
+variants, the phase-wise crossover, the training-regime check (is a variant clearly trained?) and the depth check
+(does depth pay at this scale?).
 
 A variant's mean over seeds has a two-sided Student-t confidence interval (95% by default); a gap ``a - b`` is
 computed per seed on the seeds both variants finished (paired) and summarised the same way. Fewer than two paired
@@ -9,7 +10,8 @@ value (seeds_needed). Equivalence to zero within a margin is an equivalence test
 (tost), never "the interval includes zero", which more spread would only make likelier.
 
 Regime: a variant is trained when its mean final val_ce is at least UNIGRAM_MARGIN below the unigram baseline and
-every seed's validation curve has flattened (FLAT_TAIL, FLAT_LIMIT); see regime_check. claims.py turns these
+every seed's validation curve has flattened (FLAT_TAIL, FLAT_LIMIT); see regime_check. Depth: a placement's
+full-depth joint variant beats its first-stage single variant by a margin; see depth_check. claims.py turns these
 numbers into verdicts; report.py renders them.
 """
 from __future__ import annotations
@@ -24,7 +26,7 @@ import pandas as pd
 
 from .rundir import METRICS as METRICS_FILE
 from .rundir import run_path
-from .variants import GapSpec, StudyRuns
+from .variants import GapSpec, StudyRuns, Variant
 
 LEVEL = 0.95
 ALPHA = 0.05
@@ -48,6 +50,8 @@ CURVE_KINDS = ("eval", "phase_end")  # metrics.jsonl records that carry step, to
 FLAT_FIELDS = ("v_start", "v_80", "tokens_80", "flat_ratio", "flattened", "flat_note")
 REGIME_FIELDS = ("variant", "n_seeds", "seeds", "val_ce_mean", "unigram_val_ce", "margin_below_unigram",
                  "below_unigram", "max_flat_ratio", "flattened", "trained", "reason")
+DEPTH_FIELDS = ("norm", "single", "joint", "single_n", "joint_n", "single_val_ce_mean", "joint_val_ce_mean",
+                "depth_gain", "margin", "pays", "reason")
 
 
 
@@ -402,6 +406,35 @@ def regime_check(runs: pd.DataFrame, unigram_val_ce: float | None) -> pd.DataFra
 def undertrained(regime: pd.DataFrame) -> pd.DataFrame:
     """The rows of regime_check's table whose variant is not trained."""
     return regime[~regime["trained"].astype(bool)]
+
+
+def depth_check(runs: pd.DataFrame, variants: dict[str, Variant], margin: float) -> pd.DataFrame:
+    """Per norm placement (the DEPTH_FIELDS): does depth pay at this scale? depth_gain = mean final val_ce of the
+    placement's single variant (the first-stage prefix alone, same tokens) minus that of its joint variant (every
+    block from step 0), each over all its finished seeds (means, not paired: the two are separate variants and any
+    seed of either tells its level); pays iff depth_gain >= margin (variants.Reference.depth_margin, whose reason
+    params/reference.yaml gives). A placement without a single or joint run file, or without finished runs of one,
+    does not pay (not shown). The variants are found by their parameters (norm, schedule), not their names."""
+    by_key = {v.key(): v.name for v in variants.values()}
+    rows = []
+    for norm in sorted({v.norm for v in variants.values()}, key=lambda n: (n != "pre", n)):  # pre first, as elsewhere
+        single, joint = by_key.get((norm, "single", False, None)), by_key.get((norm, "joint", False, None))
+        row = {"norm": norm, "single": single, "joint": joint, "margin": margin}
+        for role, name in (("single", single), ("joint", joint)):
+            ce = pd.to_numeric(runs.loc[runs["variant"] == name, "val_ce"], errors="coerce").dropna()
+            row[f"{role}_n"], row[f"{role}_val_ce_mean"] = len(ce), float(ce.mean()) if len(ce) else math.nan
+        row["depth_gain"] = row["single_val_ce_mean"] - row["joint_val_ce_mean"]
+        row["pays"] = bool(row["depth_gain"] >= margin)  # NaN: does not pay
+        if single is None or joint is None:
+            row["reason"] = f"no {'single' if single is None else 'joint'} run file of params/runs for {norm}-norm"
+        elif not (row["single_n"] and row["joint_n"]):
+            row["reason"] = f"no finished runs of {single if not row['single_n'] else joint}"
+        else:
+            gain = row["depth_gain"]
+            row["reason"] = (f"{joint} is {abs(gain):.3f} nats {'below' if gain >= 0 else 'above'} {single} "
+                             f"({'>=' if row['pays'] else 'needs >='} {margin:.3f} below)")
+        rows.append(row)
+    return pd.DataFrame(rows, columns=list(DEPTH_FIELDS))
 
 
 def baselines(profile: str) -> dict:
