@@ -126,6 +126,21 @@ def test_processes_parameter_sets_both_process_keys():
     assert profile.train.processes == profile.teacher.processes == 2
 
 
+def test_study_seeds_take_lists_and_ranges(capsys):
+    from normgrow.study import load_study, main, parse_seeds
+    assert parse_seeds(["0-5"]) == [0, 1, 2, 3, 4, 5]
+    assert parse_seeds(["0", "1", "2"]) == [0, 1, 2]
+    assert parse_seeds(["0-2", "7", "9-9"]) == [0, 1, 2, 7, 9]
+    runs = load_study(seeds=parse_seeds(["0-2", "1-3"]), variants=["pre-grow"])  # repeats dropped, with a note
+    assert [r.seed for r in runs] == [0, 1, 2, 3] and "duplicate seeds ignored: 1 2" in capsys.readouterr().out
+    for word in ("5-2", "a", "-1", "1-", "1.5", "0-2-4", ""):
+        with pytest.raises(ParamError, match=rf"--seeds '{word}' is neither a seed \(an integer >= 0, e\.g\. 3\) nor a "
+                                             r"range first-last with first <= last \(e\.g\. 0-5\)"):
+            parse_seeds([word])
+    assert main(["--profile", "tiny", "--seeds", "0-2", "5-2"]) == 2  # refused before any work
+    assert "error: --seeds '5-2' is neither a seed" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("old,new,match", [
     ("equivalence_margin: 0.02", "equivalence_margin: -1", "equivalence_margin=-1 must be a finite number > 0"),
     ("equivalence_margin: 0.02", "equivalence_margin: .nan", "equivalence_margin=nan must be a finite number > 0"),
