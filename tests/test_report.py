@@ -81,10 +81,13 @@ def trained(monkeypatch):
 
 
 def write_study(root, grow_gaps, joint_gaps, matched_gaps=None, single_gaps=None, freeze_gaps=None,
-                stage0_gaps=None, base=5.0, post_joint_shift=0.0):
+                stage0_gaps=None, base=5.0, post_joint_shift=0.0, depth_gain=0.5):
     """pre/post pairs whose per-seed differences (pre - post) are exactly the given gaps (post-joint's moved by
-    post_joint_shift)."""
+    post_joint_shift). The single runs are always written (single_gaps default 0), post-single depth_gain above
+    post-joint's unshifted level: post-norm's depth gain (single - joint) is depth_gain - post_joint_shift, pre-norm's
+    depth_gain + mean(single_gaps) - mean(joint_gaps)."""
     seeds = range(len(grow_gaps))
+    single_gaps = single_gaps if single_gaps is not None else [0.0] * len(grow_gaps)
     for s in seeds:
         b = base + 0.1 * s  # seed effect, cancelled by pairing
         s0 = stage0_gaps[s] if stage0_gaps is not None else 0.0
@@ -95,9 +98,8 @@ def write_study(root, grow_gaps, joint_gaps, matched_gaps=None, single_gaps=None
         write_run(root, "pre-joint", s, b + 0.2 + joint_gaps[s], schedule="joint", depths=(3,))
         if matched_gaps is not None:
             write_run(root, "post-joint-matched", s, b + matched_gaps[s], schedule="joint", depths=(3,))
-        if single_gaps is not None:
-            write_run(root, "post-single", s, b + 0.7, schedule="single", depths=(1,))
-            write_run(root, "pre-single", s, b + 0.7 + single_gaps[s], schedule="single", depths=(1,))
+        write_run(root, "post-single", s, b + 0.2 + depth_gain, schedule="single", depths=(1,))
+        write_run(root, "pre-single", s, b + 0.2 + depth_gain + single_gaps[s], schedule="single", depths=(1,))
         if freeze_gaps is not None:
             write_run(root, "post-grow-freeze", s, b + 0.3, phase_ce=[b + 1.0, b + 0.6, b + 0.3])
             write_run(root, "pre-grow-freeze", s, b + 0.3 + freeze_gaps[s], phase_ce=[b + 1.0, b + 0.6,
@@ -338,12 +340,12 @@ def test_write_report_files_and_diagnostics(outputs, trained):
     assert any("not available" in s for s in rep.sentences())
     files = report.write_report(rep)
     summary = pd.read_csv(files["summary"])
-    assert len(summary) == 12 and {"variant", "seed", "val_ce", "val_kd_ce", "tokens", "active_layer_tokens",
+    assert len(summary) == 18 and {"variant", "seed", "val_ce", "val_kd_ce", "tokens", "active_layer_tokens",
                                    "wall_s", "val_ce_p0", "val_ce_p2"} <= set(summary.columns)
     assert set(pd.read_csv(files["variant_stats"])["variant"]) == {"pre-grow", "post-grow", "pre-joint",
-                                                                   "post-joint"}
+                                                                   "post-joint", "pre-single", "post-single"}
     regime = pd.read_csv(files["regime"])
-    assert list(regime.columns) == list(stats.REGIME_FIELDS) and regime["trained"].all() and len(regime) == 4
+    assert list(regime.columns) == list(stats.REGIME_FIELDS) and regime["trained"].all() and len(regime) == 6
     assert json.loads(files["baselines"].read_text()) == {"teacher_val_ce": 3.0, "teacher_source": "synthetic",
                                                          "unigram_val_ce": UNIGRAM, "unigram_source": "synthetic"}
     assert {"flat_ratio", "flattened", "flat_note"} <= set(summary.columns)
@@ -448,11 +450,14 @@ def test_trained_study_judges_claims(outputs, trained):
 
 
 def test_post_joint_above_unigram_margin_is_not_judged(outputs, trained):
-    write_study(outputs, **SUPPORTED_STUDY, post_joint_shift=0.9)  # post-joint mean 6.2: 0.8 below unigram
+    # post-joint mean 6.2: 0.8 below unigram; the single runs 0.5 above it (so that depth pays) are undertrained too
+    write_study(outputs, **SUPPORTED_STUDY, post_joint_shift=0.9, depth_gain=1.4)
     rep = report.build_report("tiny")
     c = claims_by_id(rep)
-    assert list(rep.regime.loc[~rep.regime["trained"], "variant"]) == ["post-joint"]
-    assert rep.regime_verdict() == ("1 variant undertrained (post-joint): claims that compare them are not judged")
+    assert list(rep.regime.loc[~rep.regime["trained"], "variant"]) == ["post-joint", "post-single", "pre-single"]
+    assert rep.regime_verdict() == ("3 variants undertrained (post-joint, post-single, pre-single): claims that "
+                                    "compare them are not judged")
+    assert list(rep.depth["depth_gain"]) == pytest.approx([1.4 - 0.0005 / 3, 0.5])  # pre, post
     for cid in ("headline-joint", "headline-ratio"):
         assert c[cid]["status"] == claims.NOT_JUDGED == "not judged: students undertrained"
         assert c[cid]["supported"] is None
@@ -460,7 +465,9 @@ def test_post_joint_above_unigram_margin_is_not_judged(outputs, trained):
                                              "0.800 nats below the unigram level 7.000 (needs >= 1.0 below))")
         assert "Ungated reading" in c[cid]["sentence"] and "pre-joint - post-joint" in c[cid]["sentence"]
     assert c["headline-joint"]["evidence"]["ungated_status"] == claims.NOT_SUPPORTED  # the gap is now -0.9
-    for cid in ("headline-grow", "obs1-matched", "obs2-crossover", "obs3-controls", "obs3-single", "obs3-freeze"):
+    for cid in ("obs3-controls", "obs3-single"):
+        assert c[cid]["status"] == claims.NOT_JUDGED and "pre-single: mean val_ce 6.700" in c[cid]["sentence"]
+    for cid in ("headline-grow", "obs1-matched", "obs2-crossover", "obs3-freeze"):
         assert c[cid]["status"] == claims.SUPPORTED, (cid, c[cid]["sentence"])
     frame = rep.claims_frame().set_index("claim")
     assert frame.loc["headline-joint", "variants"] == "pre-joint post-joint"
@@ -483,7 +490,150 @@ def test_one_eval_record_run_makes_its_variant_undertrained(outputs, trained):
 def test_without_baselines_claims_are_not_judged_and_missing_stays_not_testable(outputs):
     write_study(outputs, grow_gaps=[0.03, 0.035, 0.04], joint_gaps=[0.001, -0.001, 0.0005])
     rep = report.build_report("tiny")
-    assert not rep.regime["trained"].any() and rep.regime_verdict().startswith("4 variants undertrained")
+    assert not rep.regime["trained"].any() and rep.regime_verdict().startswith("6 variants undertrained")
     c = claims_by_id(rep)
     assert c["headline-grow"]["status"] == claims.NOT_JUDGED and "no unigram baseline" in c["headline-grow"]["sentence"]
     assert c["obs1-matched"]["status"] == claims.NOT_TESTABLE
+
+
+# ---------------------------------------------------------------------------------------------------- depth gate
+
+GROWTH_CLAIMS = ("headline-grow", "headline-ratio", "obs1-matched", "obs2-crossover", "obs3-controls", "obs3-single",
+                 "obs3-freeze")
+
+
+def test_depth_within_margin_leaves_growth_claims_not_judged(outputs, trained):
+    """Single runs 0.05 nats above the joint runs (margin 3 x 0.0328): every growth claim is not judged, with both
+    placements' gains in the sentence; the joint claim is judged."""
+    write_study(outputs, **SUPPORTED_STUDY, depth_gain=0.05)
+    rep = report.build_report("tiny")
+    pre_gain = 0.05 - 0.0005 / 3  # pre-single - pre-joint: depth_gain + mean(single_gaps) - mean(joint_gaps)
+    depth = rep.depth.set_index("norm")
+    assert list(rep.depth["norm"]) == ["pre", "post"] and not rep.depth["pays"].any()
+    assert depth.loc["pre", "depth_gain"] == pytest.approx(pre_gain) and depth.loc["post", "depth_gain"] == \
+        pytest.approx(0.05)
+    assert depth.loc["post", "margin"] == pytest.approx(3 * 0.0328)
+    assert (depth.loc["post", "single"], depth.loc["post", "joint"], depth.loc["post", "single_n"]) == \
+        ("post-single", "post-joint", 3)
+    assert depth.loc["post", "reason"] == "post-joint is 0.050 nats below post-single (needs >= 0.098 below)"
+    c = claims_by_id(rep)
+    for cid in GROWTH_CLAIMS:
+        assert c[cid]["status"] == claims.NOT_JUDGED_DEPTH == "not judged: depth does not pay at this scale"
+        assert c[cid]["supported"] is None and c[cid]["evidence"]["ungated_status"] == claims.SUPPORTED
+    assert c["headline-grow"]["sentence"].startswith(
+        "Not judged: depth does not pay at this scale (pre: +0.050 nats, post: +0.050 nats, needs >= 0.098)")
+    assert "Ungated reading" in c["headline-grow"]["sentence"] and "+0.0350" in c["headline-grow"]["sentence"]
+    assert c["obs1-matched"]["sentence"].startswith("Not judged: depth does not pay at this scale (post: +0.050 "
+                                                    "nats, needs >= 0.098)")  # a post-norm control: post only
+    assert c["headline-joint"]["status"] == claims.SUPPORTED  # joint training: no appended blocks to judge
+    assert rep.depth_verdict() == ("depth does not pay for pre, post: pre-joint is 0.050 nats below pre-single "
+                                   "(needs >= 0.098 below); post-joint is 0.050 nats below post-single (needs >= "
+                                   "0.098 below); growth claims comparing them are not judged")
+    assert "[depth] depth does not pay" in rep.sentences()[1]
+    files = report.write_report(rep)
+    written = pd.read_csv(files["depth"])
+    assert list(written.columns) == list(stats.DEPTH_FIELDS) and not written["pays"].any()
+    page = files["report"].read_text()
+    assert "Does depth pay?" in page and "Depth: depth does not pay for pre, post" in page
+    assert page.index("Does depth pay?") < page.index("<h2>Claims")
+
+
+def test_depth_beyond_margin_judges_growth_claims(outputs, trained):
+    write_study(outputs, **SUPPORTED_STUDY, depth_gain=0.2)
+    rep = report.build_report("tiny")
+    assert rep.depth["pays"].all() and list(rep.depth["depth_gain"]) == pytest.approx([0.2 - 0.0005 / 3, 0.2])
+    assert rep.depth_verdict() == "depth pays for pre and post (joint beats single by >= 0.098 nats): growth claims " \
+                                  "judged"
+    assert all(c.status == claims.SUPPORTED for c in rep.claims)
+
+
+def test_depth_gate_asks_only_the_placements_a_claim_compares(outputs, trained):
+    """Pre-norm's single runs 0.45 below post-norm's: depth pays for post only. Pre/post comparisons are not
+    judged; the post-norm matched control is; without pre-single runs the gate says so."""
+    study = SUPPORTED_STUDY | {"single_gaps": [-0.45, -0.45, -0.45]}
+    write_study(outputs, **study, depth_gain=0.5)
+    rep = report.build_report("tiny")
+    assert list(rep.depth["pays"]) == [False, True]
+    c = claims_by_id(rep)
+    assert c["obs1-matched"]["status"] == claims.SUPPORTED
+    assert c["headline-grow"]["status"] == claims.NOT_JUDGED_DEPTH
+    assert "(pre: +0.050 nats, post: +0.500 nats, needs >= 0.098)" in c["headline-grow"]["sentence"]
+    for seed in range(3):
+        for f in (outputs / "runs" / "tiny" / f"pre-single-s{seed}").iterdir():
+            f.unlink()
+        (outputs / "runs" / "tiny" / f"pre-single-s{seed}").rmdir()
+    rep = report.build_report("tiny")
+    assert rep.depth.set_index("norm").loc["pre", "reason"] == "no finished runs of pre-single"
+    sentence = claims_by_id(rep)["headline-grow"]["sentence"]
+    assert "(pre: no finished runs of pre-single, post: +0.500 nats, needs >= 0.098)" in sentence
+
+
+def test_undertrained_claims_keep_the_regime_reason_before_depth(outputs, trained):
+    write_study(outputs, **SUPPORTED_STUDY, depth_gain=0.05)
+    write_metrics(outputs / "runs" / "tiny" / "post-grow-s1", [(0, 9.1)])
+    c = claims_by_id(report.build_report("tiny"))
+    assert c["headline-grow"]["status"] == claims.NOT_JUDGED  # the regime's reason is the more basic one
+    assert c["obs3-freeze"]["status"] == claims.NOT_JUDGED_DEPTH
+
+
+# -------------------------------------------------------------------------------------- equivalence and resolution
+
+def test_joint_claim_is_an_equivalence_test(outputs, trained):
+    """A wide 3-seed joint gap (mean inside the margin, interval wider): not shown equivalent, with the TOST p-values
+    of tests/test_stats.py (the same differences) and the seeds that would show it; a tight 10-seed gap is shown
+    equivalent (seeds 0-9: params/study.yaml lists 0-2, every finished seed counts)."""
+    wide = [0.03, -0.03, 0.01]
+    write_study(outputs, grow_gaps=[0.03, 0.035, 0.04], joint_gaps=wide)
+    c = claims_by_id(report.build_report("tiny"))["headline-joint"]
+    assert c["status"] == claims.NOT_RESOLVED and c["supported"] is None
+    assert c["sentence"].startswith("Not shown equivalent (too few seeds / spread too large): pre-joint - post-joint "
+                                    "= +0.0033")
+    assert "one-sided p 0.158 (gap > -0.02) and 0.222 (gap < +0.02)" in c["sentence"]
+    room = 0.02 - np.mean(wide)
+    assert f"about {stats.seeds_needed(np.std(wide, ddof=1), room, 0.95)} paired seeds would show it" in c["sentence"]
+    assert c["evidence"]["tost_p"] == pytest.approx(0.22222222222222224, rel=1e-6)  # scipy.stats.ttest_1samp
+    assert c["evidence"]["equivalence_margin"] == 0.02
+
+    for d in (outputs / "runs" / "tiny").iterdir():
+        for f in d.iterdir():
+            f.unlink()
+        d.rmdir()
+    tight = [0.002, -0.001, 0.0015, -0.002, 0.0005, 0.001, -0.0015, 0.0, 0.002, -0.0005]
+    write_study(outputs, grow_gaps=[0.03 + 0.001 * (s % 3) for s in range(10)], joint_gaps=tight)
+    rep = report.build_report("tiny")
+    assert set(rep.stats["n_seeds"]) == {10} and rep.stats.set_index("variant").loc["pre-joint", "seeds"] == \
+        " ".join(map(str, range(10)))
+    c = claims_by_id(rep)["headline-joint"]
+    assert c["status"] == claims.SUPPORTED and c["sentence"].startswith("Supported (equivalent within +-0.02 nats)")
+    assert c["evidence"]["tost_p"] == pytest.approx(4.427530151147787e-12, rel=1e-3)
+    assert "10 paired seeds" in c["sentence"] and "both reject at alpha 0.05" in c["sentence"]
+
+
+def test_joint_claim_outside_the_margin_is_not_shown_equivalent_at_any_seed_count(outputs, trained):
+    write_study(outputs, grow_gaps=[0.03, 0.035, 0.04], joint_gaps=[0.05, -0.01, 0.03])  # mean 0.0233
+    c = claims_by_id(report.build_report("tiny"))["headline-joint"]
+    assert c["status"] == claims.NOT_RESOLVED
+    assert "the mean lies outside +-0.02, so more seeds at this mean would not show equivalence" in c["sentence"]
+
+
+def test_gap_table_mde_and_seeds_to_resolve_reference(outputs, trained):
+    """grow gaps 0.03, 0.05, 0.07 (sd 0.02): mde = t(0.975, 2) * 0.02 / sqrt(3) = 0.0497; 4 seeds resolve the
+    reference 0.0328 (n = 3: 0.0497, n = 4: 3.1824 * 0.02 / 2 = 0.0318); no reference: None."""
+    write_study(outputs, grow_gaps=[0.03, 0.05, 0.07], joint_gaps=[0.001, -0.001, 0.0005],
+                matched_gaps=[0.02, 0.025, 0.03])
+    rep = report.build_report("tiny")
+    g = rep.gaps.set_index(["metric", "gap"])
+    assert g.loc[("val_ce", "grow"), "mde"] == pytest.approx(T975[2] * 0.02 / math.sqrt(3))
+    assert g.loc[("val_ce", "grow"), "seeds_to_resolve_reference"] == 4
+    joint_sd = np.std([0.001, -0.001, 0.0005], ddof=1)
+    assert g.loc[("val_ce", "joint"), "seeds_to_resolve_reference"] == 29  # about (1.96 * sd / 0.0004)^2 = 26
+    half = lambda n: stats.t_quantile(0.975, n - 1) * joint_sd / math.sqrt(n)
+    assert half(29) < 0.0004 <= half(28)
+    assert g.loc[("val_ce", "matched"), "seeds_to_resolve_reference"] is None  # no reference value
+    assert g.loc[("val_kd_ce", "grow"), "seeds_to_resolve_reference"] is None  # references are val_ce
+    assert "half_width" not in rep.gaps.columns  # mde is that column
+    files = report.write_report(rep)
+    written = pd.read_csv(files["gaps"], dtype={"seeds_to_resolve_reference": str}).set_index(["metric", "gap"])
+    assert written.loc[("val_ce", "grow"), "seeds_to_resolve_reference"] == "4"
+    page = files["report"].read_text()
+    assert "MDE (minimum detectable effect)" in page and "seeds to resolve reference" in page

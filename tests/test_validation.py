@@ -124,3 +124,41 @@ def test_processes_parameter_sets_both_process_keys():
     assert with_processes(None, 2) == {"train.processes": 2, "teacher.processes": 2}
     profile = load_profile("tiny", with_processes({}, 2))
     assert profile.train.processes == profile.teacher.processes == 2
+
+
+def test_study_seeds_take_lists_and_ranges(capsys):
+    from normgrow.study import load_study, main, parse_seeds
+    assert parse_seeds(["0-5"]) == [0, 1, 2, 3, 4, 5]
+    assert parse_seeds(["0", "1", "2"]) == [0, 1, 2]
+    assert parse_seeds(["0-2", "7", "9-9"]) == [0, 1, 2, 7, 9]
+    runs = load_study(seeds=parse_seeds(["0-2", "1-3"]), variants=["pre-grow"])  # repeats dropped, with a note
+    assert [r.seed for r in runs] == [0, 1, 2, 3] and "duplicate seeds ignored: 1 2" in capsys.readouterr().out
+    for word in ("5-2", "a", "-1", "1-", "1.5", "0-2-4", ""):
+        with pytest.raises(ParamError, match=rf"--seeds '{word}' is neither a seed \(an integer >= 0, e\.g\. 3\) nor a "
+                                             r"range first-last with first <= last \(e\.g\. 0-5\)"):
+            parse_seeds([word])
+    assert main(["--profile", "tiny", "--seeds", "0-2", "5-2"]) == 2  # refused before any work
+    assert "error: --seeds '5-2' is neither a seed" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("old,new,match", [
+    ("equivalence_margin: 0.02", "equivalence_margin: -1", "equivalence_margin=-1 must be a finite number > 0"),
+    ("equivalence_margin: 0.02", "equivalence_margin: .nan", "equivalence_margin=nan must be a finite number > 0"),
+    ("{multiple: 3, of: grow}", "{multiple: 0, of: grow}", "depth_margin.multiple=0 must be a finite number > 0"),
+    ("{multiple: 3, of: grow}", "{multiple: 3, of: matched}",
+     "depth_margin.of='matched' must name a gap with a nonzero reference value; allowed values: joint, grow"),
+    ("{multiple: 3, of: grow}", "0.1", "depth_margin=0.1 must be a mapping with exactly the keys multiple, of"),
+    ("equivalence_margin: 0.02", "alpha: 0.05",
+     "needs exactly the keys gaps, equivalence_margin, depth_margin \\(got alpha, depth_margin, gaps\\)"),
+])
+def test_reference_margins_fail_at_load(tmp_path, monkeypatch, old, new, match):
+    from normgrow import variants
+    shutil.copytree(config.PARAMS_DIR, tmp_path / "params")
+    monkeypatch.setattr(variants, "PARAMS_DIR", tmp_path / "params")
+    reference = variants.load_reference()
+    assert reference.equivalence_margin == 0.02 and reference.depth_margin == pytest.approx(3 * 0.0328)
+    path = tmp_path / "params" / "reference.yaml"
+    assert old in path.read_text()
+    path.write_text(path.read_text().replace(old, new))
+    with pytest.raises(ParamError, match=match):
+        variants.load_reference()

@@ -1,10 +1,17 @@
 """Claims: each claim of shared/STUDY.md judged from this study's numbers (never written in advance), as one Claim
 record that the report and the diagnostics (observations 4 and 5) share.
 
-A claim is judged from the interval of its gap: excludes zero in the claimed direction -> supported; includes zero
--> not resolved at this number of seeds; excludes zero in the other direction -> not supported; a missing variant
-makes it not testable. The regime gate (gate_claims) then marks a claim "not judged: students undertrained" when it
-compares a variant that stats.regime_check finds not clearly trained.
+A directional claim is judged from the interval of its gap: excludes zero in the claimed direction -> supported;
+includes zero -> not resolved at this number of seeds; excludes zero in the other direction -> not supported; a
+missing variant makes it not testable. The claim of no difference (headline-joint) is an equivalence test (stats.tost
+on the paired differences, margin params/reference.yaml equivalence_margin): equivalent -> supported; a resolved
+difference -> not supported; neither -> not resolved ("not shown equivalent"). An interval that includes zero is no
+evidence of equality: fewer seeds or more spread make it likelier.
+
+Two gates follow. The regime gate (gate_claims) marks a claim "not judged: students undertrained" when it compares a
+variant that stats.regime_check finds not clearly trained. The depth gate (depth_gate) marks a claim about growth
+"not judged: depth does not pay at this scale" when, for a placement it compares, the full-depth joint run does not
+beat the first-stage single run by params/reference.yaml's depth_margin (stats.depth_check).
 """
 from __future__ import annotations
 
@@ -15,15 +22,18 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .stats import (LEVEL, difference_in_gaps, gap_ratio, gap_table, crossover_table, paired_gap,
-                    undertrained)
+from .stats import (ALPHA, LEVEL, SEEDS_LIMIT, crossover_table, difference_in_gaps, gap_ratio, gap_table,
+                    paired_differences, paired_gap, seeds_needed, tost, undertrained)
 from .rundir import study_dir
-from .variants import GapSpec
+from .variants import GapSpec, Reference, Variant
 
 # Status words of a judged claim and the value of its "supported" field (the diagnostics.json convention).
 SUPPORTED, NOT_RESOLVED, NOT_SUPPORTED, NOT_TESTABLE = "supported", "not resolved", "not supported", "not testable"
 NOT_JUDGED = "not judged: students undertrained"
-SUPPORTED_VALUE = {SUPPORTED: True, NOT_SUPPORTED: False, NOT_RESOLVED: None, NOT_TESTABLE: None, NOT_JUDGED: None}
+NOT_JUDGED_DEPTH = "not judged: depth does not pay at this scale"
+GATED = (NOT_JUDGED, NOT_JUDGED_DEPTH)  # the statuses a gate gives; the sentence keeps the ungated reading
+SUPPORTED_VALUE = {SUPPORTED: True, NOT_SUPPORTED: False, NOT_RESOLVED: None, NOT_TESTABLE: None, NOT_JUDGED: None,
+                   NOT_JUDGED_DEPTH: None}
 
 
 
@@ -119,37 +129,15 @@ def _combine(parts: list[dict]) -> str:
     return NOT_RESOLVED
 
 
-def evaluate_claims(runs: pd.DataFrame, gaps: dict[str, GapSpec], metric: str = "val_ce",
+def evaluate_claims(runs: pd.DataFrame, reference: Reference, metric: str = "val_ce",
                     level: float = LEVEL) -> list[Claim]:
-    """The headline comparison and observations 1-3 of shared/STUDY.md, each judged from this study's numbers; gaps
-    from variants.load_gaps (which variants each compares, and the reference's numbers)."""
+    """The headline comparison and observations 1-3 of shared/STUDY.md, each judged from this study's numbers;
+    reference from variants.load_reference (which variants each gap compares, the reference's numbers, the
+    equivalence margin)."""
+    gaps = reference.gaps
     g = {name: paired_gap(runs, s.a, s.b, metric, level=level) for name, s in gaps.items()}
     joint, grow = gaps["joint"], gaps["grow"]
-    claims = []
-
-    # Headline (a): joint gap indistinguishable from zero (a claim of no detectable difference).
-    s, spec = g["joint"], joint
-    statement = (f"Jointly trained, pre-norm and post-norm are indistinguishable (reference gap "
-                 f"{joint.reference_text}).")
-    evidence = {k: s.get(k) for k in ("n", "mean", "ci_low", "ci_high", "seeds")}
-    variants = (spec.a, spec.b)
-    missing = _missing(runs, variants)
-    if missing:
-        claims.append(Claim("headline-joint", statement, NOT_TESTABLE,
-                             f"Not testable: no finished runs of {', '.join(missing)}.", evidence, variants))
-    elif s["n"] < 2:
-        claims.append(Claim("headline-joint", statement, NOT_RESOLVED,
-                             f"Not resolved: {spec.a} - {spec.b} = {_interval(s, level)}.", evidence, variants))
-    elif s["ci_low"] <= 0 <= s["ci_high"]:
-        claims.append(Claim("headline-joint", statement, SUPPORTED,
-                             f"Supported (no detectable difference): {spec.a} - {spec.b} = {_interval(s, level)}; "
-                             f"the interval includes zero, as the reference's near-zero gap implies (absence of a "
-                             f"detected difference at {s['n']} seeds, not proof of equality).", evidence, variants))
-    else:
-        better = "post-norm" if s["mean"] > 0 else "pre-norm"
-        claims.append(Claim("headline-joint", statement, NOT_SUPPORTED,
-                             f"Not supported: {spec.a} - {spec.b} = {_interval(s, level)}; the interval excludes "
-                             f"zero, so the joint runs differ ({better} is better).", evidence, variants))
+    claims = [_joint_claim(runs, joint, g["joint"], reference.equivalence_margin, metric, level)]
 
     # Headline (b): grow gap favours post-norm.
     claims.append(_directional(
@@ -212,6 +200,49 @@ def evaluate_claims(runs: pd.DataFrame, gaps: dict[str, GapSpec], metric: str = 
     return claims
 
 
+def _joint_claim(runs: pd.DataFrame, spec: GapSpec, s: dict, margin: float, metric: str, level: float) -> Claim:
+    """Headline (a): jointly trained, the placements are equivalent within margin (see the module docstring). s is
+    the joint gap's paired_gap; the equivalence test runs on the same paired differences."""
+    eq = tost(paired_differences(runs, spec.a, spec.b, metric), margin)
+    statement = (f"Jointly trained, pre-norm and post-norm are indistinguishable: their gap lies within "
+                 f"+-{margin:g} nats (reference gap {spec.reference_text}).")
+    evidence = {k: s.get(k) for k in ("n", "mean", "ci_low", "ci_high", "seeds")} | {
+        "equivalence_margin": margin, "tost_p_lower": eq["p_lower"], "tost_p_upper": eq["p_upper"], "tost_p": eq["p"]}
+    variants = (spec.a, spec.b)
+    missing = _missing(runs, variants)
+    if missing:
+        return Claim("headline-joint", statement, NOT_TESTABLE,
+                     f"Not testable: no finished runs of {', '.join(missing)}.", evidence, variants)
+    where = f"{spec.a} - {spec.b} = {_interval(s, level)}"
+    if s["n"] < 2:
+        return Claim("headline-joint", statement, NOT_RESOLVED,
+                     f"Not resolved: {where}, so equivalence cannot be tested; run more seeds.", evidence, variants)
+    test = (f"equivalence test (TOST) against +-{margin:g} nats: one-sided p {eq['p_lower']:.3g} (gap > "
+            f"-{margin:g}) and {eq['p_upper']:.3g} (gap < +{margin:g})")
+    resolved = s["ci_low"] > 0 or s["ci_high"] < 0
+    if eq["equivalent"]:
+        also = (" The interval excludes zero: a difference smaller than the margin is resolved." if resolved else "")
+        return Claim("headline-joint", statement, SUPPORTED,
+                     f"Supported (equivalent within +-{margin:g} nats): {where}; {test}: both reject at alpha "
+                     f"{ALPHA:g}.{also}", evidence, variants)
+    if resolved:
+        better = "post-norm" if s["mean"] > 0 else "pre-norm"
+        return Claim("headline-joint", statement, NOT_SUPPORTED,
+                     f"Not supported: {where}; the interval excludes zero, so the joint runs differ ({better} is "
+                     f"better); {test}.", evidence, variants)
+    room = margin - abs(s["mean"])
+    need = seeds_needed(s["sd"], room, 1 - ALPHA) if room > 0 else None
+    if room <= 0:
+        more = f"the mean lies outside +-{margin:g}, so more seeds at this mean would not show equivalence"
+    elif need is None:
+        more = f"at this spread more than {SEEDS_LIMIT:,} paired seeds would be needed to show it"
+    else:
+        more = f"at this spread about {need} paired seeds would show it if the mean stayed at {_fmt(s['mean'])}"
+    return Claim("headline-joint", statement, NOT_RESOLVED,
+                 f"Not shown equivalent (too few seeds / spread too large): {where}; {test}: neither a difference nor "
+                 f"equivalence is shown; {more}.", evidence, variants)
+
+
 def _crossover_claim(runs: pd.DataFrame, grow: GapSpec, metric: str, level: float) -> Claim:
     statement = ("The pre/post ranking crosses over during the curriculum: post-norm takes the lead once blocks are "
                  "appended.")
@@ -271,6 +302,37 @@ def gate_claims(claims: list[Claim], regime: pd.DataFrame) -> list[Claim]:
                             f"Not judged: students undertrained ({why}). Ungated reading of the numbers, not a "
                             f"verdict: {c.sentence}", {**c.evidence, "ungated_status": c.status},
                             c.variants))
+    return gated
+
+
+def depth_gate(claims: list[Claim], depth: pd.DataFrame, variants: dict[str, Variant]) -> list[Claim]:
+    """The depth gate: a judged claim about growth (one that compares a grown variant, schedule grow with or without
+    a frozen prefix) becomes NOT_JUDGED_DEPTH unless depth pays (stats.depth_check's table) for every norm placement
+    among its variants: both for a pre/post comparison, the one for a single-placement control (obs1-matched). When
+    the blocks appended after the first stage buy less than a few times the effect under test (the margin's reason
+    is in params/reference.yaml), how well they are appended cannot be resolved. Claims about joint training only
+    (headline-joint) compare no appended blocks and pass; a claim the regime gate already took out (students
+    undertrained: the more basic reason) or a not-testable one stays as it is. The sentence gives each placement's
+    depth gain and the margin, then keeps the ungated reading; evidence keeps the ungated status."""
+    rows = depth.set_index("norm")
+    gated = []
+    for c in claims:
+        known = [variants[v] for v in c.variants if v in variants]
+        norms = list(dict.fromkeys(v.norm for v in known))
+        if (c.status in GATED or c.status == NOT_TESTABLE or not any(v.schedule == "grow" for v in known)
+                or all(rows.loc[n, "pays"] for n in norms)):
+            gated.append(c)
+            continue
+        gains = ", ".join(f"{n}: {rows.loc[n, 'depth_gain']:+.3f} nats" if np.isfinite(rows.loc[n, "depth_gain"])
+                          else f"{n}: {rows.loc[n, 'reason']}" for n in norms)
+        margin = float(rows["margin"].iloc[0])
+        gated.append(Claim(c.claim, c.statement, NOT_JUDGED_DEPTH,
+                           f"Not judged: depth does not pay at this scale ({gains}, needs >= {margin:.3f}): the "
+                           f"full-depth joint run must beat the first-stage single run by this margin for each "
+                           f"placement compared. Ungated reading of the numbers, not a verdict: {c.sentence}",
+                           {**c.evidence, "ungated_status": c.status}
+                           | {f"depth_gain_{n}": float(rows.loc[n, "depth_gain"]) for n in norms},
+                           c.variants))
     return gated
 
 

@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from .model import NORMS
-from .claims import NOT_JUDGED, NOT_RESOLVED, NOT_SUPPORTED, NOT_TESTABLE, SUPPORTED
+from .claims import GATED, NOT_JUDGED, NOT_JUDGED_DEPTH, NOT_RESOLVED, NOT_SUPPORTED, NOT_TESTABLE, SUPPORTED
 
 # ----------------------------------------------------------------------------------------------------------- style
 
@@ -176,25 +176,25 @@ def details(summary: str, body: str, open_: bool = False) -> str:
 # ---------------------------------------------------------------------------------------------------------- claims
 
 STATUS_COLORS = {SUPPORTED: "#2ca02c", NOT_SUPPORTED: "#d62728", NOT_RESOLVED: "#ff7f0e", NOT_TESTABLE: "#7f7f7f",
-                 NOT_JUDGED: "#9467bd"}
+                 NOT_JUDGED: "#9467bd", NOT_JUDGED_DEPTH: "#8c564b"}
 
 
 def claims_html(claims: list[dict]) -> str:
     """Claim records (claims.Claim.to_json(): claim, status, statement, sentence, evidence) as verdict boxes, the same
     on report.html and diagnostics.html: status, statement, the sentence with the numbers (closed for a not-judged
-    claim, whose sentence repeats the regime table), the numeric evidence in a closed table, never as JSON."""
+    claim, whose sentence repeats the regime or depth table), the numeric evidence in a closed table, never as JSON."""
     e = html.escape
     parts = []
     for c in claims:
         color = STATUS_COLORS.get(c["status"], "#000")
         sentence = (details("why not judged, and the ungated reading", e(c["sentence"]))
-                    if c["status"] == NOT_JUDGED else f"<br>{e(c['sentence'])}")
+                    if c["status"] in GATED else f"<br>{e(c['sentence'])}")
         # inline border and padding: the box keeps its look in a notebook, where STYLE is absent
         parts.append(f"<div class='claim' style='border-left:5px solid {color};padding:.3em .8em;margin:.4em 0'>"
                      f"<b>{e(str(c['claim']))}</b> <span class='status' style='color:{color}'>[{e(c['status'])}]"
                      f"</span>: <span class='statement'>{e(c['statement'])}</span>{sentence}</div>")
         numbers = {k: v for k, v in (c.get("evidence") or {}).items() if isinstance(v, (int, float))}
-        if numbers and c["status"] != NOT_JUDGED:
+        if numbers and c["status"] not in GATED:
             df = pd.DataFrame({"quantity": list(numbers), "value": [fmt(v, "ratio") for v in numbers.values()]})
             parts.append(details(f"numbers of {c['claim']}", table(df)))
     return "".join(parts)

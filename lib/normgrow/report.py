@@ -4,26 +4,28 @@ notebooks/summary.ipynb calls this and shows the result.
 
     rep = build_report("tiny")      # collect + compute (no files written)
     write_report(rep)               # outputs/study/<profile>/{summary.csv, variant_stats.csv, gaps.csv,
-                                    #   crossover.csv, claims.csv, regime.csv, unassigned.csv, baselines.json,
-                                    #   report.html}
+                                    #   crossover.csv, claims.csv, regime.csv, depth.csv, unassigned.csv,
+                                    #   baselines.json, report.html}
 """
 from __future__ import annotations
 
 import html
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from .claims import (NOT_JUDGED, SUPPORTED, Claim, evaluate_claims,
-                     gate_claims, read_diagnostics)
+from .claims import (NOT_JUDGED, NOT_JUDGED_DEPTH, SUPPORTED, Claim, depth_gate, evaluate_claims, gate_claims,
+                     read_diagnostics)
 from .rundir import run_path, study_dir, unfinished_runs
-from .stats import (FLAT_LIMIT, FLAT_TAIL, LEVEL, REGIME_FIELDS, UNIGRAM_MARGIN, baselines, crossover_table,
-                    gap_ratio, gap_table, regime_check, runs_frame, undertrained, variant_stats, with_flatness)
+from .stats import (ALPHA, DEPTH_FIELDS, FLAT_LIMIT, FLAT_TAIL, LEVEL, REGIME_FIELDS, SEEDS_LIMIT, UNIGRAM_MARGIN,
+                    baselines, crossover_table, depth_check, gap_ratio, gap_table, regime_check, runs_frame,
+                    undertrained, variant_stats, with_flatness)
 from .utils import atomic_write_json, atomic_write_text
-from .variants import GapSpec, collect_runs, load_gaps
+from .variants import GapSpec, collect_runs, load_reference, load_variants
 
 
 @dataclass
@@ -43,6 +45,8 @@ class Report:
     level: float = LEVEL
     baselines: dict = field(default_factory=dict)  # teacher_val_ce, unigram_val_ce and their sources (baselines())
     regime: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(REGIME_FIELDS)))
+    depth: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(DEPTH_FIELDS)))
+    equivalence_margin: float = math.nan  # of the claim of no difference (params/reference.yaml)
 
     def regime_verdict(self) -> str:
         """One line: are the claims judged (see gate_claims)?"""
@@ -53,6 +57,18 @@ class Report:
             return "students trained: claims judged"
         return (f"{len(bad)} variant{'s' if len(bad) != 1 else ''} undertrained ({', '.join(bad)}): claims that "
                 f"compare them are not judged")
+
+    def depth_verdict(self) -> str:
+        """One line: does depth pay for every placement (see claims.depth_gate)?"""
+        if not len(self.depth):
+            return "no placements: nothing to check"
+        margin = float(self.depth["margin"].iloc[0])
+        short = self.depth[~self.depth["pays"].astype(bool)]
+        if not len(short):
+            return (f"depth pays for {' and '.join(self.depth['norm'])} (joint beats single by >= {margin:.3f} "
+                    f"nats): growth claims judged")
+        return (f"depth does not pay for {', '.join(short['norm'])}: {'; '.join(short['reason'])}; growth claims "
+                f"comparing {'it' if len(short) == 1 else 'them'} are not judged")
 
     def baselines_text(self) -> str:
         if not self.baselines:
@@ -69,7 +85,7 @@ class Report:
         return df
 
     def sentences(self) -> list[str]:
-        out = [f"[regime] {self.regime_verdict()}"] + [f"[{c.claim}] {c.sentence}" for c in self.claims]
+        out = [f"[regime] {self.regime_verdict()}", f"[depth] {self.depth_verdict()}"] + [f"[{c.claim}] {c.sentence}" for c in self.claims]
         if self.diagnostics_claims is None:
             out.append(self.diagnostics_note)
         else:
@@ -87,21 +103,24 @@ def _json_default(o):
 
 
 def build_report(profile: str, level: float = LEVEL) -> Report:
-    """Collect the finished runs (with their flatness) and compute every table; every claim, the diagnostics' too,
-    passes the regime gate."""
+    """Collect every finished run (every seed, with its flatness) and compute every table; every claim, the
+    diagnostics' too, passes the regime gate, then the depth gate."""
     study = collect_runs(profile)
     runs = with_flatness(runs_frame(study), profile)
-    spec = load_gaps()
+    reference, variants = load_reference(), load_variants()
+    spec = reference.gaps
     gaps = gap_table(runs, spec, level=level)
     base = baselines(profile)
     regime = regime_check(runs, base.get("unigram_val_ce"))
+    depth = depth_check(runs, variants, reference.depth_margin)
+    gate = lambda claims: depth_gate(gate_claims(claims, regime), depth, variants)
     diag, note = read_diagnostics(profile)
     return Report(profile=profile, runs=runs, stats=variant_stats(runs, level), gaps=gaps, ratio=gap_ratio(gaps),
                   crossover=crossover_table(runs, spec["grow"].a, spec["grow"].b, level=level),
-                  claims=gate_claims(evaluate_claims(runs, spec, level=level), regime),
-                  diagnostics_claims=None if diag is None else gate_claims(diag, regime), diagnostics_note=note,
+                  claims=gate(evaluate_claims(runs, reference, level=level)),
+                  diagnostics_claims=None if diag is None else gate(diag), diagnostics_note=note,
                   grow=spec["grow"], unfinished=unfinished_runs(profile), unassigned=study.unassigned, level=level,
-                  baselines=base, regime=regime)
+                  baselines=base, regime=regime, depth=depth, equivalence_margin=reference.equivalence_margin)
 
 
 # --------------------------------------------------------------------------------------------------------- figures
@@ -203,25 +222,35 @@ REGIME_CRITERIA = (f"A variant is trained when its mean final val_ce is at least
                    f"less than {FLAT_LIMIT:.0%} of the run's total improvement (flat_ratio = (v_80 - v_end) / "
                    f"(v_start - v_end), v_start the step-0 evaluation). A claim comparing a variant that is not "
                    f"trained is '{NOT_JUDGED}'.")
+DEPTH_CRITERIA = (f"Depth pays for a placement when mean final val_ce of its single variant (the first-stage prefix "
+                  f"alone, same tokens) minus that of its joint variant (full depth) is at least the depth margin "
+                  f"(params/reference.yaml depth_margin, with its reason). A claim about growth comparing a "
+                  f"placement where depth does not pay is '{NOT_JUDGED_DEPTH}'; the joint claim is not gated.")
 
 
 def _regime_html(rep: Report) -> str:
-    """The regime check, first on the page: the verdict in a coloured box, the criteria, the per-variant table and
-    (closed) every run's flatness."""
-    from .render import details, table
+    """The regime and depth checks, first on the page: both verdicts in a coloured box, the criteria, the per-variant
+    table, (closed) every run's flatness, and the per-placement depth table."""
+    from .render import STATUS_COLORS, details, table
     e = html.escape
-    judged = len(rep.regime) and not len(undertrained(rep.regime))
-    from .render import STATUS_COLORS
+    depth_pays = len(rep.depth) and rep.depth["pays"].astype(bool).all()
+    judged = len(rep.regime) and not len(undertrained(rep.regime)) and depth_pays
     color = STATUS_COLORS[SUPPORTED] if judged else STATUS_COLORS[NOT_JUDGED]
     per_run = ["run_name", "tokens", "v_start", "tokens_80", "v_80", "val_ce", "flat_ratio", "flattened", "flat_note"]
     names = {"n_seeds": "seeds", "val_ce_mean": "val_ce mean", "margin_below_unigram": "below unigram (nats)",
              "max_flat_ratio": "flat ratio (max over seeds)", "tokens_80": "tokens at 80%", "v_start": "val_ce start",
              "v_80": "val_ce at 80%", "val_ce": "val_ce end", "flat_note": "note", "run_name": "run"}
+    depth_names = {"single_n": "single seeds", "joint_n": "joint seeds", "single_val_ce_mean": "single val_ce mean",
+                   "joint_val_ce_mean": "joint val_ce mean", "depth_gain": "single - joint (nats)",
+                   "margin": "needs >= (nats)"}
     return (f"<div class='verdict' style='border-color:{color}'><b>Training regime: {e(rep.regime_verdict())}</b>."
-            f"</div><h2>Training regime</h2><p class='note'>{e(REGIME_CRITERIA)}</p>"
+            f"<br><b>Depth: {e(rep.depth_verdict())}</b>.</div><h2>Training regime</h2>"
+            f"<p class='note'>{e(REGIME_CRITERIA)}</p>"
             + table(rep.regime, ["variant", "n_seeds", "val_ce_mean", "margin_below_unigram", "max_flat_ratio",
                                  "trained", "reason"], names)
-            + details("flatness per run", table(rep.runs.reindex(columns=per_run), rename=names)))
+            + details("flatness per run", table(rep.runs.reindex(columns=per_run), rename=names))
+            + f"<h3>Does depth pay?</h3><p class='note'>{e(DEPTH_CRITERIA)}</p>"
+            + table(rep.depth, list(DEPTH_FIELDS), depth_names))
 
 
 def _ci_column(df: pd.DataFrame, prefix: str, digits: int) -> list[str]:
@@ -249,8 +278,15 @@ def _gaps_table(rep: Report, metric: str) -> str:
                        f"mean [{round(rep.level * 100)}% CI]": [
                            f"{m:+.4f}" + (f" [{lo:+.4f}, {hi:+.4f}]" if np.isfinite(lo) else "") if np.isfinite(m)
                            else "" for m, lo, hi in zip(g["mean"], g["ci_low"], g["ci_high"])],
+                       "MDE": g["mde"], "seeds to resolve reference": g["seeds_to_resolve_reference"],
                        "reference": g["reference_text"], "meaning": g["meaning"], "missing": g["missing"]})
     return table(df)
+
+
+GAP_RESOLUTION = ("MDE (minimum detectable effect): the half-width of the gap's interval, the smallest |gap| these "
+                  "seeds at this spread resolve from zero. Seeds to resolve reference: the paired seeds that, at the "
+                  "observed per-seed spread, would make that half-width smaller than the reference's value (blank "
+                  f"without a reference value or a measured spread, or beyond {SEEDS_LIMIT:,} seeds).")
 
 
 def _crossover_table(rep: Report) -> str:
@@ -292,9 +328,12 @@ def report_html(rep: Report, figs: dict | None = None) -> str:
              + (f"; unfinished run directories: {e(', '.join(rep.unfinished))}" if rep.unfinished else "")
              + (f"; finished but not counted: {e('; '.join(f'{n} ({w})' for n, w in rep.unassigned.items()))}"
                 if rep.unassigned else "")
-             + f". Intervals: two-sided {pct}% Student-t over seeds; gaps are paired by seed. A claim is supported "
-             "when its interval excludes zero in the claimed direction, not resolved when it includes zero, not "
-             "supported when it excludes zero the other way.</p>",
+             + f". Intervals: two-sided {pct}% Student-t over seeds; gaps are paired by seed. A directional claim is "
+             "supported when its interval excludes zero in the claimed direction, not resolved when it includes "
+             "zero, not supported when it excludes zero the other way. The claim of no difference is an equivalence "
+             f"test (TOST, each one-sided test at {ALPHA:g}) against +-{rep.equivalence_margin:g} nats: supported "
+             "when both one-sided tests reject, not supported when the interval excludes zero, otherwise not shown "
+             "equivalent.</p>",
              f"<p>{e(rep.baselines_text())}</p>",
              "<nav class='toc'><a href='#claims'>claims</a><a href='#curves'>learning curves</a>"
              "<a href='#variants'>final values</a><a href='#gaps'>gaps</a><a href='#crossover'>crossover</a>"
@@ -313,7 +352,8 @@ def report_html(rep: Report, figs: dict | None = None) -> str:
     caveat = "" if ratio["joint_resolved"] else "; the joint gap's interval includes zero, so the ratio is unbounded"
     page.add("</section><section id='gaps'><h2>Paired gaps (a - b by seed)</h2>",
              f"<p>Grow gap / joint gap (val_ce, ratio of means): {ratio_text} (reference "
-             f"~{ratio['reference_ratio']:.0f}x){caveat}.</p>", _gaps_table(rep, "val_ce"))
+             f"~{ratio['reference_ratio']:.0f}x){caveat}.</p>", f"<p class='note'>{e(GAP_RESOLUTION)}</p>",
+             _gaps_table(rep, "val_ce"))
     page.figure(figs["gaps"], div_id="fig-gaps")
     page.add(details("the same gaps in val_kd_ce (soft-target CE against the teacher)", _gaps_table(rep, "val_kd_ce")),
              f"</section><section id='crossover'><h2>Crossover: {e(rep.grow.a)} vs {e(rep.grow.b)} at every stage "
@@ -332,19 +372,21 @@ def report_html(rep: Report, figs: dict | None = None) -> str:
 
 def write_report(rep: Report, out_dir: Path | None = None, figs: dict | None = None) -> dict:
     """Write summary.csv (one row per run and seed), variant_stats.csv, gaps.csv, crossover.csv, claims.csv,
-    regime.csv, unassigned.csv (finished runs not counted, and why), baselines.json (the baselines with their sources, or a note that there are none) and report.html
+    regime.csv, depth.csv, unassigned.csv (finished runs not counted, and why), baselines.json (the baselines with their sources, or a note that there are none) and report.html
     into outputs/study/<profile>/ (or out_dir). Returns {name: path}."""
     out = Path(out_dir) if out_dir is not None else study_dir(rep.profile)
     out.mkdir(parents=True, exist_ok=True)
     files = {"summary": out / "summary.csv", "variant_stats": out / "variant_stats.csv", "gaps": out / "gaps.csv",
              "crossover": out / "crossover.csv", "claims": out / "claims.csv", "regime": out / "regime.csv",
-             "unassigned": out / "unassigned.csv", "baselines": out / "baselines.json", "report": out / "report.html"}
+             "depth": out / "depth.csv", "unassigned": out / "unassigned.csv", "baselines": out / "baselines.json",
+             "report": out / "report.html"}
     atomic_write_text(files["summary"], rep.runs.to_csv(index=False))
     atomic_write_text(files["variant_stats"], rep.stats.to_csv(index=False))
     atomic_write_text(files["gaps"], rep.gaps.to_csv(index=False))
     atomic_write_text(files["crossover"], rep.crossover.to_csv(index=False))
     atomic_write_text(files["claims"], rep.claims_frame().to_csv(index=False))
     atomic_write_text(files["regime"], rep.regime.to_csv(index=False))
+    atomic_write_text(files["depth"], rep.depth.to_csv(index=False))
     atomic_write_text(files["unassigned"], pd.DataFrame(list(rep.unassigned.items()), columns=["run", "reason"])
                       .to_csv(index=False))
     atomic_write_json(files["baselines"], rep.baselines or {"note": rep.baselines_text()})

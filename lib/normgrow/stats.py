@@ -1,12 +1,17 @@
 """Statistics of the study's runs: per-variant means with Student-t intervals over seeds, paired gaps between
-variants, the phase-wise crossover, and the training-regime check (is a variant clearly trained?).
+variants, the phase-wise crossover, the training-regime check (is a variant clearly trained?) and the depth check
+(does depth pay at this scale?).
 
 A variant's mean over seeds has a two-sided Student-t confidence interval (95% by default); a gap ``a - b`` is
 computed per seed on the seeds both variants finished (paired) and summarised the same way. Fewer than two paired
-seeds give no interval (NaN).
+seeds give no interval (NaN). Every finished seed counts, whatever params/study.yaml lists (variants.collect_runs).
+A gap's resolution: its interval's half-width (mde) and the seeds its spread would need to resolve the reference's
+value (seeds_needed). Equivalence to zero within a margin is an equivalence test on the same paired differences
+(tost), never "the interval includes zero", which more spread would only make likelier.
 
 Regime: a variant is trained when its mean final val_ce is at least UNIGRAM_MARGIN below the unigram baseline and
-every seed's validation curve has flattened (FLAT_TAIL, FLAT_LIMIT); see regime_check. claims.py turns these
+every seed's validation curve has flattened (FLAT_TAIL, FLAT_LIMIT); see regime_check. Depth: a placement's
+full-depth joint variant beats its first-stage single variant by a margin; see depth_check. claims.py turns these
 numbers into verdicts; report.py renders them.
 """
 from __future__ import annotations
@@ -21,9 +26,12 @@ import pandas as pd
 
 from .rundir import METRICS as METRICS_FILE
 from .rundir import run_path
-from .variants import GapSpec, StudyRuns
+from .variants import GapSpec, StudyRuns, Variant
 
 LEVEL = 0.95
+ALPHA = 0.05
+"""Level of each one-sided test of an equivalence test (tost): a gap exactly at the margin is called equivalent in
+at most 5% of studies, the same error rate as a false difference at the 95% intervals (1 - LEVEL)."""
 METRICS = ("val_ce", "val_kd_ce")  # the validation metrics every run reports
 RUN_FIELDS = ("run_name", "variant", "seed", "norm", "schedule", "freeze_prefix", "match_active_layer_tokens",
               "depth", "val_ce", "val_kd_ce", "tokens", "active_layer_tokens", "trainable_layer_tokens", "wall_s")
@@ -42,51 +50,68 @@ CURVE_KINDS = ("eval", "phase_end")  # metrics.jsonl records that carry step, to
 FLAT_FIELDS = ("v_start", "v_80", "tokens_80", "flat_ratio", "flattened", "flat_note")
 REGIME_FIELDS = ("variant", "n_seeds", "seeds", "val_ce_mean", "unigram_val_ce", "margin_below_unigram",
                  "below_unigram", "max_flat_ratio", "flattened", "trained", "reason")
+DEPTH_FIELDS = ("norm", "single", "joint", "single_n", "joint_n", "single_val_ce_mean", "joint_val_ce_mean",
+                "depth_gain", "margin", "pays", "reason")
 
 
 
 # ------------------------------------------------------------------------------------------------------ statistics
 
-def t_quantile(p: float, df: int) -> float:
-    """Quantile of Student's t with integer df (p > 0.5), e.g. t_quantile(0.975, 2) = 4.3027.
+def _t_two_sided(theta: float, df: int) -> float:
+    """P(|T| < sqrt(df) tan(theta)) for Student's t with integer df >= 1, theta in [0, pi/2]: the closed form of
+    Abramowitz & Stegun 26.7.3 (odd df) / 26.7.4 (even df), a finite sum of about df/2 terms (a cumulative product,
+    so that tens of thousands of df stay fast), so no scipy is needed."""
+    s, c2 = math.sin(theta), math.cos(theta) ** 2
+    if df % 2 == 0:
+        j = np.arange(1, df // 2)
+        return s * (1.0 + float(np.cumprod(c2 * (2 * j - 1) / (2 * j)).sum()))
+    if df == 1:
+        return 2.0 * theta / math.pi
+    j = np.arange(1, (df - 1) // 2)
+    c = math.sqrt(c2)
+    return 2.0 / math.pi * (theta + s * c * (1.0 + float(np.cumprod(c2 * (2 * j) / (2 * j + 1)).sum())))
 
-    Exact: bisection on the closed-form two-sided CDF of Abramowitz & Stegun 26.7.3/26.7.4, so no scipy is needed.
-    """
-    if not 0.5 < p < 1.0:
-        raise ValueError(f"p={p} must be in (0.5, 1)")
+
+def _check_df(df) -> int:
     if int(df) != df or df < 1:
         raise ValueError(f"df={df} must be an integer >= 1")
-    df, target = int(df), 2.0 * p - 1.0  # P(|T| < t) = 2p - 1
+    return int(df)
 
-    def two_sided(theta: float) -> float:
-        s, c = math.sin(theta), math.cos(theta)
-        if df % 2 == 0:
-            term, total = 1.0, 1.0
-            for j in range(1, df // 2):
-                term *= c * c * (2 * j - 1) / (2 * j)
-                total += term
-            return s * total
-        if df == 1:
-            return 2.0 * theta / math.pi
-        term, total = c, c
-        for j in range(1, (df - 1) // 2):
-            term *= c * c * (2 * j) / (2 * j + 1)
-            total += term
-        return 2.0 / math.pi * (theta + s * total)
 
+def t_cdf(t: float, df: int) -> float:
+    """P(T <= t) for Student's t with integer df, e.g. t_cdf(2.0, 2) = 0.5 + 1 / sqrt(6) = 0.9082 (df = 2 has the
+    closed form 1/2 + t / (2 sqrt(2 + t^2))). Exact up to rounding: the absolute error is ~1e-16, so a tail
+    probability below ~1e-15 is not resolved (irrelevant to tests at alpha 0.05)."""
+    df = _check_df(df)
+    if math.isnan(t):
+        return math.nan
+    half = 0.5 * _t_two_sided(math.atan(abs(t) / math.sqrt(df)), df)  # atan(inf) = pi/2: the whole mass
+    return 0.5 + half if t >= 0 else 0.5 - half
+
+
+def t_quantile(p: float, df: int) -> float:
+    """Quantile of Student's t with integer df (p > 0.5), e.g. t_quantile(0.975, 2) = 4.3027: bisection on the
+    two-sided CDF of t_cdf, exact to double precision."""
+    if not 0.5 < p < 1.0:
+        raise ValueError(f"p={p} must be in (0.5, 1)")
+    df, target = _check_df(df), 2.0 * p - 1.0  # P(|T| < t) = 2p - 1
     lo, hi = 0.0, math.pi / 2
-    for _ in range(200):
+    for _ in range(64):  # (pi / 2) / 2^64 is below the spacing of doubles near theta: converged
         mid = 0.5 * (lo + hi)
-        if two_sided(mid) < target:
+        if _t_two_sided(mid, df) < target:
             lo = mid
         else:
             hi = mid
     return math.sqrt(df) * math.tan(0.5 * (lo + hi))
 
 
+def _finite(values) -> np.ndarray:
+    return np.asarray([v for v in np.asarray(values, dtype=float).ravel() if np.isfinite(v)], dtype=float)
+
+
 def mean_ci(values, level: float = LEVEL) -> dict:
     """n, mean, sd, and the two-sided Student-t interval of the mean over the finite values (NaN when n < 2)."""
-    x = np.asarray([v for v in np.asarray(values, dtype=float).ravel() if np.isfinite(v)], dtype=float)
+    x = _finite(values)
     n = int(x.size)
     mean = float(x.mean()) if n else math.nan
     if n < 2:
@@ -95,6 +120,55 @@ def mean_ci(values, level: float = LEVEL) -> dict:
     half = t_quantile(0.5 + level / 2, n - 1) * sd / math.sqrt(n)
     return {"n": n, "mean": mean, "sd": sd, "half_width": half, "ci_low": mean - half, "ci_high": mean + half}
 
+
+def tost(values, margin: float, alpha: float = ALPHA) -> dict:
+    """Two one-sided t-tests (TOST) of equivalence for the mean of the finite values (paired per-seed differences,
+    as every gap here is): H0 mean <= -margin against mean > -margin (p_lower) and H0 mean >= margin against
+    mean < margin (p_upper), each a one-sample t-test with n - 1 df. p = max(p_lower, p_upper); equivalent iff
+    p < alpha, i.e. both one-sided tests reject, which is the same as the two-sided (1 - 2 alpha) interval of the
+    mean lying inside (-margin, margin). Fewer than two values give NaN p-values and not equivalent; zero spread
+    gives p 0 or 1 by which side of each bound the mean lies."""
+    x = _finite(values)
+    n = int(x.size)
+    out = {"n": n, "margin": margin, "alpha": alpha, "mean": float(x.mean()) if n else math.nan,
+           "t_lower": math.nan, "t_upper": math.nan, "p_lower": math.nan, "p_upper": math.nan, "p": math.nan,
+           "equivalent": False}
+    if n < 2:
+        return out
+    se = float(x.std(ddof=1)) / math.sqrt(n)
+    mean = out["mean"]
+    if se == 0:
+        p_lower, p_upper = float(not mean > -margin), float(not mean < margin)
+        t_lower = t_upper = math.nan
+    else:
+        t_lower, t_upper = (mean + margin) / se, (mean - margin) / se
+        p_lower, p_upper = 1.0 - t_cdf(t_lower, n - 1), t_cdf(t_upper, n - 1)
+    p = max(p_lower, p_upper)
+    return out | {"t_lower": t_lower, "t_upper": t_upper, "p_lower": p_lower, "p_upper": p_upper, "p": p,
+                  "equivalent": bool(p < alpha)}
+
+
+SEEDS_LIMIT = 10_000
+"""seeds_needed searches no further: 10,000 paired seeds (100,000 runs of the study's 10 variants) is beyond any study
+of this kind, so a larger answer only says "out of reach", and the search stays bounded when target is tiny."""
+
+
+def seeds_needed(sd: float, target: float, p: float = 0.5 + LEVEL / 2) -> int | None:
+    """The smallest number of seeds n >= 2 at which an interval of half-width t_p(n - 1) * sd / sqrt(n) is narrower
+    than target: with p = 0.975 (default) how many seeds would resolve a gap of size target from zero at this
+    per-seed spread; with p = 1 - alpha how many would show equivalence when |mean| is target below the margin.
+    None when sd or target is not finite and > 0 (no spread measured: fewer than two seeds, or identical ones), or
+    when more than SEEDS_LIMIT seeds would be needed."""
+    if not (np.isfinite(sd) and sd > 0 and np.isfinite(target) and target > 0):
+        return None
+    wide = lambda n: t_quantile(p, n - 1) * sd / math.sqrt(n) >= target  # non-increasing in n
+    if wide(SEEDS_LIMIT):
+        return None
+    lo, hi = 1, SEEDS_LIMIT  # bisect between lo (taken as too wide: n = 1 has no interval) and hi (narrow enough)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if wide(mid) else (lo, mid)
+    return hi
 
 
 # ------------------------------------------------------------------------------------------------------- the runs
@@ -167,16 +241,26 @@ def paired_gap(runs: pd.DataFrame, a: str, b: str, metric: str = "val_ce", phase
 
 
 def gap_table(runs: pd.DataFrame, gaps: dict[str, GapSpec], metrics=METRICS, level: float = LEVEL) -> pd.DataFrame:
-    """The paired gaps (variants.load_gaps: a - b by seed) for every metric, with the reference values beside them."""
+    """The paired gaps (variants.load_gaps: a - b by seed) for every metric, with the reference values beside them
+    and two resolution columns. mde (minimum detectable effect): the half-width of the gap's interval at its number
+    of paired seeds, the smallest |mean| these seeds at this spread resolve from zero. seeds_to_resolve_reference:
+    seeds_needed(sd, |reference|), how many paired seeds at the observed per-seed spread would resolve a gap of the
+    reference's size from zero (None without a nonzero reference, or without a measured spread)."""
     rows = []
     for metric in metrics:
         for spec in gaps.values():
             g = paired_gap(runs, spec.a, spec.b, metric, level=level)
-            rows.append({"gap": spec.name, "comparison": f"{spec.a} - {spec.b}", "metric": metric, **g,
-                         "reference": spec.reference if metric == "val_ce" else None,
+            mde = g.pop("half_width")
+            reference = spec.reference if metric == "val_ce" else None
+            resolve = seeds_needed(g["sd"], abs(reference), 0.5 + level / 2) if reference else None
+            rows.append({"gap": spec.name, "comparison": f"{spec.a} - {spec.b}", "metric": metric, **g, "mde": mde,
+                         "seeds_to_resolve_reference": resolve, "reference": reference,
                          "reference_text": spec.reference_text if metric == "val_ce" else "",
                          "meaning": spec.meaning})
-    return pd.DataFrame(rows)
+    df = pd.DataFrame(rows)
+    # seed counts with None kept as Python ints (object): a float column would write 12.0 to gaps.csv
+    df["seeds_to_resolve_reference"] = pd.Series([r["seeds_to_resolve_reference"] for r in rows], dtype=object)
+    return df
 
 
 def difference_in_gaps(runs: pd.DataFrame, first: GapSpec, second: GapSpec, metric: str = "val_ce",
@@ -322,6 +406,35 @@ def regime_check(runs: pd.DataFrame, unigram_val_ce: float | None) -> pd.DataFra
 def undertrained(regime: pd.DataFrame) -> pd.DataFrame:
     """The rows of regime_check's table whose variant is not trained."""
     return regime[~regime["trained"].astype(bool)]
+
+
+def depth_check(runs: pd.DataFrame, variants: dict[str, Variant], margin: float) -> pd.DataFrame:
+    """Per norm placement (the DEPTH_FIELDS): does depth pay at this scale? depth_gain = mean final val_ce of the
+    placement's single variant (the first-stage prefix alone, same tokens) minus that of its joint variant (every
+    block from step 0), each over all its finished seeds (means, not paired: the two are separate variants and any
+    seed of either tells its level); pays iff depth_gain >= margin (variants.Reference.depth_margin, whose reason
+    params/reference.yaml gives). A placement without a single or joint run file, or without finished runs of one,
+    does not pay (not shown). The variants are found by their parameters (norm, schedule), not their names."""
+    by_key = {v.key(): v.name for v in variants.values()}
+    rows = []
+    for norm in sorted({v.norm for v in variants.values()}, key=lambda n: (n != "pre", n)):  # pre first, as elsewhere
+        single, joint = by_key.get((norm, "single", False, None)), by_key.get((norm, "joint", False, None))
+        row = {"norm": norm, "single": single, "joint": joint, "margin": margin}
+        for role, name in (("single", single), ("joint", joint)):
+            ce = pd.to_numeric(runs.loc[runs["variant"] == name, "val_ce"], errors="coerce").dropna()
+            row[f"{role}_n"], row[f"{role}_val_ce_mean"] = len(ce), float(ce.mean()) if len(ce) else math.nan
+        row["depth_gain"] = row["single_val_ce_mean"] - row["joint_val_ce_mean"]
+        row["pays"] = bool(row["depth_gain"] >= margin)  # NaN: does not pay
+        if single is None or joint is None:
+            row["reason"] = f"no {'single' if single is None else 'joint'} run file of params/runs for {norm}-norm"
+        elif not (row["single_n"] and row["joint_n"]):
+            row["reason"] = f"no finished runs of {single if not row['single_n'] else joint}"
+        else:
+            gain = row["depth_gain"]
+            row["reason"] = (f"{joint} is {abs(gain):.3f} nats {'below' if gain >= 0 else 'above'} {single} "
+                             f"({'>=' if row['pays'] else 'needs >='} {margin:.3f} below)")
+        rows.append(row)
+    return pd.DataFrame(rows, columns=list(DEPTH_FIELDS))
 
 
 def baselines(profile: str) -> dict:

@@ -20,6 +20,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import re
 import signal
 import sys
 import threading
@@ -66,6 +67,22 @@ def _unique(values: list, what: str) -> list:
     if len(seen) < len(values):
         print(f"note: duplicate {what} ignored: {' '.join(map(str, sorted({v for v in values if values.count(v) > 1})))}")
     return seen
+
+
+def parse_seeds(words: list[str]) -> list[int]:
+    """The seeds of --seeds: each word a seed (``3``) or an inclusive range (``0-5``: seeds 0 to 5), in order, e.g.
+    ["0-2", "7"] -> [0, 1, 2, 7]. A word of another form, or a range whose end is below its start, is a ParamError
+    naming the word. Repeats are load_study's to drop; the range [0, 2**32) is checked with every run's parameters
+    (train.make_run_spec)."""
+    seeds = []
+    for word in words:
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", word.strip())
+        if not m or (m.group(2) is not None and int(m.group(2)) < int(m.group(1))):
+            raise ParamError(f"--seeds {word!r} is neither a seed (an integer >= 0, e.g. 3) nor a range first-last "
+                             f"with first <= last (e.g. 0-5)")
+        first = int(m.group(1))
+        seeds += range(first, int(m.group(2) or first) + 1)
+    return seeds
 
 
 def load_study(path: Path | None = None, seeds: list[int] | None = None, variants: list[str] | None = None) -> list[StudyRun]:
@@ -348,14 +365,16 @@ def run_study(profile: str, seeds: list[int] | None = None, variants: list[str] 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m normgrow.study", description=__doc__.splitlines()[0])
     parser.add_argument("--profile", default="cpu", help="a file in params/profiles (default: cpu)")
-    parser.add_argument("--seeds", type=int, nargs="+", help="override the seeds of params/study.yaml")
+    parser.add_argument("--seeds", nargs="+", help="override the seeds of params/study.yaml: seeds and inclusive "
+                        "ranges, e.g. 0 1 2, 0-5, or 0-2 7")
     parser.add_argument("--runs", nargs="+", help="only these run files (donors of matched runs must be included)")
     parser.add_argument("--jobs", type=int, help="runs executed at once (default: params/study.yaml jobs, else 1)")
     parser.add_argument("--processes", type=int, help="processes (CPU ranks or GPUs) of each run and of the teacher "
                         "pass (default: the profile's train.processes and teacher.processes)")
     args = parser.parse_args(argv)
     try:
-        return run_study(args.profile, args.seeds, args.runs, args.jobs, args.processes)
+        seeds = parse_seeds(args.seeds) if args.seeds else None
+        return run_study(args.profile, seeds, args.runs, args.jobs, args.processes)
     except ParamError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -2,7 +2,8 @@
 
 A variant is a run file of params/runs (``post-grow.yaml``: norm, schedule, freeze_prefix, match_active_layer_tokens);
 the study runs each variant once per seed as ``<variant>-s<seed>``. The gaps the report computes between variants,
-with the reference study's numbers, are data too: params/reference.yaml.
+with the reference study's numbers, and the margins the claims are judged with are data too: params/reference.yaml
+(load_reference).
 
 ``collect_runs(profile)`` reads every finished run of outputs/runs/<profile>/ and assigns it to a variant by the
 parameters recorded in the run (summary.json: norm, schedule, freeze_prefix, the budget donor's own variant, seed),
@@ -13,8 +14,8 @@ or a profile edited since), or when another run already holds its (variant, seed
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
-
 
 from .config import PARAMS_DIR, ParamError, read_yaml
 from .rundir import (NUMERICS_VERSION, RunDirError, Summary, finished_runs, identity_differences, read_identity,
@@ -68,16 +69,49 @@ class GapSpec:
     meaning: str
 
 
-def load_gaps() -> dict[str, GapSpec]:
-    """params/reference.yaml's gaps, by name; every a and b must be a variant."""
+REFERENCE_KEYS = ("gaps", "equivalence_margin", "depth_margin")
+DEPTH_MARGIN_KEYS = ("multiple", "of")
+
+
+@dataclass(frozen=True)
+class Reference:
+    """params/reference.yaml: the gaps, and the two margins the claims are judged with (their reasons are in that
+    file). equivalence_margin: nats/token within which a gap counts as equivalent to zero (claims.py, TOST).
+    depth_margin: nats/token by which a placement's full-depth joint run must beat its first-stage single run for a
+    growth claim to be judged (claims.depth_gate), given as ``multiple`` times the absolute reference value of the gap
+    named by ``of``, so that it stays tied to the effect under test."""
+    gaps: dict[str, GapSpec]
+    equivalence_margin: float
+    depth_multiple: float
+    depth_of: str
+
+    @property
+    def depth_margin(self) -> float:
+        return self.depth_multiple * abs(self.gaps[self.depth_of].reference)
+
+
+def _positive(path, key: str, value) -> float:
+    """A finite number > 0 (not a bool), else a ParamError naming the key."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ParamError(f"{path}: {key}={value!r} must be a finite number > 0")
+    return float(value)
+
+
+def load_reference() -> Reference:
+    """params/reference.yaml, validated: exactly the REFERENCE_KEYS; every gap's a and b a variant; the gaps
+    'joint' and 'grow' present (the headline claims); both margins finite and > 0; depth_margin.of a gap with a
+    nonzero reference value."""
     path = PARAMS_DIR / "reference.yaml"
+    raw = read_yaml(path) or {}
+    if set(raw) != set(REFERENCE_KEYS):
+        raise ParamError(f"{path}: needs exactly the keys {', '.join(REFERENCE_KEYS)} (got {', '.join(sorted(raw))})")
     variants = load_variants()
     gaps = {}
-    for raw in (read_yaml(path) or {}).get("gaps") or []:
+    for item in raw["gaps"] or []:
         names = {f.name for f in fields(GapSpec)}
-        if set(raw) != names:
-            raise ParamError(f"{path}: a gap needs exactly the keys {', '.join(sorted(names))} (got {sorted(raw)})")
-        spec = GapSpec(**raw)
+        if set(item) != names:
+            raise ParamError(f"{path}: a gap needs exactly the keys {', '.join(sorted(names))} (got {sorted(item)})")
+        spec = GapSpec(**item)
         for v in (spec.a, spec.b):
             if v not in variants:
                 raise ParamError(f"{path}: gap {spec.name!r} names {v!r}, which is not a run file of params/runs")
@@ -85,7 +119,21 @@ def load_gaps() -> dict[str, GapSpec]:
     for needed in ("joint", "grow"):  # the headline claims
         if needed not in gaps:
             raise ParamError(f"{path}: gap {needed!r} is missing")
-    return gaps
+    depth = raw["depth_margin"]
+    if not isinstance(depth, dict) or set(depth) != set(DEPTH_MARGIN_KEYS):
+        raise ParamError(f"{path}: depth_margin={depth!r} must be a mapping with exactly the keys "
+                         f"{', '.join(DEPTH_MARGIN_KEYS)}, e.g. {{multiple: 3, of: grow}}")
+    with_reference = [name for name, g in gaps.items() if g.reference]
+    if depth["of"] not in with_reference:
+        raise ParamError(f"{path}: depth_margin.of={depth['of']!r} must name a gap with a nonzero reference value; "
+                         f"allowed values: {', '.join(with_reference)}")
+    return Reference(gaps, _positive(path, "equivalence_margin", raw["equivalence_margin"]),
+                     _positive(path, "depth_margin.multiple", depth["multiple"]), depth["of"])
+
+
+def load_gaps() -> dict[str, GapSpec]:
+    """params/reference.yaml's gaps, by name (see load_reference)."""
+    return load_reference().gaps
 
 
 @dataclass(frozen=True)

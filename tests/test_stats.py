@@ -1,0 +1,86 @@
+"""normgrow.stats' tests of resolution: the t CDF, the equivalence test (TOST) and the seeds a gap needs, checked
+against scipy's values (scipy.stats 1.17, not a dependency: the numbers are written here) and hand computations."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from normgrow import stats
+
+MARGIN = 0.02
+WIDE = [0.03, -0.03, 0.01]  # 3 seeds, spread 0.03: the mean is inside the margin, its interval is not
+TIGHT = [0.002, -0.001, 0.0015, -0.002, 0.0005, 0.001, -0.0015, 0.0, 0.002, -0.0005]  # 10 seeds, spread 0.0015
+MIDDLE = [0.004, 0.012, -0.003, 0.009, 0.001]  # 5 seeds, mean 0.0046
+
+
+def t_cdf_df2(t: float) -> float:
+    """Student's t CDF with 2 df in closed form."""
+    return 0.5 + t / (2 * math.sqrt(2 + t * t))
+
+
+@pytest.mark.parametrize("t,df,expected", [
+    (2.0, 2, 0.908248290463863), (1.3, 7, 0.8826160823038114), (3.1, 4, 1 - 0.018110555518719575),
+    (-0.7, 30, 0.24466022174983582), (0.25, 1, 0.5779791303773694), (-1.7, 12, 0.057439932697604626)])
+def test_t_cdf_matches_scipy(t, df, expected):  # scipy.stats.t.cdf(t, df)
+    assert stats.t_cdf(t, df) == pytest.approx(expected, abs=1e-13)
+
+
+def test_t_cdf_closed_form_symmetry_and_inverse():
+    for t in (-3.0, -0.4, 0.0, 0.9, 5.0):
+        assert stats.t_cdf(t, 2) == pytest.approx(t_cdf_df2(t), abs=1e-14)
+    assert stats.t_cdf(math.inf, 3) == 1.0 and stats.t_cdf(-math.inf, 3) == 0.0
+    for p, df in ((0.95, 1), (0.975, 4), (0.9, 17), (0.995, 60)):
+        assert stats.t_cdf(stats.t_quantile(p, df), df) == pytest.approx(p, abs=1e-12)
+        assert stats.t_cdf(-stats.t_quantile(p, df), df) == pytest.approx(1 - p, abs=1e-12)
+    with pytest.raises(ValueError):
+        stats.t_cdf(1.0, 0)
+
+
+@pytest.mark.parametrize("values,p_lower,p_upper,equivalent", [
+    (WIDE, 0.15843497446801338, 0.22222222222222224, False),
+    (TIGHT, 3.7009645955146675e-12, 4.427530151147787e-12, True),
+    (MIDDLE, 0.00039929526922972237, 0.002317919708952205, True)])
+def test_tost_matches_scipy(values, p_lower, p_upper, equivalent):
+    """p_lower: scipy.stats.ttest_1samp(values, -MARGIN, alternative='greater'); p_upper: ttest_1samp(values,
+    +MARGIN, alternative='less')."""
+    r = stats.tost(values, MARGIN)
+    assert r["n"] == len(values) and r["mean"] == pytest.approx(np.mean(values))
+    assert r["p_lower"] == pytest.approx(p_lower, rel=1e-6, abs=1e-15)
+    assert r["p_upper"] == pytest.approx(p_upper, rel=1e-6, abs=1e-15)
+    assert r["p"] == max(r["p_lower"], r["p_upper"]) and r["equivalent"] is equivalent
+
+
+def test_tost_by_hand_and_as_an_interval():
+    """WIDE by hand (df 2, closed-form CDF); equivalence iff the 90% interval lies inside +-margin."""
+    x = np.array(WIDE)
+    se = x.std(ddof=1) / math.sqrt(3)
+    r = stats.tost(WIDE, MARGIN)
+    assert r["t_upper"] == pytest.approx((x.mean() - MARGIN) / se)
+    assert r["p_upper"] == pytest.approx(t_cdf_df2((x.mean() - MARGIN) / se), abs=1e-14)
+    assert r["p_lower"] == pytest.approx(1 - t_cdf_df2((x.mean() + MARGIN) / se), abs=1e-14)
+    for values in (WIDE, TIGHT, MIDDLE, [0.015, 0.019, 0.017, 0.016]):
+        ci = stats.mean_ci(values, level=0.90)
+        inside = -MARGIN < ci["ci_low"] and ci["ci_high"] < MARGIN
+        assert stats.tost(values, MARGIN)["equivalent"] is inside
+
+
+def test_tost_degenerate_cases():
+    one = stats.tost([0.001], MARGIN)
+    assert one["n"] == 1 and math.isnan(one["p"]) and not one["equivalent"]
+    assert stats.tost([0.001, 0.001], MARGIN)["p"] == 0.0  # no spread, inside: both tests reject
+    assert not stats.tost([0.03, 0.03], MARGIN)["equivalent"]  # no spread, outside
+
+
+def test_seeds_needed_hand_computed():
+    # sd 0.02, target 0.0328: n = 3 gives 4.3027 * 0.02 / sqrt(3) = 0.0497, n = 4 gives 3.1824 * 0.02 / 2 = 0.0318
+    assert stats.seeds_needed(0.02, 0.0328) == 4
+    assert stats.seeds_needed(0.001, 0.0328) == 2  # 12.706 * 0.001 / sqrt(2) = 0.0090
+    # one-sided 95% (equivalence): sd 0.018, room 0.02: t(0.95, 3) * 0.018 / 2 = 0.0212, t(0.95, 4) * 0.018 / sqrt(5) = 0.0172
+    assert stats.seeds_needed(0.018, 0.02, 0.95) == 5
+    n = stats.seeds_needed(0.018, 0.0004)  # about (1.96 * 0.018 / 0.0004)^2 = 7779
+    half = lambda k: stats.t_quantile(0.975, k - 1) * 0.018 / math.sqrt(k)
+    assert 7779 <= n <= 7800 and half(n) < 0.0004 <= half(n - 1)
+    for sd, target in ((0.0, 0.03), (math.nan, 0.03), (0.01, 0.0), (0.01, math.nan)):
+        assert stats.seeds_needed(sd, target) is None
