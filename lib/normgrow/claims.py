@@ -1,4 +1,4 @@
-"""Claims: each claim of shared/STUDY.md judged from this study's numbers (never written in advance), as one Claim
+"""Claims: each claim of docs/STUDY.md judged from this study's numbers (never written in advance), as one Claim
 record that the report and the diagnostics (observations 4 and 5) share.
 
 A directional claim is judged from the interval of its gap: excludes zero in the claimed direction -> supported;
@@ -131,7 +131,7 @@ def _combine(parts: list[dict]) -> str:
 
 def evaluate_claims(runs: pd.DataFrame, reference: Reference, metric: str = "val_ce",
                     level: float = LEVEL) -> list[Claim]:
-    """The headline comparison and observations 1-3 of shared/STUDY.md, each judged from this study's numbers;
+    """The headline comparison and observations 1-3 of docs/STUDY.md, each judged from this study's numbers;
     reference from variants.load_reference (which variants each gap compares, the reference's numbers, the
     equivalence margin)."""
     gaps = reference.gaps

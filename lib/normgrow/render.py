@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from .model import NORMS
+from .placements import PLACEMENTS
 from .claims import GATED, NOT_JUDGED, NOT_JUDGED_DEPTH, NOT_RESOLVED, NOT_SUPPORTED, NOT_TESTABLE, SUPPORTED
 
 # ----------------------------------------------------------------------------------------------------------- style
@@ -61,7 +62,7 @@ nav.toc a{margin-right:1em}
 FIGURE_CONFIG = {"displaylogo": False, "responsive": True}
 FONT = dict(family="system-ui, -apple-system, Segoe UI, Roboto, sans-serif", size=12)
 
-NORM_COLOR = {"pre": "#d62728", "post": "#1f77b4"}
+NORM_COLOR = {name: placement.colour for name, placement in PLACEMENTS.items()}  # one colour per placement
 # schedule families (the variant without its norm prefix) in the study's order; colours: plotly D3
 FAMILY_COLOR = {"joint": "#1f77b4", "grow": "#ff7f0e", "single": "#2ca02c", "grow-freeze": "#d62728",
                 "joint-matched": "#9467bd"}

@@ -140,7 +140,7 @@ def crossover_figure(rep: Report):
         for v in (a, b):
             err = (t[f"{v}_ci_high"] - t[f"{v}_mean"]).fillna(0)
             fig.add_trace(go.Scatter(x=x, y=t[f"{v}_mean"], error_y=dict(type="data", array=err), name=v,
-                                     mode="lines+markers", line=dict(color=NORM_COLOR[split_variant(v)[0]])),
+                                     mode="lines+markers", line=dict(color=NORM_COLOR.get(split_variant(v)[0], "#555555"))),
                           row=1, col=1)
         err = (t["gap_ci_high"] - t["gap_mean"]).fillna(0)
         fig.add_trace(go.Scatter(x=x, y=t["gap_mean"], error_y=dict(type="data", array=err), name=f"{a} - {b}",
