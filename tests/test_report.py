@@ -637,3 +637,27 @@ def test_gap_table_mde_and_seeds_to_resolve_reference(outputs, trained):
     assert written.loc[("val_ce", "grow"), "seeds_to_resolve_reference"] == "4"
     page = files["report"].read_text()
     assert "MDE (minimum detectable effect)" in page and "seeds to resolve reference" in page
+
+
+def test_lr_figure_shows_every_arm_of_the_sweep(outputs, trained):
+    write_study(outputs, grow_gaps=[0.03, 0.035, 0.04], joint_gaps=[0.001, -0.001, 0.0005])
+    rep = report.build_report("tiny")
+    assert report.lr_figure(rep) is None  # no sweep: no figure, and the page has no lr section
+    assert "fig-lr" not in report.report_html(rep)
+    rows = [{"norm": n, "schedule": s, "lr": lr, "val_ce": 5.0 + abs(lr - best) * 100}
+            for n, best in (("pre", 1e-2), ("post", 5e-3)) for s in ("joint", "grow")
+            for lr in (2.5e-3, 5e-3, 1e-2, 2e-2)]
+    rows[-1]["val_ce"] = 9.0  # a diverged point: drawn on the panel's edge, its value kept for the hover
+    chosen = {n: {s: {"lr": best, "val_ce": 5.0, "edge": None} for s in ("joint", "grow")}
+              for n, best in (("pre", 1e-2), ("post", 5e-3))}
+    (outputs / "sweep" / "tiny").mkdir(parents=True)
+    (outputs / "sweep" / "tiny" / "sweep.json").write_text(json.dumps(
+        {"rows": rows, "chosen": chosen, "date": "2026-12-01", "seed": 0}))
+    fig = report.lr_figure(rep)
+    lines = [t for t in fig.data if t.mode == "lines+markers"]
+    stars = [t for t in fig.data if t.mode == "markers"]
+    assert len(lines) == 4 and len(stars) == 4  # 2 placements x 2 schedules, one chosen lr each
+    assert max(max(t.y) for t in lines) == pytest.approx(5.0 + report.LR_SHOWN)
+    assert 9.0 in list(lines[-1].customdata)
+    assert sorted(float(t.x[0]) for t in stars) == [5e-3, 5e-3, 1e-2, 1e-2]
+    assert "fig-lr" in report.report_html(rep)

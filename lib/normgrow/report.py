@@ -210,9 +210,52 @@ def curves_figure(rep: Report, metric: str = "val_ce"):
     return learning_curves(dirs, rep.baselines, metric)
 
 
+LR_SHOWN = 0.4  # nats above an arm's best val_ce that the lr figure shows; higher points (diverged) sit on its edge
+
+
+def lr_figure(rep: Report):
+    """Final val_ce against peak lr for every arm of the profile's sweep (outputs/sweep/<profile>/sweep.json), one
+    panel per schedule, a line per placement, the chosen lr starred: how sharp each arm's optimum is, and so how much
+    of a gap between arms could be tuning. None without a sweep. The sweep runs one seed per lr."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    from .render import NORM_COLOR, style_figure
+    from .sweep import sweep_dir
+    path = sweep_dir(rep.profile) / "sweep.json"
+    if not path.is_file():
+        return None
+    sweep = json.loads(path.read_text())
+    rows = pd.DataFrame(sweep["rows"])
+    schedules = list(dict.fromkeys(rows["schedule"]))
+    fig = make_subplots(rows=1, cols=len(schedules), subplot_titles=schedules, shared_yaxes=False)
+    for col, schedule in enumerate(schedules, start=1):
+        arm_rows = rows[rows["schedule"] == schedule]
+        best = arm_rows["val_ce"].min()
+        for norm, g in arm_rows.groupby("norm", sort=False):
+            g = g.sort_values("lr")
+            color = NORM_COLOR.get(norm, "#555555")
+            shown = g["val_ce"].clip(upper=best + LR_SHOWN)
+            fig.add_trace(go.Scatter(x=g["lr"], y=shown, mode="lines+markers", name=f"{norm}-norm",
+                                     legendgroup=norm, showlegend=col == 1, line=dict(color=color),
+                                     customdata=g["val_ce"], hovertemplate="lr %{x:.3g}: val_ce %{customdata:.4f}"
+                                                                           "<extra></extra>"), row=1, col=col)
+            chosen = sweep["chosen"].get(norm, {}).get(schedule, {})
+            if chosen.get("lr") is not None:
+                fig.add_trace(go.Scatter(x=[chosen["lr"]], y=[chosen["val_ce"]], mode="markers", legendgroup=norm,
+                                         showlegend=False, marker=dict(symbol="star", size=14, color=color),
+                                         hovertemplate="chosen: lr %{x:.3g}, val_ce %{y:.4f}<extra></extra>"),
+                              row=1, col=col)
+        fig.update_xaxes(type="log", title_text="peak lr", row=1, col=col)
+        fig.update_yaxes(range=[best - 0.03, best + LR_SHOWN + 0.03], row=1, col=col)
+    fig.update_yaxes(title_text="final val_ce (nats/token)", row=1, col=1)
+    fig.update_layout(title=f"lr sweep per arm ({sweep['date']}, seed {sweep['seed']}): chosen lr starred")
+    return style_figure(fig, height=380)
+
+
 def figures(rep: Report) -> dict:
     return {"curves": curves_figure(rep), "crossover": crossover_figure(rep), "variants": variants_figure(rep),
-            "gaps": gaps_figure(rep)}
+            "gaps": gaps_figure(rep), "lr": lr_figure(rep)}
 
 
 # ------------------------------------------------------------------------------------------------------- writing
@@ -345,6 +388,12 @@ def report_html(rep: Report, figs: dict | None = None) -> str:
                 "per schedule, pre-norm red, post-norm blue: the line is the mean over seeds, the band the range of "
                 "the seeds; diamonds and dotted verticals mark growth points (blocks appended); horizontal lines: "
                 "teacher and unigram model on the same validation positions.")
+    if figs.get("lr") is not None:
+        page.add("</section><section id='lr'><h2>Learning rate per arm</h2>")
+        page.figure(figs["lr"], div_id="fig-lr", caption="Every arm (placement x schedule) trains at the peak lr "
+                    "that its own sweep chose (python -m normgrow.sweep; one seed per lr; a freeze control takes its "
+                    f"placement's grow lr, a matched run its joint lr). Points more than {LR_SHOWN} nats above an "
+                    "arm's best are drawn on the panel's upper edge (hover for the value; sweep.csv has every row).")
     page.add("</section><section id='variants'><h2>Final validation CE per variant</h2>", _stats_table(rep))
     page.figure(figs["variants"], div_id="fig-variants")
     ratio = rep.ratio
