@@ -118,7 +118,7 @@ def test_learning_rate_per_placement(tmp_path, monkeypatch):
     lr = {"train.lr": {"pre": 2e-3, "post": 5e-4}}
     assert make_run_spec(profile="tiny", norm="pre", overrides=lr).profile.train.lr == 2e-3
     assert make_run_spec(profile="tiny", norm="post", overrides=lr).profile.train.lr == 5e-4
-    with pytest.raises(ParamError, match="one learning rate per placement"):
+    with pytest.raises(ParamError, match=r"gives no learning rate for norm='post' \(keys given: pre\)"):
         make_run_spec(profile="tiny", norm="post", overrides={"train.lr": {"pre": 1e-3}})
     with pytest.raises(ParamError, match="must be > 0"):
         make_run_spec(profile="tiny", overrides={"train.lr": {"pre": 1e-3, "post": -1.0}})
