@@ -101,7 +101,7 @@ class TeacherParams:
     # byte-identical to the one-process cache. Not part of the cache key.
     processes: int = 1
     # What a cache whose teacher fails the sanity gate (teacher.py, "Sanity gate") does: enforce (every open raises,
-    # naming the failed check) | warn (opens, prints the failure, and the study's report carries it at the top).
+    # naming the failed check) | warn (opens and prints the failure at every open; the report does not show it yet).
     # Not part of the cache key: switching to warn reuses the cache already built.
     sanity: str = "enforce"
 

@@ -39,7 +39,7 @@ the teacher must pass two checks (``sanity_failures``):
 
 A cache that fails is still published (the pass is the expensive part; the gate's mode is not part of the key), but
 under ``teacher.sanity: enforce`` every open raises TeacherSanityError naming the failed check; under ``warn`` it
-opens with the failure printed, and the study's report shows it first.
+opens with the failure printed at every open (the study's report does not carry it yet).
 """
 from __future__ import annotations
 
@@ -560,8 +560,8 @@ def check_sanity(cache: "TeacherCache", mode: str) -> None:
             "targets are probably corrupted: check that the tokenizer belongs to the teacher and that the teacher "
             "reads rows beginning with its start token (data.document_start_id)")
     if mode == "enforce":
-        raise TeacherSanityError(f"{what}. To use the cache anyway, set teacher.sanity: warn (the report then "
-                                 "says so at the top)")
+        raise TeacherSanityError(f"{what}. To use the cache anyway, set teacher.sanity: warn (every open then "
+                                 "prints this warning)")
     print(f"WARNING: {what} (teacher.sanity: warn)", flush=True)
 
 
