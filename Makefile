@@ -8,7 +8,7 @@ PROFILE ?=
 DETECT := $(PY) -c "import torch; print('gpu' if torch.cuda.is_available() else 'cpu')"
 STAMP := $(VENV)/.installed
 
-.PHONY: install study test bench sweep lab clean-outputs
+.PHONY: install study test bench sweep grid lab clean-outputs
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -39,6 +39,10 @@ bench: $(STAMP)
 # Peak-lr sweep per norm placement (params/sweep.yaml); SWEEP_ARGS=--write stores the choice in the profile.
 sweep: $(STAMP)
 	$(PY) -m normgrow.sweep --profile $(or $(PROFILE),cpu) $(SWEEP_ARGS)
+
+# The robustness map (params/grids/robustness.yaml); GRID_ARGS="--settings default copy_last" or "--seeds 0-5" chooses.
+grid: $(STAMP)
+	$(PY) -m normgrow.grid --profile $(or $(PROFILE),cpu) $(GRID_ARGS)
 
 # JupyterLab on the notebooks (plotly and ipywidgets extensions come with the install); LAB_ARGS=--no-browser etc.
 # As root (containers, these machines) Jupyter refuses to start without --allow-root.

@@ -34,6 +34,7 @@ class GrowthOp:
     """The interface (module docstring); a subclass sets name, preserves and new_block."""
     name: str
     preserves: frozenset[str] = frozenset()
+    reads: tuple[str, ...] = ()  # profile keys only this operator reads (train.run_profile records them only here)
 
     def new_block(self, model, generator: torch.Generator | None):
         raise NotImplementedError
@@ -94,6 +95,7 @@ class Gated(GrowthOp):
     mask is its form for whole layers."""
     name = "gated"
     preserves = frozenset(PLACEMENTS)
+    reads = ("student.gate_ramp_steps",)
 
     def new_block(self, model, generator):
         block = model.fresh_block(generator)

@@ -50,6 +50,7 @@ class Placement:
     output_norm: bool = False
     final_norm: bool = True
     exports_to_qwen3: bool = False
+    reads: tuple[str, ...] = ()  # profile keys only this placement reads (train.run_profile records them only here)
 
     def __init__(self, cfg, index: int):
         """A block's constants from the config and its 0-based layer index; none by default."""
@@ -100,6 +101,7 @@ class Mix(Placement):
     (floor(alpha * L) <= train.stages[0]: every profile here); otherwise it is the post-norm block its joint
     counterpart has at that index."""
     name, label, colour = "mix", "Mix-LN", "#9467bd"
+    reads = ("student.mix_alpha",)
 
     def __init__(self, cfg, index):
         super().__init__(cfg, index)

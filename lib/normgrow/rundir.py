@@ -46,6 +46,10 @@ SWEEP_RUN_PREFIX = "sweep-"
 """Run names of the lr sweep (sweep.py) start with this; they share outputs/runs/<profile>/ with the study's runs, so
 the report and the diagnostics skip them (their results are outputs/sweep/<profile>/)."""
 
+GRID_RUN_PREFIX = "grid-"
+"""Run names of the robustness grid (grid.py) that the study does not share start with this; the study's report
+skips them like sweep runs (their results are outputs/grid/<profile>/<grid>/)."""
+
 CONFIG, SUMMARY, METRICS, LOCK, NOTEBOOK = "config.json", "summary.json", "metrics.jsonl", "LOCK", "run.ipynb"
 CHECKPOINTS, LAST, FINAL = "checkpoints", "last.pt", "final.pt"
 PHASE_FILE = re.compile(r"phase(\d+)_depth(\d+)\.pt")
@@ -96,7 +100,7 @@ def seeded_name(variant: str, seed: int) -> str:
 
 
 def is_study_run(run_dir: Path) -> bool:
-    return not Path(run_dir).name.startswith(SWEEP_RUN_PREFIX)
+    return not Path(run_dir).name.startswith((SWEEP_RUN_PREFIX, GRID_RUN_PREFIX))
 
 
 def phase_checkpoint(run_dir: Path, phase: int, depth: int) -> Path:
@@ -115,7 +119,7 @@ def is_finished(run_dir: Path) -> bool:
 
 
 def finished_runs(profile: str) -> list[Path]:
-    """The study's finished run directories of a profile (sweep runs excluded), by name."""
+    """The study's finished run directories of a profile (sweep and grid runs excluded), by name."""
     root = runs_root(profile)
     return sorted(p.parent for p in root.glob(f"*/{SUMMARY}") if is_study_run(p.parent))
 

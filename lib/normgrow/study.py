@@ -42,6 +42,15 @@ NOTEBOOKS = REPO_ROOT / "notebooks"
 
 
 @dataclass(frozen=True)
+class Job:
+    """One execution of run_variant.ipynb: the run's name, its parameters besides profile and processes (seed,
+    run_name, norm, schedule, overrides, ...), and the run whose budget it takes, which must finish first."""
+    name: str
+    params: dict
+    depends_on: str | None = None
+
+
+@dataclass(frozen=True)
 class StudyRun:
     variant: Variant
     seed: int
@@ -59,6 +68,9 @@ class StudyRun:
     def depends_on(self) -> str | None:
         donor = self.variant.match_active_layer_tokens
         return seeded_name(donor, self.seed) if donor else None
+
+    def job(self) -> Job:
+        return Job(self.name, {"seed": self.seed, "run_name": self.name, **self.params}, self.depends_on)
 
 
 def _unique(values: list, what: str) -> list:
@@ -123,16 +135,20 @@ def conflicting_run(profile: str, run: StudyRun, teacher_key: str | None, proces
     finished run made on another cache of the same profile, which differs only in the dtype `auto` resolved to on
     the machine that built it (committed results made with bf16, opened on a CPU without native bf16), stays a
     result of this study; run_study says so."""
-    run_dir = run_path(profile, run.name)
-    recorded = read_identity(run_dir)
-    if recorded is None:
-        return None
     params = {k: v for k, v in run.params.items() if k != "match_active_layer_tokens"}
     expected = make_run_spec(profile=profile, seed=run.seed, run_name=run.name, processes=processes, **params).identity()
     if run.depends_on:
         expected["match_active_layer_tokens"] = run.depends_on
+    return directory_conflict(run_path(profile, run.name), expected, teacher_key)
+
+
+def directory_conflict(run_dir: Path, expected: dict, teacher_key: str | None) -> str | None:
+    """Why run_dir holds a run other than the one of identity ``expected`` (see conflicting_run), or None."""
+    recorded = read_identity(run_dir)
+    if recorded is None:
+        return None
     if teacher_key is not None and not is_finished(run_dir):
-        expected["teacher_key"] = teacher_key
+        expected = {**expected, "teacher_key": teacher_key}
     differing = identity_differences({k: v for k, v in recorded.items() if k in expected}, expected)
     if not differing:
         return None
@@ -256,8 +272,80 @@ def build_teacher_cache(profile: str, out_dir: Path, processes: int | None = Non
         bar.close()
 
 
+def ensure_teacher_cache(prof, out_dir: Path, processes: int | None = None) -> str:
+    """The key of the profile's teacher cache, built first (notebooks/00_teacher.ipynb, executed into out_dir) when
+    it is not complete."""
+    from .teacher import open_cache
+    try:
+        key = open_cache(prof).key
+        print(f"teacher cache: complete, reused (outputs/teacher/{key})")
+        return key
+    except FileNotFoundError:
+        print("teacher cache: building (notebooks/00_teacher.ipynb)")
+        build_teacher_cache(prof.name, out_dir, processes)
+        return open_cache(prof).key
+
+
 def _raise_keyboard_interrupt(signum, frame):
     raise KeyboardInterrupt
+
+
+def execute_runs(profile: str, pending: list[Job], jobs: int, processes: int | None, desc: str, done: set[str],
+                 failed: dict[str, str], initial: int = 0, total: int | None = None) -> None:
+    """Execute run_variant.ipynb for every pending job, ``jobs`` at a time in worker processes, a job only once the
+    job it depends on is in ``done``; adds each job's name to done, or to failed with why (its executed notebook, or
+    "skipped" when its donor failed). A live bar shows the running runs' steps. SIGTERM and Ctrl-C stop every
+    run (they resume from their last checkpoint) and raise KeyboardInterrupt. The study and the grid (grid.py) both
+    run their runs through here."""
+    pending = list(pending)
+    bar = tqdm(total=len(pending) + initial if total is None else total, initial=initial, desc=desc, unit="run",
+               file=sys.stdout)
+    running: dict[str, Path] = {}  # run name -> run directory, while its notebook executes
+    poller = Poller(lambda: bar.set_postfix_str(_run_steps(running)))  # also redraws elapsed / remaining
+    threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
+    previous = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init,
+                               initargs=(threads,))
+    try:
+        futures = {}  # future -> Job
+        while pending or futures:
+            for r in list(pending):
+                if r.depends_on in failed:
+                    failed[r.name] = f"skipped: its budget donor {r.depends_on} failed"
+                    print(f"\nskipped {r.name}: its budget donor {r.depends_on} failed")
+                    pending.remove(r)
+                    bar.update(1)
+                elif len(futures) < jobs and (r.depends_on is None or r.depends_on in done):
+                    notebook = run_path(profile, r.name) / NOTEBOOK
+                    future = pool.submit(_execute_run, NOTEBOOKS / "run_variant.ipynb", notebook,
+                                         {"profile": profile, "processes": processes, **r.params})
+                    futures[future] = r
+                    running[r.name] = notebook.parent
+                    pending.remove(r)
+            if not futures:  # the last runs were skipped
+                if pending:  # cannot happen: load_study and grid.plan put every donor among the jobs, ahead of its runs
+                    raise RuntimeError(f"no run can start: {[r.name for r in pending]} wait on missing donors")
+                break
+            finished, _ = wait(futures, return_when=FIRST_COMPLETED)
+            for future in finished:
+                r = futures.pop(future)
+                del running[r.name]
+                error = future.result()
+                if error is None:
+                    done.add(r.name)
+                else:
+                    failed[r.name] = f"executed notebook {run_path(profile, r.name) / NOTEBOOK}"
+                    print(f"\nFAILED {r.name}: {error}\n  {failed[r.name]}")
+                bar.update(1)
+    except KeyboardInterrupt:
+        print(f"\n{desc} interrupted: stopping its runs (they resume from their last checkpoint next time)")
+        kill_descendants()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        signal.signal(signal.SIGTERM, previous)
+        poller.close()
+        bar.close()
 
 
 def run_study(profile: str, seeds: list[int] | None = None, variants: list[str] | None = None,
@@ -274,15 +362,7 @@ def run_study(profile: str, seeds: list[int] | None = None, variants: list[str] 
     out_dir.mkdir(parents=True, exist_ok=True)
     start = time.time()
 
-    from .teacher import open_cache
-    try:
-        teacher_key = open_cache(prof).key
-        print(f"teacher cache: complete, reused (outputs/teacher/{teacher_key})")
-    except FileNotFoundError:
-        print("teacher cache: building (notebooks/00_teacher.ipynb)")
-        build_teacher_cache(profile, out_dir, processes)
-        teacher_key = open_cache(prof).key
-
+    teacher_key = ensure_teacher_cache(prof, out_dir, processes)
     failed: dict[str, str] = {}  # run name -> why (the executed notebook, or the reason it did not start)
     for r in runs:
         conflict = conflicting_run(profile, r, teacher_key, processes)
@@ -297,54 +377,8 @@ def run_study(profile: str, seeds: list[int] | None = None, variants: list[str] 
     pending = [r for r in runs if r.name not in done and r.name not in failed]
     print(f"runs: {len(done)} of {len(runs)} finished, {len(pending)} to run"
           + (f", {jobs} at a time" if jobs > 1 else ""))
-    bar = tqdm(total=len(runs), initial=len(done) + len(failed), desc=f"study {profile}", unit="run", file=sys.stdout)
-    running: dict[str, Path] = {}  # run name -> run directory, while its notebook executes
-    poller = Poller(lambda: bar.set_postfix_str(_run_steps(running)))  # also redraws elapsed / remaining
-    threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
-    previous = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
-    pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init,
-                               initargs=(threads,))
-    try:
-        futures = {}  # future -> StudyRun
-        while pending or futures:
-            for r in list(pending):
-                if r.depends_on in failed:
-                    failed[r.name] = f"skipped: its budget donor {r.depends_on} failed"
-                    print(f"\nskipped {r.name}: its budget donor {r.depends_on} failed")
-                    pending.remove(r)
-                    bar.update(1)
-                elif len(futures) < jobs and (r.depends_on is None or r.depends_on in done):
-                    notebook = run_path(profile, r.name) / NOTEBOOK
-                    future = pool.submit(_execute_run, NOTEBOOKS / "run_variant.ipynb", notebook,
-                                         {"profile": profile, "seed": r.seed, "run_name": r.name, "processes": processes,
-                                          **r.params})
-                    futures[future] = r
-                    running[r.name] = notebook.parent
-                    pending.remove(r)
-            if not futures:  # the last runs were skipped
-                if pending:  # cannot happen: load_study puts every donor in the study, ahead of its matched runs
-                    raise RuntimeError(f"no run can start: {[r.name for r in pending]} wait on missing donors")
-                break
-            finished, _ = wait(futures, return_when=FIRST_COMPLETED)
-            for future in finished:
-                r = futures.pop(future)
-                del running[r.name]
-                error = future.result()
-                if error is None:
-                    done.add(r.name)
-                else:
-                    failed[r.name] = f"executed notebook {run_path(profile, r.name) / NOTEBOOK}"
-                    print(f"\nFAILED {r.name}: {error}\n  {failed[r.name]}")
-                bar.update(1)
-    except KeyboardInterrupt:
-        print("\nstudy interrupted: stopping its runs (they resume from their last checkpoint next time)")
-        kill_descendants()
-        raise
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-        signal.signal(signal.SIGTERM, previous)
-        poller.close()
-        bar.close()
+    execute_runs(profile, [r.job() for r in pending], jobs, processes, f"study {profile}", done, failed,
+                 initial=len(done) + len(failed), total=len(runs))
 
     for name in ("diagnostics", "summary"):
         if (NOTEBOOKS / f"{name}.ipynb").exists():

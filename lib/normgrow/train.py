@@ -64,9 +64,10 @@ from torch import nn
 from . import distill
 from .config import ParamError, Profile, check_seed, load_profile, with_processes
 from .data import loss_mask, loss_mask_np
-from .growth import SCHEDULES, Phase, plan_phases
+from .growth import GROWS, GROWTH_KEYS, SCHEDULES, Phase, plan_phases
 from .growth_ops import GROWTH_OPS
 from .model import NORMS, Student, StudentConfig, save_student
+from .placements import PLACEMENTS
 from .ranks import Ranks, check_processes, on_ranks, progress_bar
 from .rundir import (CHECKPOINTS, CONFIG, FINAL, LAST, LOCK, METRICS, NUMERICS_VERSION, SUMMARY, PhaseSummary,
                      RunDirError, RunLock, Summary, check_name, identity_differences, is_finished, phase_checkpoint,
@@ -159,12 +160,30 @@ def lr_for_run(lr, norm: str, schedule: str) -> float:
     return per_norm[schedule]
 
 
+def unread_keys(prof: Profile, norm: str, schedule: str) -> list[str]:
+    """The dotted profile keys a run of this placement and schedule never reads: the growth keys (growth.GROWTH_KEYS)
+    and the growth operator's own (GrowthOp.reads) when the schedule does not grow, and every other placement's
+    own keys (Placement.reads)."""
+    unread = [k for name, cls in PLACEMENTS.items() if name != norm for k in cls.reads]
+    op = GROWTH_OPS[prof.student.new_block_init]
+    unread += [k for other in GROWTH_OPS.values() if other is not op or schedule not in GROWS for k in other.reads]
+    if schedule not in GROWS:
+        unread += GROWTH_KEYS
+    return list(dict.fromkeys(unread))
+
+
 def run_profile(profile: str, norm: str, schedule: str, overrides: dict | None = None) -> Profile:
-    """The profile a run trains with: the file, the overrides, and train.lr resolved for the run's placement and
-    schedule."""
+    """The profile a run trains with: the file, the overrides, train.lr resolved for the run's placement and
+    schedule, and every key the run never reads (unread_keys) at its default. So a run records only settings that
+    can change its numbers, and a setting that cannot (a growth operator for a joint run) leaves its identity as it
+    is: the grid (grid.py) then shares that run between settings instead of training it twice."""
     prof = load_profile(profile, overrides)
-    return dataclasses.replace(prof, train=dataclasses.replace(prof.train,
-                                                               lr=lr_for_run(prof.train.lr, norm, schedule)))
+    sections = {"train": {"lr": lr_for_run(prof.train.lr, norm, schedule)}}
+    for key in unread_keys(prof, norm, schedule):
+        section, name = key.split(".")
+        sections.setdefault(section, {})[name] = getattr(type(getattr(prof, section))(), name)
+    return dataclasses.replace(prof, **{section: dataclasses.replace(getattr(prof, section), **values)
+                                        for section, values in sections.items()})
 
 
 def make_run_spec(profile: str = "tiny", norm: str = "pre", schedule: str = "grow", freeze_prefix: bool = False,

@@ -1,0 +1,426 @@
+"""The robustness map: ``python -m normgrow.grid --profile cpu --grid robustness`` (make grid).
+
+Where does the headline hold? A grid (params/grids/<name>.yaml) is a list of settings, each a name, a sentence, and
+what it changes against the profile: dotted profile ``overrides`` (a growth operator, AdamW handling at growth, the
+lr schedule, the width), the pair of ``placements`` it compares (a - b, default the grid's), and ``lr_of``, which
+trains a schedule at the lr the profile gives another (``{grow: joint}``: the grown runs at the joint sweep's lr, the
+protocol a per-arm sweep replaces). Per setting the core variants (joint, grow, single of both placements) run for
+every seed; every arm takes its lr from the profile's train.lr (per placement and schedule, from
+``python -m normgrow.sweep``), so a setting whose placement has no lr there needs that sweep first.
+
+Choices:
+  - A run is one set of recorded parameters (train.RunSpec.identity without its name), trained once. A run keeps at
+    their defaults the settings it never reads (train.unread_keys: a joint run does not read the growth operator),
+    so runs that a setting does not change are the same identity as the default's and are shared: with the study's
+    own run (``pre-joint-s0``) when the study has that variant, else between settings (the first setting in the file
+    that needs it names it: ``grid-<setting>-<norm>-<schedule>-s<seed>``). A directory that holds other settings
+    is refused, never counted; the study's report does not count ``grid-`` runs.
+  - Execution is the study's (study.execute_runs): resumable, ``jobs`` at a time (params/study.yaml), one teacher
+    cache. A setting that cannot run (a placement without an lr) is reported, and the others go on.
+  - Judged per setting like the study's growth claims (claims.py): the grow gap (a-grow - b-grow) and the
+    interaction (grow gap - joint gap), paired by seed with 95% t-intervals; the reference direction is +1 for both
+    (the reference: post-norm 0.0328 better grown, 0.0004 jointly). A row is judged only where every variant is
+    trained (stats.regime_check) and depth pays for both placements (stats.depth_check, params/reference.yaml's
+    depth_margin); otherwise its verdict says which gate failed, and the numbers are still shown.
+Outputs: outputs/grid/<profile>/<grid>/grid.csv (a row per setting), runs.csv (a row per run), grid.json (the plan:
+every cell's run, the settings, date, command, git commit) and report.html (the forest plot and the table).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import shlex
+import sys
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+
+import pandas as pd
+
+from .claims import NOT_JUDGED, NOT_JUDGED_DEPTH, NOT_TESTABLE, judge
+from .config import PARAMS_DIR, ParamError, load_profile, outputs_dir, read_yaml, with_processes
+from .growth import SCHEDULES
+from .model import NORMS
+from .rundir import (GRID_RUN_PREFIX, NAME, RunDirError, Summary, check_name, is_finished, read_summary, run_path,
+                     seeded_name)
+from .stats import LEVEL, mean_ci, paired_differences, regime_check, runs_frame, with_flatness, depth_check, baselines
+from .study import Job, directory_conflict, ensure_teacher_cache, execute_runs, study_jobs
+from .train import lr_for_run, make_run_spec
+from .utils import atomic_write_json, atomic_write_text, stable_hash
+from .variants import StudyRuns, Variant, load_reference, load_variants
+
+GRIDS_DIR = PARAMS_DIR / "grids"
+GRID_KEYS = ("placements", "seeds", "settings")
+SETTING_KEYS = ("name", "about", "overrides", "placements", "lr_of")
+CORE = ("joint", "grow", "single")  # the variants of every setting, per placement
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    about: str
+    placements: tuple[str, str]  # (a, b): gaps are a - b
+    overrides: dict = field(default_factory=dict)
+    lr_of: dict = field(default_factory=dict)  # schedule -> the schedule whose lr it trains at
+
+
+@dataclass(frozen=True)
+class Grid:
+    name: str
+    seeds: tuple[int, ...]
+    settings: tuple[Setting, ...]
+
+
+def _pair(value, where: str) -> tuple[str, str]:
+    if not (isinstance(value, (list, tuple)) and len(value) == 2 and all(v in NORMS for v in value)
+            and value[0] != value[1]):
+        raise ParamError(f"{where}={value!r} must be two different placements of {', '.join(NORMS)}, e.g. [pre, post]")
+    return tuple(value)
+
+
+def load_grid(name: str) -> Grid:
+    """params/grids/<name>.yaml, validated: exactly GRID_KEYS; every setting's keys of SETTING_KEYS, a unique name
+    usable in run names, placements a pair of placements, lr_of schedule -> schedule. Overrides are validated per run
+    by make_run_spec (plan_grid), which names the key."""
+    path = GRIDS_DIR / f"{check_name('grid', name)}.yaml"
+    if not path.is_file():
+        grids = sorted(p.stem for p in GRIDS_DIR.glob("*.yaml"))
+        raise ParamError(f"grid={name!r} has no file {path}; allowed values: {', '.join(grids) or 'none'}")
+    raw = read_yaml(path) or {}
+    if not isinstance(raw, dict) or set(raw) != set(GRID_KEYS):
+        raise ParamError(f"{path}: needs exactly the keys {', '.join(GRID_KEYS)}")
+    placements = _pair(raw["placements"], f"{path}: placements")
+    seeds = raw["seeds"]
+    if not (isinstance(seeds, list) and seeds and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
+                                                      for s in seeds)):
+        raise ParamError(f"{path}: seeds={seeds!r} must be a non-empty list of integers >= 0")
+    if not isinstance(raw["settings"], list) or not raw["settings"]:
+        raise ParamError(f"{path}: settings must be a non-empty list of mappings with keys {', '.join(SETTING_KEYS)}")
+    settings = []
+    for i, item in enumerate(raw["settings"]):
+        where = f"{path}: settings[{i}]"
+        if not isinstance(item, dict) or "name" not in item or set(item) - set(SETTING_KEYS):
+            raise ParamError(f"{where} must be a mapping with a name and keys of {', '.join(SETTING_KEYS)}")
+        name_ = str(item["name"])
+        if not NAME.fullmatch(name_) or len(name_) > 40:
+            raise ParamError(f"{where}: name={name_!r} must be 1-40 letters, digits, '.', '_' or '-'")
+        lr_of = item.get("lr_of") or {}
+        if not isinstance(lr_of, dict) or any(k not in SCHEDULES or v not in SCHEDULES for k, v in lr_of.items()):
+            raise ParamError(f"{where}: lr_of={lr_of!r} must map schedules to schedules ({', '.join(SCHEDULES)})")
+        overrides = item.get("overrides") or {}
+        if not isinstance(overrides, dict) or "train.lr" in overrides:
+            raise ParamError(f"{where}: overrides must be a mapping of dotted profile keys other than train.lr "
+                             "(every arm trains at its swept lr; lr_of chooses another arm's)")
+        settings.append(Setting(name_, str(item.get("about", "")),
+                                _pair(item["placements"], f"{where}: placements") if "placements" in item
+                                else placements, dict(overrides), dict(lr_of)))
+    names = [s.name for s in settings]
+    if len(set(names)) != len(names):
+        raise ParamError(f"{path}: setting names must be unique (got {', '.join(names)})")
+    return Grid(name, tuple(dict.fromkeys(seeds)), tuple(settings))
+
+
+# ------------------------------------------------------------------------------------------------------ the plan
+
+@dataclass(frozen=True)
+class Cell:
+    setting: str
+    norm: str
+    schedule: str
+    seed: int
+    run_name: str
+    lr: float
+
+
+@dataclass(frozen=True)
+class GridPlan:
+    profile: str
+    grid: Grid
+    cells: tuple[Cell, ...]
+    jobs: dict[str, Job]  # run name -> its job (each run once, whichever cells share it)
+    identities: dict[str, dict]  # run name -> the identity its directory must hold
+    not_run: dict[str, str]  # setting -> why it cannot run
+
+
+def run_overrides(profile: str, setting: Setting, norm: str, schedule: str, base: dict | None = None) -> dict:
+    """base (overrides of every run) and the setting's overrides for one arm, with ``train.lr`` pinned where lr_of
+    sends the arm to another schedule's lr of the same placement."""
+    overrides = {**(base or {}), **setting.overrides}
+    if schedule not in setting.lr_of:
+        return overrides
+    lr = load_profile(profile, overrides).train.lr
+    return {**overrides, "train.lr": lr_for_run(lr, norm, setting.lr_of[schedule])}
+
+
+def plan_grid(profile: str, grid: Grid, seeds: list[int] | None = None, only: list[str] | None = None,
+              processes: int | None = None, overrides: dict | None = None) -> GridPlan:
+    """Every cell (setting x placement x core schedule x seed) and the run it reads, sharing runs by identity (module
+    docstring). A setting of ``only`` that cannot run is a ParamError; without ``only`` it is listed in not_run.
+    overrides: dotted profile keys of every run, the study's runs included (tests shrink the tiny profile onto a
+    synthetic cache with them)."""
+    unknown = sorted(set(only or ()) - {s.name for s in grid.settings})
+    if unknown:
+        raise ParamError(f"--settings {unknown[0]!r} is not a setting of grid {grid.name!r}; allowed values: "
+                         f"{', '.join(s.name for s in grid.settings)}")
+    variants = load_variants()
+    study_variant = {(v.norm, v.schedule): v.name for v in variants.values()
+                     if not v.freeze_prefix and v.match_active_layer_tokens is None}
+    seeds = list(dict.fromkeys(seeds if seeds is not None else grid.seeds))
+    cells, jobs, identities, not_run, by_identity = [], {}, {}, {}, {}
+    for setting in grid.settings:
+        if only and setting.name not in only:
+            continue
+        try:
+            planned = []
+            for norm in setting.placements:
+                for schedule in CORE:
+                    arm = run_overrides(profile, setting, norm, schedule, overrides)
+                    for seed in seeds:
+                        spec = make_run_spec(profile=profile, norm=norm, schedule=schedule, seed=seed,
+                                             run_name="x", overrides=arm, processes=processes)
+                        planned.append((norm, schedule, seed, arm, spec))
+        except ParamError as err:
+            if only:
+                raise ParamError(f"setting {setting.name!r}: {err}") from None
+            not_run[setting.name] = str(err)
+            continue
+        for norm, schedule, seed, arm, spec in planned:
+            identity = {k: v for k, v in spec.identity().items() if k != "run_name"}
+            key = stable_hash(identity)
+            if key not in by_identity:
+                study = study_variant.get((norm, schedule))
+                default = (make_run_spec(profile=profile, norm=norm, schedule=schedule, seed=seed, run_name="x",
+                                         overrides=overrides, processes=processes).identity() if study else None)
+                shared = study is not None and {k: v for k, v in default.items() if k != "run_name"} == identity
+                name = seeded_name(study, seed) if shared else f"{GRID_RUN_PREFIX}{setting.name}-{norm}-{schedule}-s{seed}"
+                by_identity[key] = name
+                params = {"seed": seed, "run_name": name, "norm": norm, "schedule": schedule}
+                jobs[name] = Job(name, {**params, "overrides": overrides or {}} if shared else
+                                 {**params, "overrides": arm})
+                identities[name] = {**identity, "run_name": name}
+            cells.append(Cell(setting.name, norm, schedule, seed, by_identity[key], spec.profile.train.lr))
+    return GridPlan(profile, grid, tuple(cells), jobs, identities, not_run)
+
+
+# -------------------------------------------------------------------------------------------------- the verdicts
+
+GRID_FIELDS = ("setting", "about", "a", "b", "n_seeds", "joint_gap", "joint_ci_low", "joint_ci_high",
+               "grow_gap", "grow_ci_low", "grow_ci_high", "grow_mde", "interaction", "interaction_ci_low",
+               "interaction_ci_high", "interaction_mde", "depth_gain_a", "depth_gain_b", "depth_margin", "depth_pays",
+               "trained", "grow_verdict", "interaction_verdict", "gate", "lrs", "runs_finished", "runs_needed")
+
+
+def setting_runs(plan: GridPlan, setting: str) -> pd.DataFrame:
+    """stats.runs_frame of the setting's finished runs, one variant per (placement, schedule): '<norm>-<schedule>'."""
+    assigned: dict[tuple[str, int], Summary] = {}
+    for c in plan.cells:
+        run_dir = run_path(plan.profile, c.run_name)
+        if c.setting == setting and is_finished(run_dir):
+            assigned[(f"{c.norm}-{c.schedule}", c.seed)] = read_summary(run_dir)
+    return runs_frame(StudyRuns(assigned, {}))
+
+
+def judge_setting(plan: GridPlan, setting: Setting, unigram: float | None, margin: float,
+                  level: float = LEVEL) -> dict:
+    """One row of grid.csv (GRID_FIELDS)."""
+    a, b = setting.placements
+    runs = setting_runs(plan, setting.name)
+    cells = [c for c in plan.cells if c.setting == setting.name]
+    row = {"setting": setting.name, "about": setting.about, "a": a, "b": b, "depth_margin": margin,
+           "runs_needed": len(cells), "runs_finished": len(runs),
+           "lrs": " ".join(f"{n}-{s} {lr:g}" for n, s, lr in dict.fromkeys((c.norm, c.schedule, c.lr) for c in cells))}
+    joint = paired_differences(runs, f"{a}-joint", f"{b}-joint")
+    grow = paired_differences(runs, f"{a}-grow", f"{b}-grow")
+    both = sorted(set(joint.index) & set(grow.index))
+    stats = {"joint": mean_ci(joint.values, level), "grow": mean_ci(grow.values, level),
+             "interaction": mean_ci([grow[s] - joint[s] for s in both], level)}
+    for name, s in stats.items():
+        row |= {("joint_gap" if name == "joint" else "grow_gap" if name == "grow" else name): s["mean"],
+                f"{name}_ci_low": s["ci_low"], f"{name}_ci_high": s["ci_high"]}
+    row |= {"grow_mde": stats["grow"]["half_width"], "interaction_mde": stats["interaction"]["half_width"],
+            "n_seeds": stats["interaction"]["n"]}
+    variants = {f"{n}-{s}": Variant(f"{n}-{s}", n, s) for n in (a, b) for s in CORE}
+    missing = [v for v in variants if v not in set(runs.get("variant", []))]
+    if missing:
+        gate, why = NOT_TESTABLE, f"no finished runs of {', '.join(missing)}"
+        row |= {"trained": False, "depth_pays": False, "depth_gain_a": math.nan, "depth_gain_b": math.nan}
+    else:
+        regime = regime_check(with_flatness(runs, plan.profile), unigram)
+        depth = depth_check(runs, variants, margin).set_index("norm")
+        row |= {"trained": bool(regime["trained"].all()), "depth_pays": bool(depth["pays"].all()),
+                "depth_gain_a": depth.loc[a, "depth_gain"], "depth_gain_b": depth.loc[b, "depth_gain"]}
+        gate = NOT_JUDGED if not row["trained"] else NOT_JUDGED_DEPTH if not row["depth_pays"] else None
+        why = ("; ".join(regime.loc[~regime["trained"].astype(bool), "reason"]) if not row["trained"] else
+               "; ".join(depth.loc[~depth["pays"].astype(bool), "reason"]) if not row["depth_pays"] else "")
+    row |= {"gate": why or "judged", "grow_verdict": gate or judge(stats["grow"], +1),
+            "interaction_verdict": gate or judge(stats["interaction"], +1)}
+    return row
+
+
+def grid_frame(plan: GridPlan, level: float = LEVEL) -> pd.DataFrame:
+    reference = load_reference()
+    unigram = baselines(plan.profile).get("unigram_val_ce")
+    rows = [judge_setting(plan, s, unigram, reference.depth_margin, level) for s in plan.grid.settings
+            if s.name not in plan.not_run and any(c.setting == s.name for c in plan.cells)]
+    rows += [{"setting": name, "about": next(s.about for s in plan.grid.settings if s.name == name),
+              "grow_verdict": NOT_TESTABLE, "interaction_verdict": NOT_TESTABLE, "gate": f"not run: {why}"}
+             for name, why in plan.not_run.items()]
+    return pd.DataFrame(rows, columns=list(GRID_FIELDS))
+
+
+# ------------------------------------------------------------------------------------------------------ the page
+
+def forest_figure(frame: pd.DataFrame, reference: dict[str, float]):
+    """A row per setting: the grow gap and the interaction (a - b, nats) with their intervals, zero and the
+    reference's values marked; the marker's colour is the row's verdict."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+    from .render import STATUS_COLORS, style_figure
+    judged = frame[frame["n_seeds"].notna()]
+    labels = [f"{s} ({a}-{b})" for s, a, b in zip(judged["setting"], judged["a"], judged["b"])]
+    fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.04,
+                        subplot_titles=("grow gap: a-grow - b-grow", "interaction: grow gap - joint gap"))
+    for col, (quantity, verdict) in enumerate((("grow", "grow_verdict"), ("interaction", "interaction_verdict")), 1):
+        mean = judged["grow_gap" if quantity == "grow" else "interaction"]
+        colours = [STATUS_COLORS.get(v, "#000") for v in judged[verdict]]
+        fig.add_trace(go.Scatter(
+            x=mean, y=labels, mode="markers", marker=dict(size=10, color=colours), showlegend=False,
+            error_x=dict(type="data", symmetric=False, array=judged[f"{quantity}_ci_high"] - mean,
+                         arrayminus=mean - judged[f"{quantity}_ci_low"], thickness=1.5),
+            customdata=list(zip(judged[verdict], judged["n_seeds"])),
+            hovertemplate="%{y}: %{x:.4f}<br>%{customdata[0]} (%{customdata[1]} seeds)<extra></extra>"), 1, col)
+        fig.add_vline(x=0, line=dict(color="#444", width=1), row=1, col=col)
+        if reference.get(quantity) is not None:
+            fig.add_vline(x=reference[quantity], line=dict(color="#888", dash="dash"), row=1, col=col,
+                          annotation_text="reference", annotation_position="top")
+    fig.update_yaxes(autorange="reversed")
+    fig.update_xaxes(title_text="nats/token (> 0: b better)")
+    return style_figure(fig, height=120 + 34 * len(judged))
+
+
+def grid_report_html(plan: GridPlan, frame: pd.DataFrame) -> str:
+    import html
+    from .render import Page, table
+    e = html.escape
+    reference = load_reference().gaps
+    ref = {"grow": reference["grow"].reference,
+           "interaction": reference["grow"].reference - (reference["joint"].reference or 0.0)}
+    page = Page(f"normgrow grid: {plan.grid.name} ({plan.profile})")
+    page.add(f"<h1>Where does the headline hold? Grid <code>{e(plan.grid.name)}</code>, profile "
+             f"<code>{e(plan.profile)}</code></h1>",
+             "<p>Each row is one setting of params/grids/" + e(plan.grid.name) + ".yaml: a - b is the placement pair "
+             "it compares (pre - post unless it says), gaps in final validation CE paired by seed, 95% Student-t "
+             "intervals. A positive gap means b is better. The reference study reports post-norm better grown by "
+             f"{ref['grow']:.4f} and an interaction of {ref['interaction']:.4f} (dashed lines; they apply to pre - "
+             "post). A row is judged only where every variant is trained and depth pays for both placements "
+             "(params/reference.yaml's depth_margin); otherwise its verdict names the failed gate and the interval "
+             "is the ungated reading.</p>")
+    page.figure(forest_figure(frame, ref), div_id="fig-forest")
+    shown = frame.assign(
+        grow=[f"{m:+.4f} [{lo:+.4f}, {hi:+.4f}]" if pd.notna(m) else "" for m, lo, hi in
+              zip(frame["grow_gap"], frame["grow_ci_low"], frame["grow_ci_high"])],
+        interaction_=[f"{m:+.4f} [{lo:+.4f}, {hi:+.4f}]" if pd.notna(m) else "" for m, lo, hi in
+                      zip(frame["interaction"], frame["interaction_ci_low"], frame["interaction_ci_high"])],
+        joint=[f"{m:+.4f} [{lo:+.4f}, {hi:+.4f}]" if pd.notna(m) else "" for m, lo, hi in
+               zip(frame["joint_gap"], frame["joint_ci_low"], frame["joint_ci_high"])])
+    page.add("<h2>Every setting</h2>", table(
+        shown, ["setting", "a", "b", "n_seeds", "joint", "grow", "grow_mde", "interaction_", "interaction_mde",
+                "depth_gain_a", "depth_gain_b", "depth_margin", "trained", "grow_verdict", "interaction_verdict",
+                "gate", "runs_finished", "runs_needed", "about", "lrs"],
+        {"interaction_": "interaction", "n_seeds": "seeds", "grow_mde": "grow MDE",
+         "interaction_mde": "interaction MDE", "depth_gain_a": "depth gain a", "depth_gain_b": "depth gain b",
+         "runs_finished": "runs done", "runs_needed": "runs"}))
+    return page.html()
+
+
+def grid_dir(profile: str, grid: str) -> Path:
+    return outputs_dir() / "grid" / check_name("profile", profile) / check_name("grid", grid)
+
+
+def write_grid(plan: GridPlan, command: str = "", level: float = LEVEL) -> dict[str, Path]:
+    """grid.csv, runs.csv, grid.json and report.html in grid_dir (module docstring)."""
+    from .render import write_text
+    from .sweep import git_commit
+    out = grid_dir(plan.profile, plan.grid.name)
+    out.mkdir(parents=True, exist_ok=True)
+    frame = grid_frame(plan, level)
+    runs = pd.DataFrame([c.__dict__ | {"finished": is_finished(run_path(plan.profile, c.run_name))}
+                         for c in plan.cells])
+    files = {"grid": out / "grid.csv", "runs": out / "runs.csv", "json": out / "grid.json",
+             "report": out / "report.html"}
+    atomic_write_text(files["grid"], frame.to_csv(index=False))
+    atomic_write_text(files["runs"], runs.to_csv(index=False))
+    atomic_write_json(files["json"], {
+        "profile": plan.profile, "grid": plan.grid.name, "date": date.today().isoformat(), "git_commit": git_commit(),
+        "command": command, "seeds": sorted({c.seed for c in plan.cells}), "not_run": plan.not_run,
+        "settings": [s.__dict__ | {"placements": list(s.placements)} for s in plan.grid.settings],
+        "rows": frame.to_dict("records")})
+    write_text(files["report"], grid_report_html(plan, frame))
+    return files
+
+
+# ------------------------------------------------------------------------------------------------------- running
+
+def run_grid(profile: str, grid_name: str, seeds: list[int] | None = None, only: list[str] | None = None,
+             jobs: int | None = None, processes: int | None = None, command: str = "") -> int:
+    prof = load_profile(profile, with_processes(None, processes))
+    plan = plan_grid(profile, load_grid(grid_name), seeds, only, processes)
+    for name, why in plan.not_run.items():
+        print(f"setting {name}: not run: {why}")
+    jobs = study_jobs(profile) if jobs is None else jobs
+    out = grid_dir(profile, grid_name)
+    out.mkdir(parents=True, exist_ok=True)
+    teacher_key = ensure_teacher_cache(prof, out, processes)
+    failed = {}
+    for name in plan.jobs:
+        conflict = directory_conflict(run_path(profile, name), plan.identities[name], teacher_key)
+        if conflict:
+            failed[name] = conflict
+            print(f"refused {name}: {conflict}")
+    done = {n for n in plan.jobs if n not in failed and is_finished(run_path(profile, n))}
+    pending = [job for n, job in plan.jobs.items() if n not in done and n not in failed]
+    shared = len(plan.cells) - len(plan.jobs)
+    print(f"grid {grid_name}: {len(plan.cells)} cells in {len(plan.jobs)} runs ({shared} cells share a run); "
+          f"{len(done)} finished, {len(pending)} to run")
+    execute_runs(profile, pending, jobs, processes, f"grid {grid_name}", done, failed, initial=len(done) + len(failed),
+                 total=len(plan.jobs))
+    try:
+        files = write_grid(plan, command)
+        print(f"results: {files['report']}")
+    except RunDirError as err:
+        failed["report"] = str(err)
+    if failed:
+        print("failures:\n" + "\n".join(f"  {name}: {why}" for name, why in failed.items()))
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m normgrow.grid", description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", default="cpu", help="a file in params/profiles (default: cpu)")
+    parser.add_argument("--grid", default="robustness", help="a file in params/grids (default: robustness)")
+    parser.add_argument("--settings", nargs="+", help="only these settings of the grid")
+    parser.add_argument("--seeds", nargs="+", help="override the grid's seeds: seeds and inclusive ranges, e.g. 0-5")
+    parser.add_argument("--jobs", type=int, help="runs executed at once (default: params/study.yaml jobs, else 1)")
+    parser.add_argument("--processes", type=int, help="processes (CPU ranks or GPUs) of each run")
+    parser.add_argument("--report-only", action="store_true", help="write the results of the finished runs; train "
+                        "nothing")
+    args = parser.parse_args(argv)
+    command = shlex.join(["python", "-m", "normgrow.grid", *(sys.argv[1:] if argv is None else argv)])
+    from .study import parse_seeds
+    try:
+        seeds = parse_seeds(args.seeds) if args.seeds else None
+        if args.report_only:
+            plan = plan_grid(args.profile, load_grid(args.grid), seeds, args.settings, args.processes)
+            print(f"results: {write_grid(plan, command)['report']}")
+            return 0
+        return run_grid(args.profile, args.grid, seeds, args.settings, args.jobs, args.processes, command)
+    except ParamError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""The robustness grid: what a run records (train.unread_keys), the plan's sharing of runs, validation of grid files,
+and a tiny grid trained on the synthetic cache and judged (tmp NORMGROW_OUTPUTS, a tmp grids folder)."""
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+import torch
+
+import fakes
+from normgrow import grid
+from normgrow.claims import NOT_JUDGED, NOT_TESTABLE
+from normgrow.config import ParamError
+from normgrow.train import make_run_spec, run_variant
+
+OVERRIDES = dict(fakes.TINY_OVERRIDES, **{"train.stage_tokens": [128, 128, 128]})  # 3 steps per phase
+
+
+def write_grid(folder, name: str, text: str) -> None:
+    folder.mkdir(exist_ok=True)
+    (folder / f"{name}.yaml").write_text(text)
+
+
+@pytest.fixture
+def grids(tmp_path, monkeypatch):
+    monkeypatch.setattr(grid, "GRIDS_DIR", tmp_path / "grids")
+    return tmp_path / "grids"
+
+
+@pytest.fixture
+def outputs(tmp_path, monkeypatch):
+    monkeypatch.setenv("NORMGROW_OUTPUTS", str(tmp_path / "outputs"))
+    fakes.install(monkeypatch)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield tmp_path / "outputs"
+    torch.set_num_threads(threads)
+
+
+def identity(**kw) -> dict:
+    return make_run_spec(profile="cpu", run_name="x", **kw).identity()
+
+
+def test_a_run_records_at_their_defaults_the_settings_it_never_reads():
+    growth = {"student.new_block_init": "gated", "student.gate_ramp_steps": 5, "train.optimizer_on_grow": "keep",
+              "train.lr_schedule": "global", "student.mix_alpha": 0.5}
+    for schedule in ("joint", "single"):
+        assert identity(norm="pre", schedule=schedule, overrides=growth) == identity(norm="pre", schedule=schedule)
+    grown = identity(norm="pre", schedule="grow", overrides=growth)["profile"]
+    assert (grown["student"]["new_block_init"], grown["student"]["gate_ramp_steps"],
+            grown["train"]["optimizer_on_grow"], grown["train"]["lr_schedule"]) == ("gated", 5, "keep", "global")
+    assert grown["student"]["mix_alpha"] == 0.25  # only Mix-LN reads it
+    # the ramp is the gated operator's own key: another operator's grown run does not record it
+    assert identity(norm="pre", schedule="grow", overrides={"student.gate_ramp_steps": 5}) == identity(
+        norm="pre", schedule="grow")
+
+
+GRID = """\
+placements: [pre, post]
+seeds: [0, 1]
+settings:
+  - {name: default, about: the protocol}
+  - {name: copy_last, overrides: {student.new_block_init: copy_last}, about: copies}
+  - {name: at_joint_lr, lr_of: {grow: joint}, about: joint lr}
+  - {name: mix, placements: [pre, mix], about: Mix-LN}
+"""
+
+
+def test_plan_shares_every_run_a_setting_does_not_change(grids):
+    write_grid(grids, "g", GRID)
+    plan = grid.plan_grid("cpu", grid.load_grid("g"))
+    assert plan.not_run.keys() == {"mix"} and "no learning rate for norm='mix'" in plan.not_run["mix"]
+    cells = {(c.setting, c.norm, c.schedule, c.seed): c for c in plan.cells}
+    assert len(cells) == 3 * 2 * 3 * 2
+    for norm in ("pre", "post"):
+        for seed in (0, 1):
+            for schedule in ("joint", "single"):  # no setting changes them: the study's runs, in every setting
+                assert {cells[(s, norm, schedule, seed)].run_name for s in ("default", "copy_last", "at_joint_lr")} \
+                    == {f"{norm}-{schedule}-s{seed}"}
+            assert cells[("default", norm, "grow", seed)].run_name == f"{norm}-grow-s{seed}"
+            assert cells[("copy_last", norm, "grow", seed)].run_name == f"grid-copy_last-{norm}-grow-s{seed}"
+            at_joint = cells[("at_joint_lr", norm, "grow", seed)]
+            assert at_joint.run_name == f"grid-at_joint_lr-{norm}-grow-s{seed}"
+            assert at_joint.lr == cells[("default", norm, "joint", seed)].lr != cells[("default", norm, "grow", seed)].lr
+    assert len(plan.jobs) == 12 + 4 + 4  # the study's 12 core runs and the 8 grown runs two settings change
+    assert plan.jobs["grid-copy_last-pre-grow-s0"].params["overrides"] == {"student.new_block_init": "copy_last"}
+    with pytest.raises(ParamError, match="setting 'mix': .*no learning rate for norm='mix'"):
+        grid.plan_grid("cpu", grid.load_grid("g"), only=["mix"])
+    with pytest.raises(ParamError, match="'nope' is not a setting of grid 'g'; allowed values: default, copy_last"):
+        grid.plan_grid("cpu", grid.load_grid("g"), only=["nope"])
+
+
+def test_two_settings_that_make_the_same_run_share_it(grids):
+    write_grid(grids, "g", GRID.split("  - {name: copy_last")[0]
+               + "  - {name: a, overrides: {train.optimizer_on_grow: keep}}\n"
+               + "  - {name: b, overrides: {train.optimizer_on_grow: keep}, about: same run}\n")
+    plan = grid.plan_grid("cpu", grid.load_grid("g"))
+    by = {(c.setting, c.norm, c.schedule, c.seed): c.run_name for c in plan.cells}
+    assert by[("b", "post", "grow", 1)] == by[("a", "post", "grow", 1)] == "grid-a-post-grow-s1"
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("placements: [pre, post]\nseeds: [0]\n", "needs exactly the keys placements, seeds, settings"),
+    ("placements: [pre, pre]\nseeds: [0]\nsettings: [{name: a}]\n", "two different placements"),
+    ("placements: [pre, post]\nseeds: [0, -1]\nsettings: [{name: a}]\n", "seeds=[0, -1] must be"),
+    ("placements: [pre, post]\nseeds: [0]\nsettings: [{name: a, colour: red}]\n", "keys of name, about"),
+    ("placements: [pre, post]\nseeds: [0]\nsettings: [{name: 'a b'}]\n", "name='a b' must be"),
+    ("placements: [pre, post]\nseeds: [0]\nsettings: [{name: a}, {name: a}]\n", "setting names must be unique"),
+    ("placements: [pre, post]\nseeds: [0]\nsettings: [{name: a, lr_of: {grow: fast}}]\n", "lr_of="),
+    ("placements: [pre, post]\nseeds: [0]\nsettings: [{name: a, overrides: {train.lr: 0.1}}]\n", "other than train.lr"),
+])
+def test_bad_grid_files_name_the_key(grids, text, needle):
+    write_grid(grids, "bad", text)
+    with pytest.raises(ParamError, match=needle.replace("[", r"\[").replace("]", r"\]")):
+        grid.load_grid("bad")
+
+
+def test_unknown_grid_lists_the_grids(grids):
+    write_grid(grids, "g", GRID)
+    with pytest.raises(ParamError, match="grid='h' has no file .*allowed values: g"):
+        grid.load_grid("h")
+
+
+def test_tiny_grid_trained_and_judged(grids, outputs):
+    write_grid(grids, "g", GRID.replace("  - {name: mix, placements: [pre, mix], about: Mix-LN}\n", ""))
+    plan = grid.plan_grid("tiny", grid.load_grid("g"), overrides=OVERRIDES)
+    for job in plan.jobs.values():  # the runner executes these through run_variant.ipynb; here in-process
+        run_variant(make_run_spec(profile="tiny", **job.params), progress=False)
+    files = grid.write_grid(plan, command="test")
+    frame = pd.read_csv(files["grid"])
+    assert list(frame["setting"]) == ["default", "copy_last", "at_joint_lr"]
+    runs = grid.setting_runs(plan, "copy_last")
+    by = runs.set_index(["variant", "seed"])["val_ce"]
+    row = frame.set_index("setting").loc["copy_last"]
+    grow = [by[("pre-grow", s)] - by[("post-grow", s)] for s in (0, 1)]
+    joint = [by[("pre-joint", s)] - by[("post-joint", s)] for s in (0, 1)]
+    assert row["grow_gap"] == pytest.approx(sum(grow) / 2, abs=1e-12)
+    assert row["interaction"] == pytest.approx((sum(grow) - sum(joint)) / 2, abs=1e-12)
+    assert row["n_seeds"] == 2 and row["runs_finished"] == row["runs_needed"] == 12
+    # the synthetic cache has no unigram baseline, so no variant counts as trained: the gate says so
+    assert row["grow_verdict"] == row["interaction_verdict"] == NOT_JUDGED and "no unigram baseline" in row["gate"]
+    saved = json.loads(files["json"].read_text())
+    assert saved["command"] == "test" and [s["name"] for s in saved["settings"]] == list(frame["setting"])
+    page = files["report"].read_text()
+    assert "fig-forest" in page and "copy_last (pre-post)" in page
+    cells = pd.read_csv(files["runs"])
+    assert cells["finished"].all() and len(cells) == 36
+
+
+def test_a_setting_without_finished_runs_is_not_testable(grids, outputs):
+    write_grid(grids, "g", GRID)
+    plan = grid.plan_grid("tiny", grid.load_grid("g"), only=["copy_last"], overrides=OVERRIDES)
+    row = grid.judge_setting(plan, plan.grid.settings[1], unigram=10.0, margin=0.1)
+    assert row["grow_verdict"] == NOT_TESTABLE and row["gate"].startswith("no finished runs of pre-joint")
