@@ -145,7 +145,7 @@ def test_tiny_grid_trained_and_judged(grids, outputs):
     page = files["report"].read_text()
     assert "fig-forest" in page and "copy_last (pre-post)" in page
     cells = pd.read_csv(files["runs"])
-    assert cells["finished"].all() and len(cells) == 36
+    assert (cells["status"] == "finished").all() and len(cells) == 36
 
 
 def test_a_setting_without_finished_runs_is_not_testable(grids, outputs):

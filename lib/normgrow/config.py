@@ -46,8 +46,33 @@ def resolve_profile_path(value: str | os.PathLike) -> Path:
 
 
 def outputs_dir() -> Path:
-    """Root of all outputs; NORMGROW_OUTPUTS moves it (tests point it at a temporary directory)."""
-    return Path(os.environ.get("NORMGROW_OUTPUTS", OUTPUTS_DIR))
+    """Root of all outputs: REPO_ROOT/outputs, or NORMGROW_OUTPUTS (tests point it at a temporary directory) by the
+    one path rule (resolve_profile_path: relative to REPO_ROOT, never to the working directory, so a runner started
+    anywhere and the kernels it starts in notebooks/ name the same folder). An empty value is a ParamError."""
+    value = os.environ.get("NORMGROW_OUTPUTS")
+    if value is None:
+        return OUTPUTS_DIR
+    if not value.strip():
+        raise ParamError("NORMGROW_OUTPUTS is set but empty; unset it (outputs/ of the repository) or name a directory")
+    return resolve_profile_path(value)
+
+
+def writable_outputs_dir() -> Path:
+    """outputs_dir(), checked before a runner does any work: created when absent; a file, or a directory this process
+    cannot write, is a ParamError. The absolute path is exported as NORMGROW_OUTPUTS for every process started
+    afterwards (kernels, ranks)."""
+    root = outputs_dir()
+    where = f"outputs root {root}" + (" (NORMGROW_OUTPUTS)" if "NORMGROW_OUTPUTS" in os.environ else "")
+    if root.exists() and not root.is_dir():
+        raise ParamError(f"{where} is a file, not a directory")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ParamError(f"{where} cannot be created ({err.strerror})") from None
+    if not os.access(root, os.W_OK | os.X_OK):
+        raise ParamError(f"{where} is not writable by this user")
+    os.environ["NORMGROW_OUTPUTS"] = str(root.absolute())
+    return root
 
 
 class ParamError(ValueError):

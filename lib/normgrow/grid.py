@@ -38,13 +38,13 @@ from pathlib import Path
 import pandas as pd
 
 from .claims import NOT_JUDGED, NOT_JUDGED_DEPTH, NOT_TESTABLE, judge
-from .config import PARAMS_DIR, ParamError, load_profile, outputs_dir, read_yaml, with_processes
+from .config import PARAMS_DIR, ParamError, load_profile, outputs_dir, read_yaml, with_processes, writable_outputs_dir
 from .growth import SCHEDULES
 from .model import NORMS
-from .rundir import (GRID_RUN_PREFIX, NAME, RunDirError, Summary, check_name, is_finished, read_summary, run_path,
-                     seeded_name)
+from .rundir import (GRID_RUN_PREFIX, NAME, RunDirError, Summary, check_name, is_finished, read_finished, run_path,
+                     runner_lock, seeded_name)
 from .stats import LEVEL, mean_ci, paired_differences, regime_check, runs_frame, with_flatness, depth_check, baselines
-from .study import Job, directory_conflict, ensure_teacher_cache, execute_runs, study_jobs
+from .study import Job, directory_conflict, ensure_teacher_cache, execute_runs, finished_jobs, study_jobs
 from .train import lr_for_run, make_run_spec
 from .utils import atomic_write_json, atomic_write_text, stable_hash
 from .variants import StudyRuns, Variant, load_reference, load_variants
@@ -210,13 +210,25 @@ GRID_FIELDS = ("setting", "about", "a", "b", "n_seeds", "joint_gap", "joint_ci_l
                "trained", "grow_verdict", "interaction_verdict", "gate", "lrs", "runs_finished", "runs_needed")
 
 
+def run_status(profile: str, run_name: str) -> str:
+    """finished (summary and config read and validate), damaged (one of them does not), or missing."""
+    run_dir = run_path(profile, run_name)
+    if not is_finished(run_dir):
+        return "missing"
+    try:
+        read_finished(run_dir)
+        return "finished"
+    except RunDirError:
+        return "damaged"
+
+
 def setting_runs(plan: GridPlan, setting: str) -> pd.DataFrame:
-    """stats.runs_frame of the setting's finished runs, one variant per (placement, schedule): '<norm>-<schedule>'."""
+    """stats.runs_frame of the setting's finished runs, one variant per (placement, schedule): '<norm>-<schedule>'.
+    A damaged run is not counted (runs.csv and the runner name it)."""
     assigned: dict[tuple[str, int], Summary] = {}
     for c in plan.cells:
-        run_dir = run_path(plan.profile, c.run_name)
-        if c.setting == setting and is_finished(run_dir):
-            assigned[(f"{c.norm}-{c.schedule}", c.seed)] = read_summary(run_dir)
+        if c.setting == setting and run_status(plan.profile, c.run_name) == "finished":
+            assigned[(f"{c.norm}-{c.schedule}", c.seed)] = read_finished(run_path(plan.profile, c.run_name))[0]
     return runs_frame(StudyRuns(assigned, {}))
 
 
@@ -344,8 +356,7 @@ def write_grid(plan: GridPlan, command: str = "", level: float = LEVEL) -> dict[
     out = grid_dir(plan.profile, plan.grid.name)
     out.mkdir(parents=True, exist_ok=True)
     frame = grid_frame(plan, level)
-    runs = pd.DataFrame([c.__dict__ | {"finished": is_finished(run_path(plan.profile, c.run_name))}
-                         for c in plan.cells])
+    runs = pd.DataFrame([c.__dict__ | {"status": run_status(plan.profile, c.run_name)} for c in plan.cells])
     files = {"grid": out / "grid.csv", "runs": out / "runs.csv", "json": out / "grid.json",
              "report": out / "report.html"}
     atomic_write_text(files["grid"], frame.to_csv(index=False))
@@ -377,7 +388,7 @@ def run_grid(profile: str, grid_name: str, seeds: list[int] | None = None, only:
         if conflict:
             failed[name] = conflict
             print(f"refused {name}: {conflict}")
-    done = {n for n in plan.jobs if n not in failed and is_finished(run_path(profile, n))}
+    done = finished_jobs(list(plan.jobs), profile, failed)
     pending = [job for n, job in plan.jobs.items() if n not in done and n not in failed]
     shared = len(plan.cells) - len(plan.jobs)
     print(f"grid {grid_name}: {len(plan.cells)} cells in {len(plan.jobs)} runs ({shared} cells share a run); "
@@ -410,12 +421,14 @@ def main(argv: list[str] | None = None) -> int:
     from .study import parse_seeds
     try:
         seeds = parse_seeds(args.seeds) if args.seeds else None
+        writable_outputs_dir()
         if args.report_only:
             plan = plan_grid(args.profile, load_grid(args.grid), seeds, args.settings, args.processes)
             print(f"results: {write_grid(plan, command)['report']}")
             return 0
-        return run_grid(args.profile, args.grid, seeds, args.settings, args.jobs, args.processes, command)
-    except ParamError as err:
+        with runner_lock():
+            return run_grid(args.profile, args.grid, seeds, args.settings, args.jobs, args.processes, command)
+    except (ParamError, RunDirError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

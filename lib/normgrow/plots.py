@@ -12,6 +12,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from . import rundir
 from .rundir import METRICS
 from .placements import PLACEMENTS
 from .render import faint, split_variant, style_figure
@@ -20,7 +21,8 @@ VAL_KINDS = ("eval", "phase_end")
 
 
 def read_metrics(run_dir: Path) -> pd.DataFrame:
-    return pd.read_json(Path(run_dir) / METRICS, lines=True)
+    """metrics.jsonl as a frame, one row per record (rundir.read_metrics: one per kind and step)."""
+    return pd.DataFrame(rundir.read_metrics(run_dir))
 
 
 CURVE_COLUMNS = ("kind", "step", "phase", "depth", "active_layer_tokens")
@@ -33,8 +35,8 @@ def val_records(run_dir: Path, metric: str = "val_ce") -> pd.DataFrame | None:
     path = Path(run_dir) / METRICS
     try:
         df = read_metrics(run_dir)
-    except (OSError, ValueError) as err:
-        print(f"no learning curve from {path}: {err}")
+    except rundir.RunDirError as err:
+        print(f"no learning curve: {err}")
         return None
     missing = [c for c in (*CURVE_COLUMNS, metric) if c not in df.columns]
     if missing:

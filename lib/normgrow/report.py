@@ -42,6 +42,7 @@ class Report:
     grow: GapSpec  # the grow gap's variants are the crossover's
     unfinished: list[str] = field(default_factory=list)
     unassigned: dict[str, str] = field(default_factory=dict)  # finished runs that are not part of the study, and why
+    damaged: dict[str, str] = field(default_factory=dict)  # run directories whose summary or config does not read
     level: float = LEVEL
     baselines: dict = field(default_factory=dict)  # teacher_val_ce, unigram_val_ce and their sources (baselines())
     regime: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(REGIME_FIELDS)))
@@ -90,6 +91,7 @@ class Report:
             out.append(self.diagnostics_note)
         else:
             out += [f"[{c.claim}] {c.sentence}" for c in self.diagnostics_claims]
+        out += [f"[damaged, not counted] {name}: {why}" for name, why in self.damaged.items()]
         out += [f"[not counted] {name}: {why}" for name, why in self.unassigned.items()]
         return out
 
@@ -119,7 +121,8 @@ def build_report(profile: str, level: float = LEVEL) -> Report:
                   crossover=crossover_table(runs, spec["grow"].a, spec["grow"].b, level=level),
                   claims=gate(evaluate_claims(runs, reference, level=level)),
                   diagnostics_claims=None if diag is None else gate(diag), diagnostics_note=note,
-                  grow=spec["grow"], unfinished=unfinished_runs(profile), unassigned=study.unassigned, level=level,
+                  grow=spec["grow"], unfinished=unfinished_runs(profile), unassigned=study.unassigned, damaged=study.damaged,
+                  level=level,
                   baselines=base, regime=regime, depth=depth, equivalence_margin=reference.equivalence_margin)
 
 
@@ -369,6 +372,8 @@ def report_html(rep: Report, figs: dict | None = None) -> str:
     page.add(f"<h1>Normalization placement under depth growth: study <code>{e(rep.profile)}</code></h1>",
              f"<p class='note'>{len(rep.runs)} finished runs of {n_variants} variants"
              + (f"; unfinished run directories: {e(', '.join(rep.unfinished))}" if rep.unfinished else "")
+             + (f"; <b>damaged, not counted ({len(rep.damaged)})</b>: "
+                f"{e('; '.join(f'{n} ({w})' for n, w in rep.damaged.items()))}" if rep.damaged else "")
              + (f"; finished but not counted: {e('; '.join(f'{n} ({w})' for n, w in rep.unassigned.items()))}"
                 if rep.unassigned else "")
              + f". Intervals: two-sided {pct}% Student-t over seeds; gaps are paired by seed. A directional claim is "
@@ -421,7 +426,7 @@ def report_html(rep: Report, figs: dict | None = None) -> str:
 
 def write_report(rep: Report, out_dir: Path | None = None, figs: dict | None = None) -> dict:
     """Write summary.csv (one row per run and seed), variant_stats.csv, gaps.csv, crossover.csv, claims.csv,
-    regime.csv, depth.csv, unassigned.csv (finished runs not counted, and why), baselines.json (the baselines with their sources, or a note that there are none) and report.html
+    regime.csv, depth.csv, unassigned.csv (run directories not counted: damaged or unassigned, and why), baselines.json (the baselines with their sources, or a note that there are none) and report.html
     into outputs/study/<profile>/ (or out_dir). Returns {name: path}."""
     out = Path(out_dir) if out_dir is not None else study_dir(rep.profile)
     out.mkdir(parents=True, exist_ok=True)
@@ -436,8 +441,9 @@ def write_report(rep: Report, out_dir: Path | None = None, figs: dict | None = N
     atomic_write_text(files["claims"], rep.claims_frame().to_csv(index=False))
     atomic_write_text(files["regime"], rep.regime.to_csv(index=False))
     atomic_write_text(files["depth"], rep.depth.to_csv(index=False))
-    atomic_write_text(files["unassigned"], pd.DataFrame(list(rep.unassigned.items()), columns=["run", "reason"])
-                      .to_csv(index=False))
+    atomic_write_text(files["unassigned"], pd.DataFrame(
+        [(n, "damaged", w) for n, w in rep.damaged.items()] + [(n, "unassigned", w) for n, w in rep.unassigned.items()],
+        columns=["run", "status", "reason"]).to_csv(index=False))
     atomic_write_json(files["baselines"], rep.baselines or {"note": rep.baselines_text()})
     atomic_write_text(files["report"], report_html(rep, figs))
     return files

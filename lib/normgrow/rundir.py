@@ -30,6 +30,8 @@ import json
 import fcntl
 import os
 import re
+import shlex
+import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -274,6 +276,56 @@ def read_summary(run_dir: Path) -> Summary:
     return Summary(**(raw | {"phases": phases}))
 
 
+def read_metrics(run_dir: Path, note: bool = True) -> list[dict]:
+    """The records of a run's metrics.jsonl in file order, one per (kind, step): a record written again for the same
+    step (a resumed run repeats the steps after its checkpoint; train.MetricsLog truncates the file to the
+    checkpoint's lines first, so this matters only for a file written otherwise) replaces the earlier one. A torn last
+    line (a writer killed mid-line, or one still writing it) costs that line only, with a note (note=False: without);
+    an unreadable line elsewhere is a RunDirError
+    naming the file and the line. No file: []. Every reader of metrics.jsonl reads it here."""
+    path = Path(run_dir) / METRICS
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        return []
+    except OSError as err:
+        raise RunDirError(f"{path} cannot be read ({err})") from err
+    records: dict[tuple, dict] = {}
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            if number == len(lines):
+                if note:
+                    print(f"note: {path}: last line {number} is incomplete (a writer stopped mid-line); skipped")
+                break
+            raise RunDirError(f"{path}: line {number} is not JSON; the file is damaged") from None
+        records.pop((record.get("kind"), record.get("step")), None)  # the later record, at its later place
+        records[(record.get("kind"), record.get("step"))] = record
+    return list(records.values())
+
+
+def runner_lock() -> RunLock:
+    """The lock of the study and grid runners on the whole outputs root (outputs/LOCK): two runners on one outputs
+    would each train, lock and count the same runs (one reports the other's runs as failed, both build the teacher
+    cache), so the second is refused at start, naming the first's pid and command."""
+    return RunLock(outputs_dir())
+
+
+def read_finished(run_dir: Path) -> tuple[Summary, dict]:
+    """A finished run's summary and identity. A run counts as finished only when both read and validate: a missing
+    config.json, or a summary.json or config.json that does not read or validate, is a RunDirError naming the file
+    (the run is damaged: its numbers or its parameters are unknown)."""
+    summary = read_summary(run_dir)
+    identity = read_identity(run_dir)
+    if identity is None:
+        raise RunDirError(f"{Path(run_dir) / CONFIG} is missing; the run's parameters are unknown: move the directory "
+                          "away or delete it")
+    return summary, identity
+
+
 def write_summary(run_dir: Path, summary: Summary) -> None:
     _typed(Summary, summary.to_json(), "summary")
     atomic_write_json(Path(run_dir) / SUMMARY, summary.to_json())
@@ -282,7 +334,8 @@ def write_summary(run_dir: Path, summary: Summary) -> None:
 # ------------------------------------------------------------------------------------------------------------ lock
 
 class RunLock:
-    """One writer per run directory: an exclusive flock on <run_dir>/LOCK, which holds the writer's pid.
+    """One writer per run directory: an exclusive flock on <run_dir>/LOCK, which holds the writer's pid and command.
+    The study and the grid runners take one on the outputs root too (runner_lock): one runner per outputs at a time.
 
     flock is released by the kernel when its holder dies, so a lock left by a killed process is simply taken over;
     a live holder makes acquire() raise RunDirError with its pid. The LOCK file itself stays (removing it would let
@@ -302,10 +355,10 @@ class RunLock:
             os.close(fd)
             if err.errno not in (errno.EAGAIN, errno.EACCES):
                 raise
-            raise RunDirError(f"{self.path.parent} is being written by another process (pid {holder}, {self.path}); "
+            raise RunDirError(f"{self.path.parent} is being written by another process (pid {holder}; {self.path}); "
                               "wait for it to finish or stop it, then run again") from None
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        os.pwrite(fd, f"{os.getpid()} {shlex.join(sys.argv)}\n".encode(), 0)
         self._fd = fd
         return self
 

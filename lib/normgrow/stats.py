@@ -16,7 +16,6 @@ numbers into verdicts; report.py renders them.
 """
 from __future__ import annotations
 
-import json
 import math
 import re
 from pathlib import Path
@@ -24,8 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .rundir import METRICS as METRICS_FILE
-from .rundir import run_path
+from .rundir import RunDirError, read_metrics, run_path
 from .variants import GapSpec, StudyRuns, Variant
 
 LEVEL = 0.95
@@ -321,13 +319,12 @@ def crossover_table(runs: pd.DataFrame, a: str, b: str, metric: str = "val_ce",
 
 def eval_curve(run_dir: Path) -> list[dict]:
     """The validation records of run_dir/metrics.jsonl (kind in CURVE_KINDS; kind, step, tokens, val_ce), ordered by
-    step (stable sort: after a resume the re-written record follows the one it replaces); [] when the file is missing
-    or unreadable, and the run then counts as not flattened (see flatness)."""
-    path = run_dir / METRICS_FILE
+    step (rundir.read_metrics: one per step); [] when the file is missing or damaged, and the run then counts as not
+    flattened (see flatness)."""
     try:
-        records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    except (OSError, json.JSONDecodeError) as err:
-        print(f"no validation curve from {path}: {err}")
+        records = read_metrics(run_dir)
+    except RunDirError as err:
+        print(f"no validation curve: {err}")
         return []
     curve = [{k: r[k] for k in ("kind", "step", "tokens", "val_ce")} for r in records if r.get("kind") in CURVE_KINDS]
     return sorted(curve, key=lambda r: r["step"])

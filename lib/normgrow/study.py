@@ -32,8 +32,9 @@ from pathlib import Path
 import psutil
 from tqdm.auto import tqdm
 
-from .config import PARAMS_DIR, REPO_ROOT, ParamError, load_profile, read_yaml, with_processes
-from .rundir import METRICS, NOTEBOOK, identity_differences, is_finished, read_identity, run_path, seeded_name, study_dir
+from .config import PARAMS_DIR, REPO_ROOT, ParamError, load_profile, read_yaml, with_processes, writable_outputs_dir
+from .rundir import (NOTEBOOK, RunDirError, identity_differences, is_finished, read_finished, read_identity, read_metrics,
+                     run_path, runner_lock, seeded_name, study_dir)
 from .train import make_run_spec
 from .utils import stop_processes
 from .variants import Variant, load_variants
@@ -231,17 +232,14 @@ class Poller:
 
 
 def _run_steps(running: dict[str, Path]) -> str:
-    """'name step N, ...' for the running runs, from the last line of each run's metrics.jsonl."""
+    """'name step N, ...' for the running runs, from the last record of each run's metrics.jsonl."""
     shown = []
     for name, run_dir in list(running.items()):
-        metrics, step = run_dir / METRICS, ""
-        if metrics.is_file():
-            lines = metrics.read_text().splitlines()
-            try:
-                step = f" step {json.loads(lines[-1])['step']}" if lines else ""
-            except ValueError:  # a line being written
-                pass
-        shown.append(name + step)
+        try:
+            records = read_metrics(run_dir, note=False)  # the last line may be being written
+        except RunDirError:
+            records = []
+        shown.append(name + (f" step {records[-1].get('step')}" if records else ""))
     return ", ".join(shown)
 
 
@@ -270,6 +268,24 @@ def build_teacher_cache(profile: str, out_dir: Path, processes: int | None = Non
     finally:
         poller.close()
         bar.close()
+
+
+def finished_jobs(names: list[str], profile: str, failed: dict[str, str]) -> set[str]:
+    """The runs of names (not already in failed) that are finished: summary.json and config.json read and validate
+    (rundir.read_finished). A run with a summary.json that is damaged goes to failed, with the file and the error:
+    it is neither finished nor retrained (its directory may hold results someone wants to look at)."""
+    done = set()
+    for name in names:
+        run_dir = run_path(profile, name)
+        if name in failed or not is_finished(run_dir):
+            continue
+        try:
+            read_finished(run_dir)
+            done.add(name)
+        except RunDirError as err:
+            failed[name] = f"damaged: {err}"
+            print(f"damaged {name}: {err}")
+    return done
 
 
 def ensure_teacher_cache(prof, out_dir: Path, processes: int | None = None) -> str:
@@ -311,8 +327,9 @@ def execute_runs(profile: str, pending: list[Job], jobs: int, processes: int | N
         while pending or futures:
             for r in list(pending):
                 if r.depends_on in failed:
-                    failed[r.name] = f"skipped: its budget donor {r.depends_on} failed"
-                    print(f"\nskipped {r.name}: its budget donor {r.depends_on} failed")
+                    why = "is damaged" if failed[r.depends_on].startswith("damaged") else "failed"
+                    failed[r.name] = f"skipped: its budget donor {r.depends_on} {why}"
+                    print(f"\nskipped {r.name}: its budget donor {r.depends_on} {why}")
                     pending.remove(r)
                     bar.update(1)
                 elif len(futures) < jobs and (r.depends_on is None or r.depends_on in done):
@@ -369,7 +386,7 @@ def run_study(profile: str, seeds: list[int] | None = None, variants: list[str] 
         if conflict:
             failed[r.name] = conflict
             print(f"refused {r.name}: {conflict}")
-    done = {r.name for r in runs if r.name not in failed and is_finished(run_path(profile, r.name))}
+    done = finished_jobs([r.name for r in runs], profile, failed)
     other_cache = sorted(r for r in done if read_identity(run_path(profile, r)).get("teacher_key") != teacher_key)
     if other_cache:
         print(f"note: {len(other_cache)} finished run(s) were made on another teacher cache of this profile (the dtype "
@@ -408,8 +425,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         seeds = parse_seeds(args.seeds) if args.seeds else None
-        return run_study(args.profile, seeds, args.runs, args.jobs, args.processes)
-    except ParamError as err:
+        writable_outputs_dir()
+        with runner_lock():
+            return run_study(args.profile, seeds, args.runs, args.jobs, args.processes)
+    except (ParamError, RunDirError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

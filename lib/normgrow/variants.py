@@ -15,11 +15,11 @@ or a profile edited since), or when another run already holds its (variant, seed
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 from .config import PARAMS_DIR, ParamError, read_yaml
-from .rundir import (NUMERICS_VERSION, RunDirError, Summary, finished_runs, identity_differences, read_identity,
-                     read_summary, seeded_name)
+from .rundir import (NUMERICS_VERSION, RunDirError, Summary, finished_runs, identity_differences, read_finished,
+                     seeded_name)
 
 RUN_KEYS = ("norm", "schedule", "freeze_prefix", "match_active_layer_tokens")
 
@@ -49,6 +49,12 @@ def load_variants() -> dict[str, Variant]:
         if bad:
             raise ParamError(f"{path}: unknown key {bad[0]!r}; allowed keys: {', '.join(RUN_KEYS)}")
         variants[path.stem] = Variant(path.stem, **raw)
+    seen: dict[tuple, str] = {}
+    for v in variants.values():  # a variant is defined once: two files would split its runs between two names
+        if v.key() in seen:
+            raise ParamError(f"params/runs/{seen[v.key()]}.yaml and params/runs/{v.name}.yaml define the same variant "
+                             f"({', '.join(f'{k}={getattr(v, k)}' for k in RUN_KEYS)}); remove one")
+        seen[v.key()] = v.name
     for v in variants.values():
         donor = v.match_active_layer_tokens
         if donor is not None and (donor not in variants or variants[donor].match_active_layer_tokens):
@@ -138,9 +144,11 @@ def load_gaps() -> dict[str, GapSpec]:
 
 @dataclass(frozen=True)
 class StudyRuns:
-    """The finished runs assigned to (variant, seed), and those that are not, with why."""
+    """The finished runs assigned to (variant, seed), those that are not, with why, and the damaged ones (a
+    summary.json or config.json that does not read or validate: rundir.read_finished), with the error."""
     assigned: dict[tuple[str, int], Summary]
     unassigned: dict[str, str]  # run name -> reason
+    damaged: dict[str, str] = field(default_factory=dict)  # run name -> the error naming the file
 
 
 def collect_runs(profile: str) -> StudyRuns:
@@ -148,12 +156,12 @@ def collect_runs(profile: str) -> StudyRuns:
     from .train import run_profile  # train imports torch; only what a run records is needed here
     variants = load_variants()
     by_key = {v.key(): v.name for v in variants.values()}
-    summaries, unassigned, expected = {}, {}, {}
+    summaries, unassigned, expected, damaged = {}, {}, {}, {}
     for run_dir in finished_runs(profile):
         try:
-            summaries[run_dir.name] = (read_summary(run_dir), read_identity(run_dir))
+            summaries[run_dir.name] = read_finished(run_dir)
         except RunDirError as err:
-            unassigned[run_dir.name] = str(err)
+            damaged[run_dir.name] = str(err)
 
     def variant_of(summary: Summary) -> str | None:
         donor = summary.match_active_layer_tokens
@@ -169,6 +177,9 @@ def collect_runs(profile: str) -> StudyRuns:
     candidates: dict[tuple[str, int], list[str]] = {}
     for name, (summary, identity) in summaries.items():
         variant = variant_of(summary)
+        if summary.match_active_layer_tokens in damaged:
+            unassigned[name] = f"its budget donor {summary.match_active_layer_tokens} is damaged"
+            continue
         if variant is None:
             unassigned[name] = (f"its parameters (norm={summary.norm}, schedule={summary.schedule}, freeze_prefix="
                                 f"{summary.freeze_prefix}, match={summary.match_active_layer_tokens}) match no run "
@@ -191,4 +202,4 @@ def collect_runs(profile: str) -> StudyRuns:
         for other in names:
             if other != keep:
                 unassigned[other] = f"another run ({keep}) already holds {variant} seed {seed}"
-    return StudyRuns(assigned, dict(sorted(unassigned.items())))
+    return StudyRuns(assigned, dict(sorted(unassigned.items())), dict(sorted(damaged.items())))

@@ -1,0 +1,140 @@
+"""Results that cannot be miscounted: a variant defined twice, damaged run files, the outputs root, one runner per
+outputs. Each test reproduces the failure the guarantee removes (synthetic run directories, tmp NORMGROW_OUTPUTS)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from normgrow import config, report, study, variants
+from normgrow.config import ParamError
+from normgrow.rundir import RunDirError, runner_lock
+from test_report import write_run
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def outputs(tmp_path, monkeypatch):
+    monkeypatch.setenv("NORMGROW_OUTPUTS", str(tmp_path / "outputs"))
+    return tmp_path / "outputs"
+
+
+def test_two_run_files_of_one_variant_are_an_error_naming_both(tmp_path, monkeypatch):
+    shutil.copytree(config.PARAMS_DIR, tmp_path / "params")
+    monkeypatch.setattr(variants, "PARAMS_DIR", tmp_path / "params")
+    (tmp_path / "params" / "runs" / "zz-my-grow.yaml").write_text("norm: post\nschedule: grow\n")
+    with pytest.raises(ParamError, match=r"params/runs/post-grow.yaml and params/runs/zz-my-grow.yaml define the "
+                                         r"same variant \(norm=post, schedule=grow"):
+        variants.load_variants()
+
+
+def test_damaged_summaries_are_named_and_never_counted(outputs):
+    """A val_ce turned into a string, a deleted summary field and a deleted config.json: each run is damaged (not
+    finished, not unassigned), the report says so, and the matched run whose donor is damaged says that."""
+    for seed in (0, 1, 2):
+        write_run(outputs, "post-grow", seed, 5.0 + seed)
+        write_run(outputs, "post-joint-matched", seed, 5.5 + seed)
+    runs = outputs / "runs" / "tiny"
+    raw = json.loads((runs / "post-grow-s0" / "summary.json").read_text())
+    (runs / "post-grow-s0" / "summary.json").write_text(json.dumps(raw | {"val_ce": "4.9"}))
+    del raw["val_ce"]
+    (runs / "post-grow-s1" / "summary.json").write_text(json.dumps(raw | {"run_name": "post-grow-s1", "seed": 1}))
+    (runs / "post-joint-matched-s2" / "config.json").unlink()
+    found = variants.collect_runs("tiny")
+    assert set(found.damaged) == {"post-grow-s0", "post-grow-s1", "post-joint-matched-s2"}
+    assert "field val_ce='4.9' is not a float" in found.damaged["post-grow-s0"]
+    assert "config.json is missing" in found.damaged["post-joint-matched-s2"]
+    assert found.unassigned == {"post-joint-matched-s0": "its budget donor post-grow-s0 is damaged",
+                                "post-joint-matched-s1": "its budget donor post-grow-s1 is damaged"}
+    assert set(found.assigned) == {("post-grow", 2)}
+    rep = report.build_report("tiny")
+    assert any(line.startswith("[damaged, not counted] post-grow-s1") for line in rep.sentences())
+    files = report.write_report(rep)
+    table = pd.read_csv(files["unassigned"]).set_index("run")
+    assert table.loc["post-joint-matched-s2", "status"] == "damaged"
+    assert table.loc["post-joint-matched-s0", "status"] == "unassigned"
+    assert "damaged, not counted (3)" in files["report"].read_text()
+    failed: dict[str, str] = {}
+    done = study.finished_jobs(["post-grow-s0", "post-grow-s2", "post-joint-matched-s2"], "tiny", failed)
+    assert done == {"post-grow-s2"} and all(why.startswith("damaged: ") for why in failed.values())
+
+
+@pytest.mark.parametrize("value, expected", [("relout", "relout"), ("./a/../b", "b")])
+def test_a_relative_outputs_root_is_the_repository_s_whatever_the_cwd(monkeypatch, tmp_path, value, expected):
+    monkeypatch.setenv("NORMGROW_OUTPUTS", value)
+    monkeypatch.chdir(tmp_path)
+    assert config.outputs_dir().resolve() == (config.REPO_ROOT / expected).resolve()
+
+
+def test_an_empty_a_file_or_an_unwritable_outputs_root_is_refused(monkeypatch, tmp_path):
+    monkeypatch.setenv("NORMGROW_OUTPUTS", "")
+    with pytest.raises(ParamError, match="NORMGROW_OUTPUTS is set but empty"):
+        config.outputs_dir()
+    (tmp_path / "file").write_text("x")
+    monkeypatch.setenv("NORMGROW_OUTPUTS", str(tmp_path / "file"))
+    with pytest.raises(ParamError, match="is a file, not a directory"):
+        config.writable_outputs_dir()
+    if os.geteuid() != 0:  # root writes anywhere
+        (tmp_path / "ro").mkdir(mode=0o500)
+        monkeypatch.setenv("NORMGROW_OUTPUTS", str(tmp_path / "ro"))
+        with pytest.raises(ParamError, match="is not writable"):
+            config.writable_outputs_dir()
+    monkeypatch.setenv("NORMGROW_OUTPUTS", str(tmp_path / "new" / "out"))
+    assert config.writable_outputs_dir().is_dir() and os.environ["NORMGROW_OUTPUTS"] == str(tmp_path / "new" / "out")
+
+
+def test_a_second_runner_on_the_same_outputs_is_refused_naming_the_first(outputs):
+    holder = subprocess.Popen([sys.executable, "-c", "import time; from normgrow.rundir import runner_lock; "
+                               "runner_lock().acquire(); print('locked', flush=True); time.sleep(60)"],
+                              env=dict(os.environ, PYTHONPATH=str(REPO / "lib")), stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(RunDirError, match=rf"being written by another process \(pid {holder.pid} .*-c"):
+            runner_lock().acquire()
+        proc = subprocess.run([sys.executable, "-m", "normgrow.study", "--profile", "tiny"], capture_output=True,
+                              text=True, env=dict(os.environ, PYTHONPATH=str(REPO / "lib")), timeout=120)
+        assert proc.returncode == 2 and f"pid {holder.pid}" in proc.stderr and "teacher" not in proc.stdout
+    finally:
+        holder.kill()
+        holder.wait()
+    deadline = time.time() + 10
+    while True:  # the kernel releases a dead holder's flock
+        try:
+            runner_lock().acquire().release()
+            break
+        except RunDirError:
+            assert time.time() < deadline
+            time.sleep(0.1)
+
+
+def test_a_torn_last_line_of_metrics_costs_that_line_only(outputs, capsys):
+    from normgrow.rundir import read_metrics
+    from normgrow.stats import eval_curve
+    run_dir = write_run(outputs, "post-grow", 0, 5.0)
+    path = run_dir / "metrics.jsonl"
+    whole = eval_curve(run_dir)
+    path.write_text(path.read_text() + '{"kind": "eval", "step": 99')  # a writer killed mid-line
+    assert eval_curve(run_dir) == whole and len(whole) >= 3
+    assert "last line" in capsys.readouterr().out
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(lines[:1] + ["{torn"] + lines[1:]) + "\n")  # inside the file: damaged, and said
+    with pytest.raises(RunDirError, match="line 2 is not JSON"):
+        read_metrics(run_dir)
+    assert eval_curve(run_dir) == []
+
+
+def test_a_record_written_again_for_a_step_replaces_the_earlier_one(outputs):
+    from normgrow.rundir import read_metrics
+    run_dir = write_run(outputs, "post-grow", 0, 5.0)
+    path = run_dir / "metrics.jsonl"
+    path.write_text(path.read_text() + json.dumps({"kind": "eval", "step": 0, "tokens": 0, "val_ce": 1.5}) + "\n")
+    evals = [r for r in read_metrics(run_dir) if r["kind"] == "eval"]
+    assert [r["val_ce"] for r in evals if r["step"] == 0] == [1.5]
