@@ -146,6 +146,9 @@ def test_tiny_grid_trained_and_judged(grids, outputs):
     assert "fig-forest" in page and "copy_last (pre-post)" in page
     cells = pd.read_csv(files["runs"])
     assert (cells["status"] == "finished").all() and len(cells) == 36
+    from normgrow import report  # the study's report shows the map of every grid of its profile
+    page = report.report_html(report.build_report("tiny"))
+    assert "Where does it hold? Grid g" in page and "fig-grid-g" in page
 
 
 def test_a_setting_without_finished_runs_is_not_testable(grids, outputs):

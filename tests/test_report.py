@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pandas as pd
+import plotly.graph_objects as go
 import pytest
 
 from normgrow import claims, report, stats
@@ -661,3 +662,15 @@ def test_lr_figure_shows_every_arm_of_the_sweep(outputs, trained):
     assert 9.0 in list(lines[-1].customdata)
     assert sorted(float(t.x[0]) for t in stars) == [5e-3, 5e-3, 1e-2, 1e-2]
     assert "fig-lr" in report.report_html(rep)
+
+
+def test_the_answer_comes_first_with_both_headline_gaps_and_their_verdicts(outputs, trained):
+    write_study(outputs, **SUPPORTED_STUDY)
+    rep = report.build_report("tiny")
+    page = report.report_html(rep, figs={k: go.Figure() for k in ("curves", "variants", "gaps", "crossover")})
+    answer = page[page.index("<section id='answer'>"):page.index("</section>")]
+    assert page.index("<section id='answer'>") < page.index("Training regime")
+    grow = rep.gaps.set_index(["metric", "gap"]).loc[("val_ce", "grow")]
+    assert f"pre-grow - post-grow = {grow['mean']:+.4f} [{grow['ci_low']:+.4f}, {grow['ci_high']:+.4f}]" in answer
+    assert "pre-joint - post-joint = " in answer and answer.count(f"[{claims.SUPPORTED}]") == 3
+    assert "positive means post-norm (b) is better" in answer and "<i>Reference</i>" in answer

@@ -282,6 +282,12 @@ def grid_frame(plan: GridPlan, level: float = LEVEL) -> pd.DataFrame:
 
 # ------------------------------------------------------------------------------------------------------ the page
 
+def reference_marks() -> dict[str, float]:
+    """The reference's grow gap and interaction (grow gap - joint gap), pre - post (params/reference.yaml)."""
+    gaps = load_reference().gaps
+    return {"grow": gaps["grow"].reference, "interaction": gaps["grow"].reference - (gaps["joint"].reference or 0.0)}
+
+
 def forest_figure(frame: pd.DataFrame, reference: dict[str, float]):
     """A row per setting: the grow gap and the interaction (a - b, nats) with their intervals, zero and the
     reference's values marked; the marker's colour is the row's verdict."""
@@ -314,9 +320,7 @@ def grid_report_html(plan: GridPlan, frame: pd.DataFrame) -> str:
     import html
     from .render import Page, table
     e = html.escape
-    reference = load_reference().gaps
-    ref = {"grow": reference["grow"].reference,
-           "interaction": reference["grow"].reference - (reference["joint"].reference or 0.0)}
+    ref = reference_marks()
     page = Page(f"normgrow grid: {plan.grid.name} ({plan.profile})")
     page.add(f"<h1>Where does the headline hold? Grid <code>{e(plan.grid.name)}</code>, profile "
              f"<code>{e(plan.profile)}</code></h1>",

@@ -18,8 +18,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .claims import (NOT_JUDGED, NOT_JUDGED_DEPTH, SUPPORTED, Claim, depth_gate, evaluate_claims, gate_claims,
+from .claims import (NOT_JUDGED, NOT_JUDGED_DEPTH, NOT_TESTABLE, SUPPORTED, Claim, depth_gate, evaluate_claims, gate_claims,
                      read_diagnostics)
+from .config import outputs_dir
 from .rundir import run_path, study_dir, unfinished_runs
 from .stats import (ALPHA, DEPTH_FIELDS, FLAT_LIMIT, FLAT_TAIL, LEVEL, REGIME_FIELDS, SEEDS_LIMIT, UNIGRAM_MARGIN,
                     baselines, crossover_table, depth_check, gap_ratio, gap_table, regime_check, runs_frame,
@@ -360,6 +361,35 @@ def _diagnostics_html(rep: Report) -> str:
     return "".join(parts)
 
 
+def _gap_sentence(rep: Report, name: str) -> str:
+    """'pre-grow - post-grow = +0.0123 [-0.0050, +0.0296] nats/token over 3 paired seeds (reference +0.0328)'."""
+    g = rep.gaps[(rep.gaps["metric"] == "val_ce") & (rep.gaps["gap"] == name)].iloc[0]
+    where = (f"{g['mean']:+.4f} [{g['ci_low']:+.4f}, {g['ci_high']:+.4f}]" if np.isfinite(g["ci_low"]) else
+             f"{g['mean']:+.4f} (no interval)" if np.isfinite(g["mean"]) else "not measured")
+    return f"{g['comparison']} = {where} nats/token over {int(g['n'])} paired seeds (reference {g['reference_text']})"
+
+
+def answer_html(rep: Report) -> str:
+    """The study's answer in a few sentences, first on the page: the two headline gaps with their verdicts, what
+    'reference' and the sign mean, and the gates that decide whether the growth claims are judged."""
+    from .render import STATUS_COLORS
+    e = html.escape
+    status = {c.claim: c.status for c in rep.claims}
+    line = lambda claim, text: (f"<li><span class='status' style='color:{STATUS_COLORS.get(status.get(claim), '#000')}'>"
+                                f"[{e(status.get(claim, NOT_TESTABLE))}]</span> {e(text)}</li>")
+    return ("<section id='answer'><h2>The answer</h2><ul>"
+            + line("headline-grow", f"Grown by appending blocks: {_gap_sentence(rep, 'grow')}. The reference finds "
+                   "post-norm better grown.")
+            + line("headline-joint", f"Trained jointly at full depth: {_gap_sentence(rep, 'joint')}. The reference "
+                   f"finds the two indistinguishable (here: an equivalence test at +-{rep.equivalence_margin:g}).")
+            + line("headline-ratio", "The placement matters more under growth than jointly: "
+                   + next((c.sentence.split(": ", 1)[-1] for c in rep.claims if c.claim == "headline-ratio"), ""))
+            + f"</ul><p class='note'>Gates: {e(rep.regime_verdict())}; {e(rep.depth_verdict())}. Every gap is a - b "
+            "in final validation cross-entropy, paired by seed: positive means post-norm (b) is better, negative "
+            "pre-norm. <i>Reference</i>: the published study this toolkit reproduces (docs/STUDY.md), whose numbers "
+            "params/reference.yaml holds.</p></section>")
+
+
 def report_html(rep: Report, figs: dict | None = None) -> str:
     """A self-contained page (render.Page: plotly.js inlined once, no CDN), in reading order: baselines and the
     regime check, the claims, learning curves, final values, gaps, crossover, diagnostics, runs."""
@@ -370,6 +400,7 @@ def report_html(rep: Report, figs: dict | None = None) -> str:
     n_variants = rep.runs["variant"].nunique() if len(rep.runs) else 0
     page = Page(f"normgrow study: {rep.profile}")
     page.add(f"<h1>Normalization placement under depth growth: study <code>{e(rep.profile)}</code></h1>",
+             answer_html(rep),
              f"<p class='note'>{len(rep.runs)} finished runs of {n_variants} variants"
              + (f"; unfinished run directories: {e(', '.join(rep.unfinished))}" if rep.unfinished else "")
              + (f"; <b>damaged, not counted ({len(rep.damaged)})</b>: "
@@ -388,6 +419,17 @@ def report_html(rep: Report, figs: dict | None = None) -> str:
              "<a href='#diagnostics'>diagnostics</a><a href='#runs'>runs</a></nav>",
              _regime_html(rep), "<section id='claims'><h2>Claims</h2>")
     page.add(claims_html([c.to_json() for c in rep.claims]))
+    for grid_csv in sorted((outputs_dir() / "grid" / rep.profile).glob("*/grid.csv")):
+        from .grid import forest_figure, reference_marks
+        frame = pd.read_csv(grid_csv)
+        name = grid_csv.parent.name
+        page.add(f"</section><section id='grid-{e(name)}'><h2>Where does it hold? Grid {e(name)}</h2>"
+                 f"<p>One row per setting of params/grids/{e(name)}.yaml (python -m normgrow.grid --profile "
+                 f"{e(rep.profile)} --grid {e(name)}): the grow gap and the interaction with 95% intervals, the "
+                 f"marker's colour its verdict; every number, gate and lr is in <a href='../../grid/{e(rep.profile)}/"
+                 f"{e(name)}/report.html'>outputs/grid/{e(rep.profile)}/{e(name)}/report.html</a> and grid.csv next "
+                 "to it.</p>")
+        page.figure(forest_figure(frame, reference_marks()), div_id=f"fig-grid-{name}")
     page.add("</section><section id='curves'><h2>Learning curves</h2>")
     page.figure(figs["curves"], div_id="fig-curves", caption="Validation CE (nats/token) against student active-layer tokens, one panel "
                 "per schedule, pre-norm red, post-norm blue: the line is the mean over seeds, the band the range of "
