@@ -172,3 +172,23 @@ def test_grid_per_placement(outputs, tmp_path):
     config.write_text("lrs:\n  tiny: {pre: [3.0e-3]}\n")
     with pytest.raises(ParamError, match=r"lrs.tiny.post=None must be a non-empty list"):
         sweep.make_plan("tiny", config_path=config)
+
+
+def test_jobs_hand_the_unfinished_candidates_to_the_executor(outputs, monkeypatch):
+    """--jobs N: the candidates not yet finished go to study.execute_runs as run_variant.ipynb parameters (executed
+    here in-process instead of in worker kernels), then every row is read back."""
+    from normgrow import study
+    from normgrow.train import make_run_spec, run_variant
+    plan = sweep.make_plan("tiny", ["pre"], [1e-3, 3e-3], seed=0, overrides=OVERRIDES, schedules=["joint"])
+    run_variant(plan.specs[0], progress=False)  # finished before the sweep: not handed over again
+    handed = []
+
+    def execute(profile, pending, jobs, processes, desc, done, failed, **kw):
+        for job in pending:
+            handed.append(job.name)
+            run_variant(make_run_spec(profile=profile, **job.params), progress=False)
+            done.add(job.name)
+    monkeypatch.setattr(study, "execute_runs", execute)
+    rows = sweep.run_candidates(plan, progress=False, jobs=2)
+    assert handed == ["sweep-pre-joint-lr3e-03-s0"]
+    assert [r["run_name"] for r in rows] == ["sweep-pre-joint-lr1e-03-s0", "sweep-pre-joint-lr3e-03-s0"]

@@ -20,6 +20,8 @@ Choices:
     with other profile parameters is refused by run_variant, never silently reused.
   - The chosen lr per arm is the argmin of final val_ce over finite values (a diverged run never wins). A minimum at
     an edge of the grid means the optimum may lie outside it: a warning says so and sweep.json records it.
+  - ``--jobs N`` trains N candidates at once, each in a worker process, through the study's executor; the rows and
+    the choice do not depend on it (each candidate is the same run either way).
   - One seed: the sweep picks an lr, it does not measure seed variance (rerun with --seed to check a close call).
   - ``--write`` edits only the ``lr:`` entry of the profile's train section (a line edit, not a YAML dump, so every
     other line and comment stays byte for byte), re-parses the result to check it, and writes atomically. A norm
@@ -44,8 +46,8 @@ from pathlib import Path
 import yaml
 from tqdm.auto import tqdm
 
-from .config import PARAMS_DIR, REPO_ROOT, ParamError, load_profile, outputs_dir, read_yaml
-from .rundir import SWEEP_RUN_PREFIX
+from .config import PARAMS_DIR, REPO_ROOT, ParamError, load_profile, outputs_dir, read_yaml, writable_outputs_dir
+from .rundir import SWEEP_RUN_PREFIX, RunDirError, is_finished, runner_lock
 from .growth import SCHEDULES
 from .model import NORMS
 from .train import RunSpec, lr_for_run, make_run_spec, run_variant
@@ -163,9 +165,21 @@ def make_plan(profile: str, norms: list[str] | None = None, lrs: list | None = N
 
 # --------------------------------------------------------------------------------------------- runs, choice
 
-def run_candidates(plan: SweepPlan, progress: bool = True) -> list[dict]:
-    """Run (resume, or read back when finished) every candidate; one row per candidate. The outer bar counts
-    candidates, each run draws its own step bar below it."""
+def run_candidates(plan: SweepPlan, progress: bool = True, jobs: int = 1) -> list[dict]:
+    """Run (resume, or read back when finished) every candidate; one row per candidate. jobs > 1: the unfinished
+    candidates first run ``jobs`` at a time through the study's executor (study.execute_runs: run_variant.ipynb in
+    worker processes, cores / jobs threads each), then every row is read back; a candidate whose notebook failed is a
+    RuntimeError naming it. jobs 1: in this process, the outer bar counting candidates and each run drawing its own
+    step bar below it."""
+    if jobs > 1:
+        from .study import Job, execute_runs
+        done, failed = set(), {}
+        pending = [Job(s.run_name, {"seed": s.seed, "run_name": s.run_name, "norm": s.norm, "schedule": s.schedule,
+                                    "overrides": s.overrides}) for s in plan.specs if not is_finished(s.dir)]
+        execute_runs(plan.profile, pending, jobs, None, f"sweep {plan.profile}", done, failed,
+                     initial=len(plan.specs) - len(pending), total=len(plan.specs))
+        if failed:
+            raise RuntimeError("sweep candidates failed: " + "; ".join(f"{n}: {why}" for n, why in failed.items()))
     rows = []
     bar = tqdm(plan.specs, desc=f"sweep {plan.profile}", unit="run", disable=not progress)
     for spec in bar:
@@ -334,7 +348,7 @@ def write_profile_lr(path: Path, result: dict, json_path: Path) -> None:
 # ------------------------------------------------------------------------------------------------------ entry
 
 def sweep(plan: SweepPlan, write: bool = False, profiles_dir: Path = PROFILES_DIR, progress: bool = True,
-          command: str = "") -> dict:
+          command: str = "", jobs: int = 1) -> dict:
     """Run the plan, write outputs/sweep/<profile>/sweep.{csv,json}, print the table and grid warnings; with write,
     store the choice in profiles_dir/<profile>.yaml (injectable so tests edit a copy). Returns sweep.json's dict."""
     profile_path = Path(profiles_dir) / f"{plan.profile}.yaml"
@@ -342,7 +356,7 @@ def sweep(plan: SweepPlan, write: bool = False, profiles_dir: Path = PROFILES_DI
         if not profile_path.is_file():
             raise ParamError(f"--write: no profile file {profile_path}")
         lr_line_span(profile_path.read_bytes().decode().splitlines(keepends=True), str(profile_path))
-    result = summarize(plan, run_candidates(plan, progress), command)
+    result = summarize(plan, run_candidates(plan, progress, jobs), command)
     json_path = write_results(result, sweep_dir(plan.profile))
     print(format_table(result))
     for warning in result["warnings"]:
@@ -364,12 +378,16 @@ def main(argv: list[str] | None = None) -> int:
                                                        "params/sweep.yaml)")
     parser.add_argument("--seed", type=int, help="seed of every candidate (default: params/sweep.yaml)")
     parser.add_argument("--write", action="store_true", help="store the chosen lrs in params/profiles/<profile>.yaml")
+    parser.add_argument("--jobs", type=int, default=1, help="candidates trained at once, each in its own worker "
+                        "process (default 1: in this process)")
     args = parser.parse_args(argv)
     command = shlex.join(["python", "-m", "normgrow.sweep", *(sys.argv[1:] if argv is None else argv)])
     try:
         plan = make_plan(args.profile, args.norms, args.lrs, args.seed, schedules=args.schedules)
-        sweep(plan, args.write, command=command)
-    except ParamError as err:
+        writable_outputs_dir()
+        with runner_lock():
+            sweep(plan, args.write, command=command, jobs=args.jobs)
+    except (ParamError, RunDirError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     return 0
