@@ -24,7 +24,7 @@ import pandas as pd
 
 from .stats import (ALPHA, LEVEL, SEEDS_LIMIT, crossover_table, difference_in_gaps, gap_ratio, gap_table,
                     paired_differences, paired_gap, seeds_needed, tost, undertrained)
-from .rundir import study_dir
+from .rundir import study_diagnostics
 from .variants import GapSpec, Reference, Variant
 
 # Status words of a judged claim and the value of its "supported" field (the diagnostics.json convention).
@@ -339,7 +339,7 @@ def depth_gate(claims: list[Claim], depth: pd.DataFrame, variants: dict[str, Var
 def read_diagnostics(profile: str) -> tuple[list[Claim] | None, str]:
     """The claims of outputs/study/<profile>/diagnostics.json (observations 4 and 5, written by diagnostics.py as
     Claim records), and a note saying where they come from or why there are none."""
-    path = study_dir(profile) / "diagnostics.json"
+    path = study_diagnostics(profile)
     if not path.is_file():
         return None, f"Diagnostics are not available: {path} does not exist (notebooks/diagnostics.ipynb not run)."
     try:

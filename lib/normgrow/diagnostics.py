@@ -47,7 +47,7 @@ from .claims import NOT_SUPPORTED, NOT_TESTABLE, SUPPORTED, Claim
 from .config import load_profile
 from .distill import eval_sums
 from .model import NORMS, Student, StudentConfig, load_checkpoint
-from .rundir import finished_runs, is_finished, phase_checkpoints, read_identity, study_dir
+from .rundir import (DIAGNOSTICS, finished_runs, is_finished, phase_checkpoints, read_identity, study_diagnostics)
 from .train import rows_to_batch
 from .utils import atomic_write_json, read_json, stable_hash
 from .variants import GapSpec, collect_runs, load_gaps
@@ -303,7 +303,7 @@ def diagnose_run(run_dir, batch: dict, force: bool = False, skip: bool = True) -
     ckpts = phase_checkpoints(run_dir)
     if not ckpts:
         raise FileNotFoundError(f"{run_dir} has no phase checkpoints (checkpoints/phase*_depth*.pt)")
-    cache_path = run_dir / "diagnostics.json"
+    cache_path = run_dir / DIAGNOSTICS
     if cache_path.is_file() and not force:
         cached = read_json(cache_path)
         newest = max(p.stat().st_mtime for _, _, p in ckpts)
@@ -384,8 +384,6 @@ def run_disk_estimate(profile, cache=None) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------ the study
-def study_diag_path(profile: str) -> Path:
-    return study_dir(profile) / "diagnostics.json"
 
 
 def _log_ratio(first, last):
@@ -532,7 +530,7 @@ def diagnose_study(profile: str, n: int = DEFAULT_N, force: bool = False, skip: 
     previous diagnostics.json, when measured on the same fixed batch); write outputs/study/<profile>/diagnostics.json."""
     batch = fixed_batch(profile, n)
     variant_of = {summary.run_name: variant for (variant, _), summary in collect_runs(profile).assigned.items()}
-    path = study_diag_path(profile)
+    path = study_diagnostics(profile)
     previous = read_json(path).get("runs", {}) if path.is_file() else {}
     runs = {}
     for run_dir in finished_runs(profile):

@@ -53,6 +53,7 @@ GRID_RUN_PREFIX = "grid-"
 skips them like sweep runs (their results are outputs/grid/<profile>/<grid>/)."""
 
 CONFIG, SUMMARY, METRICS, LOCK, NOTEBOOK = "config.json", "summary.json", "metrics.jsonl", "LOCK", "run.ipynb"
+DIAGNOSTICS = "diagnostics.json"  # a run's cached diagnostics (<run>/), and the study's (outputs/study/<profile>/)
 CHECKPOINTS, LAST, FINAL = "checkpoints", "last.pt", "final.pt"
 PHASE_FILE = re.compile(r"phase(\d+)_depth(\d+)\.pt")
 
@@ -94,6 +95,11 @@ def run_path(profile: str, run_name: str) -> Path:
 
 def study_dir(profile: str) -> Path:
     return inside(outputs_dir(), outputs_dir() / "study" / check_name("profile", profile))
+
+
+def study_diagnostics(profile: str) -> Path:
+    """outputs/study/<profile>/diagnostics.json: every run's diagnostics and the claims of observations 4 and 5."""
+    return study_dir(profile) / DIAGNOSTICS
 
 
 def seeded_name(variant: str, seed: int) -> str:
