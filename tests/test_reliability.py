@@ -138,3 +138,14 @@ def test_a_record_written_again_for_a_step_replaces_the_earlier_one(outputs):
     path.write_text(path.read_text() + json.dumps({"kind": "eval", "step": 0, "tokens": 0, "val_ce": 1.5}) + "\n")
     evals = [r for r in read_metrics(run_dir) if r["kind"] == "eval"]
     assert [r["val_ce"] for r in evals if r["step"] == 0] == [1.5]
+
+
+def test_a_gap_the_claims_judge_cannot_be_removed_from_the_reference(tmp_path, monkeypatch):
+    shutil.copytree(config.PARAMS_DIR, tmp_path / "params")
+    monkeypatch.setattr(variants, "PARAMS_DIR", tmp_path / "params")
+    path = tmp_path / "params" / "reference.yaml"
+    text = path.read_text()
+    start = text.index("  - {name: freeze")
+    path.write_text(text[:start] + text[text.index("# Equivalence margin"):])
+    with pytest.raises(ParamError, match="gap 'freeze' is missing; the claims .* judge the gaps joint, grow, matched"):
+        variants.load_reference()

@@ -76,6 +76,7 @@ class GapSpec:
 
 
 REFERENCE_KEYS = ("gaps", "equivalence_margin", "depth_margin")
+CLAIM_GAPS = ("joint", "grow", "matched", "single", "freeze")  # the gaps claims.evaluate_claims judges
 DEPTH_MARGIN_KEYS = ("multiple", "of")
 
 
@@ -104,9 +105,9 @@ def _positive(path, key: str, value) -> float:
 
 
 def load_reference() -> Reference:
-    """params/reference.yaml, validated: exactly the REFERENCE_KEYS; every gap's a and b a variant; the gaps
-    'joint' and 'grow' present (the headline claims); both margins finite and > 0; depth_margin.of a gap with a
-    nonzero reference value."""
+    """params/reference.yaml, validated: exactly the REFERENCE_KEYS; every gap's a and b a variant; the CLAIM_GAPS
+    present (removing one is an error here, not a KeyError in the claims); both margins finite and > 0;
+    depth_margin.of a gap with a nonzero reference value."""
     path = PARAMS_DIR / "reference.yaml"
     raw = read_yaml(path) or {}
     if set(raw) != set(REFERENCE_KEYS):
@@ -122,9 +123,10 @@ def load_reference() -> Reference:
             if v not in variants:
                 raise ParamError(f"{path}: gap {spec.name!r} names {v!r}, which is not a run file of params/runs")
         gaps[spec.name] = spec
-    for needed in ("joint", "grow"):  # the headline claims
+    for needed in CLAIM_GAPS:
         if needed not in gaps:
-            raise ParamError(f"{path}: gap {needed!r} is missing")
+            raise ParamError(f"{path}: gap {needed!r} is missing; the claims (claims.evaluate_claims) judge the gaps "
+                             f"{', '.join(CLAIM_GAPS)}")
     depth = raw["depth_margin"]
     if not isinstance(depth, dict) or set(depth) != set(DEPTH_MARGIN_KEYS):
         raise ParamError(f"{path}: depth_margin={depth!r} must be a mapping with exactly the keys "
