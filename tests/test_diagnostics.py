@@ -1,6 +1,7 @@
 """Boundary diagnostics on tiny random students (vocab 64) and a synthetic cache: fast, CPU only."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
@@ -217,6 +218,32 @@ def test_study_keeps_the_diagnostics_of_runs_whose_checkpoints_are_gone(tmp_path
     other = dict(batch, meta=dict(batch["meta"], fingerprint="another batch"))
     monkeypatch.setattr(D, "fixed_batch", lambda profile, n: other)
     assert D.diagnose_study("tiny", progress=False)["runs"] == {}  # measured on another batch: not kept
+
+
+def test_committed_diagnostics_are_shown_without_a_cache_or_checkpoints(tmp_path, monkeypatch, batch):
+    """A fresh clone has neither the teacher cache nor checkpoints: the committed diagnostics.json is returned as
+    measured instead of failing on the missing cache; with a checkpoint present the missing cache is an error."""
+    from types import SimpleNamespace
+    monkeypatch.setenv("NORMGROW_OUTPUTS", str(tmp_path))
+    root = tmp_path / "runs" / "tiny"
+    fake_run(root, "pre-grow-s0", "pre")
+    monkeypatch.setattr(D, "collect_runs", lambda profile: SimpleNamespace(assigned={
+        ("pre-grow", 0): SimpleNamespace(run_name="pre-grow-s0")}))
+    monkeypatch.setattr(D, "fixed_batch", lambda profile, n: batch)
+    measured = D.diagnose_study("tiny", progress=False)
+
+    def no_cache(profile, n):
+        raise FileNotFoundError("teacher cache outputs/teacher/x is incomplete (interrupted build)")
+    monkeypatch.setattr(D, "fixed_batch", no_cache)
+    with pytest.raises(FileNotFoundError):  # checkpoints present: they need the cache
+        D.diagnose_study("tiny", progress=False)
+    shutil.rmtree(root / "pre-grow-s0" / "checkpoints")
+    assert D.diagnose_study("tiny", progress=False) == json.loads(json.dumps(measured))
+    # the disk estimate takes the vocabulary a finished run recorded when there is no cache to read it from
+    summary = root / "pre-grow-s0" / "summary.json"
+    summary.write_text(json.dumps(json.loads(summary.read_text()) | {"vocab": {"size": 321}}))
+    monkeypatch.setattr("normgrow.teacher.open_cache", lambda prof: no_cache(prof, 0))
+    assert D.run_disk_estimate("tiny")["vocab_size"] == 321
 
 
 def test_residual_sum_cosine_for_the_blocks_with_an_output_norm(batch):

@@ -126,7 +126,7 @@ def test_tiny_sweep_end_to_end(outputs, tmp_path):
     plan = sweep.make_plan("tiny", ["post"], [3e-3, 1e-3], seed=0, overrides=OVERRIDES, schedules=["joint"])
     result = sweep.sweep(plan, write=True, profiles_dir=profiles, progress=False, command="test")
 
-    out = outputs / "sweep" / "tiny"
+    out = outputs / "sweep" / "tiny" / "post"  # not the study's placements (pre, post): its own folder
     table = list(csv.DictReader((out / "sweep.csv").open()))
     assert [r["run_name"] for r in table] == ["sweep-post-joint-lr1e-03-s0", "sweep-post-joint-lr3e-03-s0"]
     assert list(table[0]) == list(sweep.COLUMNS)

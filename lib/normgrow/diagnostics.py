@@ -47,7 +47,7 @@ from .claims import NOT_SUPPORTED, NOT_TESTABLE, SUPPORTED, Claim
 from .config import load_profile
 from .distill import eval_sums
 from .model import NORMS, Student, StudentConfig, load_checkpoint
-from .rundir import (DIAGNOSTICS, finished_runs, is_finished, phase_checkpoints, read_identity, study_diagnostics)
+from .rundir import (DIAGNOSTICS, SUMMARY, finished_runs, is_finished, phase_checkpoints, read_identity, study_diagnostics)
 from .train import rows_to_batch
 from .utils import atomic_write_json, read_json, stable_hash
 from .variants import GapSpec, collect_runs, load_gaps
@@ -367,12 +367,19 @@ def run_disk_estimate(profile, cache=None) -> dict:
     hardlink, last.pt is deleted at the end), per schedule, and the transient peak with last.pt (weights + AdamW's
     two moments of every parameter; an upper bound for frozen-prefix runs). The vocabulary is the one the profile's
     students train with (VocabMap.for_cache: the teacher's, or the corpus ids) on its teacher cache (`cache`, else
-    the profile's, opened read-only): the head is most of a small student's weights, so no fixed size will do."""
+    the profile's, opened read-only): the head is most of a small student's weights, so no fixed size will do.
+    Without a cache (a clone of committed results) the vocabulary a finished run of the profile recorded is used."""
     prof = load_profile(profile) if isinstance(profile, str) else profile
-    if cache is None:
-        from .teacher import open_cache
-        cache = open_cache(prof)
-    vocab_size = VocabMap.for_cache(cache, prof.student.vocab).size
+    try:
+        if cache is None:
+            from .teacher import open_cache
+            cache = open_cache(prof)
+        vocab_size = VocabMap.for_cache(cache, prof.student.vocab).size
+    except FileNotFoundError:
+        recorded = [read_json(d / SUMMARY)["vocab"]["size"] for d in finished_runs(prof.name)]
+        if not recorded:
+            raise
+        vocab_size = recorded[0]
     stages = list(prof.train.stages)
     ckpt = {d: 4 * student_param_count(prof, d, vocab_size) + CHECKPOINT_OVERHEAD for d in set(stages)}
     kept = {"grow": sum(ckpt[d] for d in stages), "joint": ckpt[stages[-1]], "single": ckpt[stages[0]]}
@@ -527,15 +534,23 @@ def study_result(profile: str, batch_meta: dict, runs: dict[str, dict]) -> dict:
 def diagnose_study(profile: str, n: int = DEFAULT_N, force: bool = False, skip: bool = True,
                    progress: bool = True) -> dict:
     """Diagnose every finished run of outputs/runs/<profile>/ (a run whose checkpoints are gone keeps its entry of the
-    previous diagnostics.json, when measured on the same fixed batch); write outputs/study/<profile>/diagnostics.json."""
-    batch = fixed_batch(profile, n)
+    previous diagnostics.json, when measured on the same fixed batch); write outputs/study/<profile>/diagnostics.json.
+    Without a teacher cache and without checkpoints (a clone of committed results: neither is committed), an
+    existing diagnostics.json is returned as measured, with a note, instead of failing on the missing cache."""
     variant_of = {summary.run_name: variant for (variant, _), summary in collect_runs(profile).assigned.items()}
     path = study_diagnostics(profile)
+    run_dirs = [d for d in finished_runs(profile) if d.name in variant_of]  # others: not the study's (report.py)
+    try:
+        batch = fixed_batch(profile, n)
+    except FileNotFoundError as err:
+        if not path.is_file() or any(phase_checkpoints(d) for d in run_dirs):
+            raise
+        if progress:
+            print(f"diagnostics: {err}; no run has checkpoints here either, so {path} is shown as measured")
+        return read_json(path)
     previous = read_json(path).get("runs", {}) if path.is_file() else {}
     runs = {}
-    for run_dir in finished_runs(profile):
-        if run_dir.name not in variant_of:
-            continue  # not part of the study (report.py lists why)
+    for run_dir in run_dirs:
         if not phase_checkpoints(run_dir):
             # checkpoints deleted (a fresh clone of committed results has none): keep what was measured on the same
             # fixed batch (same sequences and token classes; the cache key may differ by the dtype `auto` resolved

@@ -29,7 +29,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .model import NORMS
 from .placements import PLACEMENTS
 from .claims import GATED, NOT_JUDGED, NOT_JUDGED_DEPTH, NOT_RESOLVED, NOT_SUPPORTED, NOT_TESTABLE, SUPPORTED
 
@@ -72,11 +71,15 @@ NORM_SYMBOL = {"pre": "circle", "post": "square"}
 
 
 def split_variant(variant: str) -> tuple[str, str]:
-    """('pre', 'grow-freeze') from 'pre-grow-freeze'; ('', variant) when it has no norm prefix."""
-    for norm in NORMS:
-        if variant.startswith(norm + "-"):
-            return norm, variant[len(norm) + 1:]
-    return "", variant
+    """(placement, schedule family) of a variant from its run file, never from its name (variants.load_variants:
+    pre-grow-freeze.yaml says norm pre, schedule grow, freeze_prefix true -> ('pre', 'grow-freeze'); a matched run's
+    family is 'joint-matched'); ('', variant) for a name that is no run file."""
+    from .variants import load_variants
+    v = load_variants().get(variant)
+    if v is None:
+        return "", variant
+    family = v.schedule + ("-freeze" if v.freeze_prefix else "") + ("-matched" if v.match_active_layer_tokens else "")
+    return v.norm, family
 
 
 def variant_style(variant: str) -> dict:

@@ -27,7 +27,8 @@ Choices:
     other line and comment stays byte for byte), re-parses the result to check it, and writes atomically. A norm
     and schedule that were not swept keep their current value. A profile without an lr line is refused before any training.
 Outputs: outputs/sweep/<profile>/sweep.csv (one row per candidate) and sweep.json (the rows, the choice per arm,
-the grid warnings, date, profile, git commit, command line). Both describe this invocation's candidates only.
+the grid warnings, date, profile, git commit, command line). Both describe this invocation's candidates only; a
+sweep of placements other than the study's writes them to outputs/sweep/<profile>/<norms>/ (sweep_dir).
 """
 from __future__ import annotations
 
@@ -237,8 +238,12 @@ def summarize(plan: SweepPlan, rows: list[dict], command: str) -> dict:
             "rows": rows, "chosen": chosen, "warnings": grid_warnings(chosen)}
 
 
-def sweep_dir(profile: str) -> Path:
-    return outputs_dir() / "sweep" / profile
+def sweep_dir(profile: str, norms: tuple[str, ...] | None = None) -> Path:
+    """outputs/sweep/<profile>/ for a sweep of the study's placements (study_norms; the report draws it), else
+    outputs/sweep/<profile>/<norm>-<norm>.../, so that sweeping other placements never overwrites the study's
+    sweep files."""
+    root = outputs_dir() / "sweep" / profile
+    return root if norms is None or tuple(norms) == study_norms() else root / "-".join(norms)
 
 
 def write_results(result: dict, out_dir: Path) -> Path:
@@ -357,7 +362,7 @@ def sweep(plan: SweepPlan, write: bool = False, profiles_dir: Path = PROFILES_DI
             raise ParamError(f"--write: no profile file {profile_path}")
         lr_line_span(profile_path.read_bytes().decode().splitlines(keepends=True), str(profile_path))
     result = summarize(plan, run_candidates(plan, progress, jobs), command)
-    json_path = write_results(result, sweep_dir(plan.profile))
+    json_path = write_results(result, sweep_dir(plan.profile, plan.norms))
     print(format_table(result))
     for warning in result["warnings"]:
         print(f"warning: {warning}")
