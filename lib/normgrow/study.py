@@ -36,7 +36,7 @@ from .config import PARAMS_DIR, REPO_ROOT, ParamError, load_profile, read_yaml, 
 from .rundir import (NOTEBOOK, RunDirError, identity_differences, is_finished, read_finished, read_identity, read_metrics,
                      run_path, runner_lock, seeded_name, study_dir)
 from .train import make_run_spec
-from .utils import stop_processes
+from .utils import descendants, stop_processes
 from .variants import Variant, load_variants
 
 NOTEBOOKS = REPO_ROOT / "notebooks"
@@ -200,8 +200,9 @@ def _worker_init(threads: int | None) -> None:
 
 
 def kill_descendants() -> None:
-    """Terminate every descendant of this process (workers, their kernels), then kill what is left."""
-    stop_processes(psutil.Process().children(recursive=True))
+    """Terminate every descendant of this process (workers, their kernels), then kill what is left (utils.descendants:
+    multiprocessing's resource trackers excepted, which is what keeps a SIGTERM's log free of tracebacks)."""
+    stop_processes(descendants(psutil.Process()))
 
 
 def _stop_worker(signum, frame) -> None:
