@@ -149,3 +149,49 @@ def test_a_gap_the_claims_judge_cannot_be_removed_from_the_reference(tmp_path, m
     path.write_text(text[:start] + text[text.index("# Equivalence margin"):])
     with pytest.raises(ParamError, match="gap 'freeze' is missing; the claims .* judge the gaps joint, grow, matched"):
         variants.load_reference()
+
+
+# What study.execute_runs does around its runs, with a 'kernel' that holds a multiprocessing lock (as a kernel's
+# tqdm does) in place of a notebook: spawn workers (study._worker_init), SIGTERM raised as KeyboardInterrupt,
+# kill_descendants, pool shutdown.
+RUNNER = '''
+import multiprocessing, signal, subprocess, sys, time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from normgrow import study
+
+KERNEL = ("import multiprocessing, pathlib, sys, time; lock = multiprocessing.get_context('spawn').Lock(); "
+          "pathlib.Path(sys.argv[1]).touch(); time.sleep(120)")
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, study._raise_keyboard_interrupt)
+    pool = ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn"), initializer=study._worker_init,
+                               initargs=(None,))
+    try:
+        for i in range(2):
+            pool.submit(subprocess.run, [sys.executable, "-c", KERNEL, str(Path(sys.argv[1]) / f"kernel{i}")])
+        time.sleep(120)
+    except KeyboardInterrupt:
+        start = time.time()
+        study.kill_descendants()
+        print(f"stopped in {time.time() - start:.1f} s", flush=True)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+'''
+
+
+def test_sigterm_stops_the_runs_without_a_traceback(tmp_path):
+    """SIGTERM to the runner stops its workers and their kernels and leaves no traceback: multiprocessing's
+    resource trackers are left to end by themselves (utils.descendants). Killing the runner's own tracker used to
+    leave 5 `resource_tracker KeyError` tracebacks, after a 5 s wait."""
+    (tmp_path / "runner.py").write_text(RUNNER)
+    env = os.environ | {"PYTHONPATH": os.pathsep.join([str(REPO / "lib"), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, str(tmp_path / "runner.py"), str(tmp_path)], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.time() + 120
+    while not all((tmp_path / f"kernel{i}").exists() for i in range(2)) and time.time() < deadline:
+        time.sleep(0.2)
+    assert (tmp_path / "kernel0").exists() and (tmp_path / "kernel1").exists(), "the kernels did not start"
+    proc.terminate()
+    log = proc.communicate(timeout=60)[0]
+    assert "stopped in" in log and "Traceback" not in log, log
+    assert float(log.split("stopped in ")[1].split(" s")[0]) < 5.0  # nothing waited for the trackers' timeout

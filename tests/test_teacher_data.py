@@ -262,14 +262,13 @@ def test_interrupted_write_is_detected_and_rebuilt(tiny_llama, corpus_files, mon
     assert not any(d.name.startswith(".tmp-") for d in (out_root / "teacher").iterdir())
     ref = np.array(good.train.topk_logp)
 
-    # a directory under the final name without a valid COMPLETE marker (half-written by some other writer), or with
-    # a valid marker and damaged contents (a well-formed .npy of another size: only the checksum tells)
-    for corrupt in ("missing", "wrong", "damaged"):
+    # a directory under the final name without a COMPLETE marker (half-written by some other writer), or with a
+    # valid marker and damaged contents (a well-formed .npy of another size: only the checksum tells); a marker of
+    # another key is test_complete_marker_of_another_key_is_named_and_kept's
+    for corrupt in ("missing", "damaged"):
         marker = good.dir / "COMPLETE"
         if corrupt == "missing":
             marker.unlink()
-        elif corrupt == "wrong":
-            marker.write_text("not-the-key\n")
         np.save(good.dir / "train" / "topk_logp.npy", np.zeros((1,), np.float32))  # garbage contents
         if corrupt == "damaged":
             with pytest.raises(data.CacheDamagedError, match=r"train/topk_logp.npy: .* recorded at build time.*"
@@ -280,6 +279,80 @@ def test_interrupted_write_is_detected_and_rebuilt(tiny_llama, corpus_files, mon
                 teacher.open_cache(p)
         good = teacher.ensure_cache(p, progress=False)
         np.testing.assert_array_equal(np.array(good.train.topk_logp), ref)
+
+
+def _rewrite_checksums(d: Path) -> None:
+    """What someone who alters a cache and covers it up does: checksums.json made to match the altered files."""
+    (d / data.CHECKSUMS).unlink()
+    data._record_checksums(d)
+
+
+def test_foreign_cache_under_this_key_is_named(tiny_llama, corpus_files):
+    """A cache built with another cache.k, copied into this key's directory with COMPLETE (then meta.json's key,
+    then its k, then teacher.json's key and k) rewritten to this key, is named by the first field that gives it away,
+    down to the arrays' shapes, at every open; the builder raises the same and deletes nothing."""
+    p = _profile(tiny_llama, corpus_files)
+    mine = teacher.ensure_cache(p, progress=False)
+    other = teacher.ensure_cache(_profile(tiny_llama, corpus_files, **{"cache.k": 6}), progress=False)
+    shutil.rmtree(mine.dir)
+    shutil.copytree(other.dir, mine.dir)
+    (mine.dir / "COMPLETE").write_text(mine.key + "\n")
+    meta = json.loads((mine.dir / "meta.json").read_text())
+    for field, value, named in (("key", None, rf"meta.json: key is '{other.key}', expected '{mine.key}'"),
+                                ("key", mine.key, r"meta.json: k is 6, expected 4"),
+                                ("k", 4, rf"teacher.json: key is '{other.key}', expected '{mine.key}'")):
+        if value is not None:
+            meta[field] = value
+            (mine.dir / "meta.json").write_text(json.dumps(meta))
+            _rewrite_checksums(mine.dir)
+        for opening in (lambda: teacher.open_cache(p), lambda: teacher.ensure_cache(p, progress=False)):
+            with pytest.raises(data.CacheMismatchError, match=named + r".*Nothing was deleted"):
+                opening()
+    report = json.loads((mine.dir / "teacher.json").read_text())
+    (mine.dir / "teacher.json").write_text(json.dumps(report | {"key": mine.key, "k": 4}))
+    _rewrite_checksums(mine.dir)
+    with pytest.raises(data.CacheMismatchError, match=r"train/topk_ids.npy: the array is int32\[\d+, 32, 6\], "
+                                                      r"expected int32\[\d+, 32, 4\]"):
+        teacher.open_cache(p)
+    assert (mine.dir / "COMPLETE").exists()
+
+
+def test_altered_arrays_with_rewritten_checksums_are_named(tiny_llama, corpus_files):
+    """Arrays zeroed (or a baseline edited) with checksums.json rewritten to match: the distribution check, the
+    target check and the recomputed teacher baseline each name the file; a correct cache passes all of them."""
+    p = _profile(tiny_llama, corpus_files)
+    cache = teacher.ensure_cache(p, progress=False)
+    kept = {f: f.read_bytes() for f in cache.dir.rglob("*") if f.is_file()}
+    for file, named in (("val/topk_logp.npy", r"val/topk_logp.npy: the top-k probabilities plus the tail mass "
+                                              r"\(tail_logp.npy\) at row 0, position 0 is 4.000000, expected 1"),
+                        ("train/tail_logp.npy", r"train/topk_logp.npy: the top-k probabilities plus the tail mass"),
+                        ("val/target_logp.npy", r"val/target_logp.npy: the next token's log-prob at row 0"),
+                        ("teacher.json", r"teacher.json: val_ce \(the teacher baseline\) is 0.0, expected [\d.]+, "
+                                         r"recomputed from val/target_logp.npy")):
+        f = cache.dir / file
+        if f.suffix == ".npy":
+            np.save(f, np.zeros_like(np.load(f)))
+        else:
+            f.write_text(json.dumps(json.loads(f.read_text()) | {"val_ce": 0.0}))
+        _rewrite_checksums(cache.dir)
+        with pytest.raises(data.CacheMismatchError, match=named):
+            teacher.open_cache(p)
+        for kept_file, content in kept.items():
+            kept_file.write_bytes(content)
+    assert teacher.open_cache(p).report["val_ce"] > 0
+
+
+def test_complete_marker_of_another_key_is_named_and_kept(tiny_llama, corpus_files):
+    """A directory whose COMPLETE names another key is another cache: open and build both name the two keys and
+    delete nothing (it used to be called an interrupted build, deleted and rebuilt)."""
+    p = _profile(tiny_llama, corpus_files)
+    cache = teacher.ensure_cache(p, progress=False)
+    (cache.dir / "COMPLETE").write_text("0123456789abcdef\n")
+    named = rf"COMPLETE names the cache key 0123456789abcdef, but .* of key {cache.key} belongs.*Nothing was deleted"
+    for opening in (lambda: teacher.open_cache(p), lambda: teacher.ensure_cache(p, progress=False)):
+        with pytest.raises(data.CacheMismatchError, match=named):
+            opening()
+    assert (cache.dir / "train" / "topk_logp.npy").exists()
 
 
 # ----------------------------------------------------------------------------------------------- corpus

@@ -162,3 +162,66 @@ def test_reference_margins_fail_at_load(tmp_path, monkeypatch, old, new, match):
     path.write_text(path.read_text().replace(old, new))
     with pytest.raises(ParamError, match=match):
         variants.load_reference()
+
+
+def test_step_budget_is_checked_before_any_work(tmp_path, monkeypatch):
+    """A batch larger than the training split, or a step larger than the machine's memory, is a ParamError from
+    make_run_spec: nothing allocated, no run directory (train.batch_size: 100000000 used to die after 80 s in
+    Batches with a bare MemoryError, leaving one behind)."""
+    from types import SimpleNamespace
+
+    from normgrow import train
+    monkeypatch.setenv("NORMGROW_OUTPUTS", str(tmp_path / "outputs"))
+    with pytest.raises(ParamError, match=r"train.batch_size=100000000 is more rows per step than the training split "
+                                         r"has: 256 \(data.train_tokens=16384 // data.seq_len=64\)"):
+        train.make_run_spec("tiny", overrides={"train.batch_size": 100_000_000})
+    big = {"train.device": "cpu", "data.train_tokens": 8192 * 64, "train.batch_size": 8192}
+    batch, activations = train.step_memory(load_profile("tiny", big))
+    assert (batch, activations) == (21 + 12 * 8, 4 * (4 * 32 + 3 * 64) * 3)  # k 8, d_model 32, d_ff 64, depth 3
+    need = 8192 * 64 * (batch + activations)
+    monkeypatch.setattr(train.psutil, "virtual_memory", lambda: SimpleNamespace(total=need - 1))
+    with pytest.raises(ParamError, match=r"train.batch_size=8192: one step needs at least 1.9 GiB \(8192 rows x 64 "
+                                         r"positions x \(117 bytes of batch arrays \+ 3840 bytes of activations\)"):
+        train.make_run_spec("tiny", overrides=big)
+    monkeypatch.setattr(train.psutil, "virtual_memory", lambda: SimpleNamespace(total=need))
+    assert train.make_run_spec("tiny", overrides=big).profile.train.batch_size == 8192
+    assert not (tmp_path / "outputs").exists()
+
+
+@pytest.mark.parametrize("text,match", [
+    ("schedule: grow\n", r"zz.yaml: missing key 'norm'; every run file gives norm and schedule"),
+    ("- norm: post\n  schedule: grow\n", r"zz.yaml: a run file is a mapping of the keys norm, schedule, "
+                                        r"freeze_prefix, match_active_layer_tokens \(got \[\{'norm'"),
+    ("", r"zz.yaml: a run file is a mapping .*\(got an empty file\)"),
+])
+def test_bad_run_files_are_named(tmp_path, monkeypatch, text, match):
+    from normgrow import variants
+    shutil.copytree(config.PARAMS_DIR, tmp_path / "params")
+    monkeypatch.setattr(variants, "PARAMS_DIR", tmp_path / "params")
+    (tmp_path / "params" / "runs" / "zz.yaml").write_text(text)
+    with pytest.raises(ParamError, match=match):
+        variants.load_variants()
+
+
+@pytest.mark.parametrize("line,match", [
+    ('seeds: [0, 0, "a"]', r"seeds=\[0, 0, 'a'\] must be a non-empty list of integers >= 0"),
+    ('seeds: [0, "a", "a", 0]', r"seeds=\[0, 'a', 'a', 0\] must be a non-empty list of integers >= 0"),
+    ("seeds: 3", r"seeds=3 must be a non-empty list of integers >= 0, e.g. \[0, 1, 2\]"),
+    ("seeds: [0, [1]]", r"seeds=\[0, \[1\]\] must be a non-empty list"),
+    ("seeds: []", r"seeds=\[\] must be a non-empty list"),
+])
+def test_bad_study_seeds_are_named(tmp_path, line, match):
+    from normgrow.study import load_study
+    path = _write(tmp_path / "study.yaml", f"runs: [pre-joint]\n{line}\n")
+    with pytest.raises(ParamError, match=rf"{path}: {match}"):
+        load_study(path)
+
+
+def test_bad_study_runs_are_named(tmp_path):
+    from normgrow.study import load_study
+    path = _write(tmp_path / "study.yaml", "runs: pre-joint\nseeds: [0]\n")
+    with pytest.raises(ParamError, match=rf"{path}: runs='pre-joint' must be a non-empty list of run file names "
+                                         r"\(post-grow-freeze, post-grow, "):
+        load_study(path)
+    assert [r.name for r in load_study(_write(path, "runs: [pre-joint]\nseeds: [0, 1]\n"))] == ["pre-joint-s0",
+                                                                                             "pre-joint-s1"]

@@ -450,12 +450,34 @@ def _data_root() -> Path:
     return outputs_root() / "data"
 
 
-def is_complete(d: Path, key: str) -> bool:
-    """Whether d holds the COMPLETE marker of key (written last by publish; says nothing about damage since)."""
+def marker_key(d: Path) -> str | None:
+    """The key d's COMPLETE marker holds (written last by publish), or None when it is absent, empty or unreadable."""
     try:
-        return (d / "COMPLETE").read_text().strip() == key
+        return (d / "COMPLETE").read_text().strip() or None
     except OSError:
-        return False
+        return None
+
+
+def is_complete(d: Path, key: str) -> bool:
+    """Whether d holds the COMPLETE marker of key (says nothing about damage since)."""
+    return marker_key(d) == key
+
+
+class CacheMismatchError(RuntimeError):
+    """A cache directory that is not the cache asked for: its marker, meta.json, shapes or contents say it holds
+    another one (teacher.check_cache). Never deleted nor rebuilt automatically: the message says what to do."""
+
+
+def check_marker(d: Path, key: str) -> None:
+    """CacheMismatchError naming both keys when d's COMPLETE marker names a key other than key: d then holds another
+    complete cache (copied or renamed here), which no builder deletes. An absent marker (an interrupted build) is
+    the builders' to clear."""
+    other = marker_key(d)
+    if other is not None and other != key:
+        raise CacheMismatchError(
+            f"{d / 'COMPLETE'} names the cache key {other}, but this directory is where the cache of key {key} "
+            f"belongs: it holds another, complete cache, copied or renamed here. Nothing was deleted; move it to "
+            f"{d.parent / other} (its own name) or delete it (rm -rf {d}), then retry")
 
 
 CHECKSUMS = "checksums.json"  # {relative path: {"bytes": size, "sha256": hex}} of every file of a cache directory
@@ -527,7 +549,9 @@ def damaged_message(d: Path, e: CacheDamagedError) -> str:
 def reuse_or_clear(d: Path, key: str) -> bool:
     """For the builders: True if d is a complete, undamaged cache of key (ready to open); otherwise delete whatever
     is there (an interrupted or damaged build is never read) and return False. Damage is rebuilt automatically,
-    as a missing marker always was, with a message naming the bad file."""
+    as a missing marker always was, with a message naming the bad file. A marker of another key is never deleted:
+    CacheMismatchError (check_marker)."""
+    check_marker(d, key)
     if is_complete(d, key):
         try:
             verify_cache(d, record=True)
@@ -594,6 +618,7 @@ def publish(tmp: Path, final: Path, key: str) -> None:
     atomic_write_json(tmp / CHECKSUMS, _checksums(tmp))
     (tmp / "COMPLETE").write_text(key + "\n")
     if final.exists():
+        check_marker(final, key)  # another cache moved there during the build
         if is_complete(final, key):  # another process finished first: keep theirs
             shutil.rmtree(tmp, ignore_errors=True)
             return

@@ -42,7 +42,7 @@ from pathlib import Path
 import torch
 
 from .config import ParamError
-from .utils import atomic_write_json, read_json, stop_processes
+from .utils import atomic_write_json, descendants, read_json, stop_processes
 
 RANK_TIMEOUT = datetime.timedelta(minutes=5)
 """How long a rank waits for the others at a collective before the job fails (gloo's default is 30 minutes)."""
@@ -248,7 +248,7 @@ def _launch(processes: int, cpu: bool, job: str, fn, args) -> None:
         import psutil
         try:
             launcher = psutil.Process(proc.pid)
-            stop_processes([launcher, *launcher.children(recursive=True)], timeout=30)
+            stop_processes([launcher, *descendants(launcher)], timeout=30)
         except psutil.NoSuchProcess:  # the launcher had ended
             pass
         raise

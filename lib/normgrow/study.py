@@ -36,7 +36,7 @@ from .config import PARAMS_DIR, REPO_ROOT, ParamError, load_profile, read_yaml, 
 from .rundir import (NOTEBOOK, RunDirError, identity_differences, is_finished, read_finished, read_identity, read_metrics,
                      run_path, runner_lock, seeded_name, study_dir)
 from .train import make_run_spec
-from .utils import stop_processes
+from .utils import descendants, stop_processes
 from .variants import Variant, load_variants
 
 NOTEBOOKS = REPO_ROOT / "notebooks"
@@ -98,6 +98,14 @@ def parse_seeds(words: list[str]) -> list[int]:
     return seeds
 
 
+def _listed(path: Path, key: str, value, valid, allowed: str) -> list:
+    """value when it is a non-empty list whose items are all valid, else a ParamError naming the file, the key and
+    what is allowed (checked before repeats are dropped, which needs comparable, hashable items)."""
+    if not isinstance(value, list) or not value or not all(valid(v) for v in value):
+        raise ParamError(f"{path}: {key}={value!r} must be a non-empty list of {allowed}")
+    return value
+
+
 def load_study(path: Path | None = None, seeds: list[int] | None = None, variants: list[str] | None = None) -> list[StudyRun]:
     """Read params/study.yaml and the run files; validate; drop repeated runs and seeds; order so that matched runs
     follow their donors."""
@@ -107,13 +115,11 @@ def load_study(path: Path | None = None, seeds: list[int] | None = None, variant
     if unknown:
         raise ParamError(f"{path}: unknown key {unknown[0]!r}; allowed keys: runs, seeds, jobs")
     available = load_variants()
-    names = _unique(list(variants or study.get("runs", [])), "runs")
-    seeds = _unique(list(seeds if seeds is not None else study.get("seeds", [0])), "seeds")
-    if not names or not seeds:
-        raise ParamError(f"{path}: runs and seeds must be non-empty lists")
-    for seed in seeds:
-        if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-            raise ParamError(f"{path}: seeds must be integers >= 0 (got {seed!r})")
+    names = _unique(_listed(path, "runs", variants or study.get("runs", []), lambda v: isinstance(v, str),
+                            f"run file names ({', '.join(available)})"), "runs")
+    seeds = _unique(_listed(path, "seeds", seeds if seeds is not None else study.get("seeds", [0]),
+                            lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+                            "integers >= 0, e.g. [0, 1, 2]"), "seeds")
     runs = []
     for name in names:
         if name not in available:
@@ -194,8 +200,9 @@ def _worker_init(threads: int | None) -> None:
 
 
 def kill_descendants() -> None:
-    """Terminate every descendant of this process (workers, their kernels), then kill what is left."""
-    stop_processes(psutil.Process().children(recursive=True))
+    """Terminate every descendant of this process (workers, their kernels), then kill what is left (utils.descendants:
+    multiprocessing's resource trackers excepted, which is what keeps a SIGTERM's log free of tracebacks)."""
+    stop_processes(descendants(psutil.Process()))
 
 
 def _stop_worker(signum, frame) -> None:

@@ -19,9 +19,12 @@ effects (``open_cache`` never writes): a GGUF teacher's identity is its file's n
 than the bundled one, its path and mtime), and its tokenizer is read from the converted folder when that exists, else
 straight from the GGUF. The build happens in
 ``outputs/teacher/.tmp-<key>-<pid>/`` and is renamed into place after ``COMPLETE`` is written, so a directory under
-its final name is either complete or (left by an older / foreign writer without a valid marker) deleted and rebuilt.
+its final name is either complete or (left by an older / foreign writer without a marker) deleted and rebuilt.
 Every open checks the files against ``checksums.json`` (data.verify_cache): ``ensure_cache`` rebuilds a damaged
-cache, ``open_cache`` raises CacheDamagedError naming the file.
+cache, ``open_cache`` raises CacheDamagedError naming the file. Then every open proves the cache is the one asked
+for (check_cache: recorded key, k, seq_len, vocabulary, array shapes, a sample of the probabilities, the teacher
+baseline) and raises CacheMismatchError otherwise; a directory whose COMPLETE marker names another key is reported
+with both keys and never deleted (data.check_marker).
 
 Sanity gate: a teacher fed rows it cannot read (no start token where it expects one, a wrong tokenizer, broken
 weights) still produces a cache that looks fine, and every distillation target in it is corrupted. So the pass
@@ -58,9 +61,9 @@ import numpy as np
 import torch
 
 from .config import ParamError, Profile, TeacherParams, resolve_profile_path
-from .data import (CacheDamagedError, DataSet, damaged_message, document_start_id, ensure_data, is_complete,
-                   loss_mask_np, normalize_source, outputs_root, publish, reuse_or_clear, temp_build_dir,
-                   tokenizer_identity, unigram_logp, verify_cache)
+from .data import (CacheDamagedError, CacheMismatchError, DataSet, check_marker, damaged_message, document_start_id,
+                   ensure_data, is_complete, loss_mask_np, normalize_source, outputs_root, publish, reuse_or_clear,
+                   temp_build_dir, tokenizer_identity, unigram_logp, verify_cache)
 from .ranks import Ranks, check_processes, launched_ranks, on_ranks, progress_bar
 from .utils import atomic_write_json, dtype_name, read_json, resolve_device, resolve_dtype, stable_hash
 
@@ -565,6 +568,102 @@ def check_sanity(cache: "TeacherCache", mode: str) -> None:
     print(f"WARNING: {what} (teacher.sanity: warn)", flush=True)
 
 
+SAMPLE_ROWS = 64  # rows per split whose contents check_cache reads (evenly spaced, the first and the last included)
+PROBABILITY_TOLERANCE = 1e-3  # |sum of top-k probabilities + tail mass - 1|, and |log p| agreements (float32 sums)
+BASELINE_TOLERANCE = 1e-4  # nats/token between teacher.json's val_ce and the one recomputed from target_logp.npy
+
+
+def _mismatch(cache: "TeacherCache", file: str, what: str, recorded, expected) -> CacheMismatchError:
+    return CacheMismatchError(
+        f"{cache.dir / file}: {what} is {recorded}, expected {expected}: the directory does not hold the teacher "
+        f"cache of key {cache.key} its name and COMPLETE marker claim (copied from another cache, or altered with "
+        f"checksums.json rewritten). Nothing was deleted; delete it (rm -rf {cache.dir}) and the next build "
+        f"(ensure_cache, a run, or notebooks/00_teacher.ipynb) makes the right one")
+
+
+def check_cache(cache: "TeacherCache", profile: Profile, tokenizer, dkey: str) -> None:
+    """Prove that an opened cache is the one this profile asks for; CacheMismatchError naming the file, the field,
+    the recorded and the expected value otherwise. checksums.json (data.verify_cache) proves the files are those
+    written at build time, but not which build: a foreign cache copied under this key, or arrays altered with the
+    checksums rewritten, pass it. So every open also checks:
+
+    * records: meta.json's key, version, data key, tokenizer identity, k and seq_len, and teacher.json's key, k and
+      seq_len, against what this profile derives; the vocabulary size covers the tokenizer's ids and exceeds k;
+    * shapes and dtypes of every array of both splits ([n_seq, seq_len] and [n_seq, seq_len, k], meta.json's n_seq);
+    * contents, on SAMPLE_ROWS evenly spaced rows of each split (deterministic): the top-k probabilities plus the
+      tail mass sum to 1 within PROBABILITY_TOLERANCE (a distribution); the top-k ids lie in [0, vocab_size); every
+      row begins with the start token (data.pack_rows); and target_logp agrees with the other arrays (the next
+      token's log-prob is its top-k entry when it is in the top k, else at most the tail's log mass);
+    * the teacher baseline: the validation CE recomputed from the whole of val/target_logp.npy over the loss mask
+      (what stats.baselines reports, read from teacher.json) agrees with teacher.json's val_ce within
+      BASELINE_TOLERANCE.
+
+    Cost, on the cpu profile's 105 MB cache (1,280 + 256 rows of 256 positions, k = 32; AMD EPYC, 2 cores busy with
+    a training job, page cache warm): 0.05-0.10 s, of which the sample (2 x 64 rows) is 0.02-0.04 s and the rest
+    the tokenizer identity and the baseline (65,536 float32); the sha256 checks take 0.1 s there. Cheap next to
+    deriving the key (4 s), so it runs at every open."""
+    meta, report, k, seq_len = cache.meta, cache.report, profile.cache.k, profile.data.seq_len
+    expected = {"key": cache.key, "version": CACHE_VERSION, "data_key": dkey,
+                "tokenizer_identity": tokenizer_identity(tokenizer), "k": k, "seq_len": seq_len}
+    for file, record, names in (("meta.json", meta, expected), ("teacher.json", report, ("key", "k", "seq_len"))):
+        for name in names:
+            if record.get(name) != expected[name]:
+                raise _mismatch(cache, file, name, repr(record.get(name)), repr(expected[name]))
+    vocab = meta.get("vocab_size")
+    if not isinstance(vocab, int) or vocab < len(tokenizer) or vocab <= k:
+        raise _mismatch(cache, "meta.json", "vocab_size", repr(vocab),
+                        f"an integer >= {len(tokenizer)} (the tokenizer's ids) and > k={k}")
+    layouts = {"tokens": (np.int32, False), "doc_start": (np.bool_, False), **OUTPUTS}
+    for split_name in SPLITS:
+        split, n = getattr(cache, split_name), meta["n_seq"][split_name]
+        for name, (dtype, with_k) in layouts.items():
+            array, shape = getattr(split, name), (n, seq_len) + ((k,) if with_k else ())
+            if array.shape != shape or array.dtype != dtype:
+                raise _mismatch(cache, f"{split_name}/{name}.npy", "the array", f"{array.dtype}{list(array.shape)}",
+                                f"{np.dtype(dtype)}{list(shape)}")
+        _check_sample(cache, split_name, split, vocab)
+    target = np.asarray(cache.val.target_logp, dtype=np.float64)
+    val_ce = float(-target[loss_mask_np(cache.val.doc_start)].mean())
+    if not abs(val_ce - report["val_ce"]) <= BASELINE_TOLERANCE:
+        raise _mismatch(cache, "teacher.json", "val_ce (the teacher baseline)", f"{report['val_ce']!r}",
+                        f"{val_ce!r}, recomputed from val/target_logp.npy (tolerance {BASELINE_TOLERANCE})")
+
+
+def _check_sample(cache: "TeacherCache", split_name: str, split: CacheSplit, vocab: int) -> None:
+    """check_cache's content checks on SAMPLE_ROWS evenly spaced rows of one split."""
+    rows = np.unique(np.linspace(0, len(split) - 1, min(len(split), SAMPLE_ROWS)).round().astype(np.int64))
+    tokens, starts = np.asarray(split.tokens[rows]), np.asarray(split.doc_start[rows])
+    ids, logp = np.asarray(split.topk_ids[rows]), np.asarray(split.topk_logp[rows], dtype=np.float64)
+    tail, target = (np.asarray(a[rows], dtype=np.float64) for a in (split.tail_logp, split.target_logp))
+
+    def fail(file: str, what: str, where, recorded, expected) -> CacheMismatchError:
+        row, position = int(rows[where[0][0]]), int(where[1][0])
+        return _mismatch(cache, f"{split_name}/{file}", f"{what} at row {row}, position {position}", recorded,
+                         expected)
+    total = np.exp(logp).sum(-1) + np.exp(tail)
+    bad = np.nonzero(~(np.abs(total - 1) <= PROBABILITY_TOLERANCE))
+    if bad[0].size:
+        raise fail("topk_logp.npy", "the top-k probabilities plus the tail mass (tail_logp.npy)", bad,
+                   f"{total[bad][0]:.6f}", f"1 within {PROBABILITY_TOLERANCE} (a distribution)")
+    bad = np.nonzero(((ids < 0) | (ids >= vocab)).any(-1))
+    if bad[0].size:
+        raise fail("topk_ids.npy", "a token id", bad, ids[bad][0].tolist(), f"ids in [0, {vocab}) (meta.json vocab_size)")
+    bos = cache.meta["bos_id"]
+    bad = np.nonzero(~starts[:, :1] | (starts & (tokens != bos)))
+    if bad[0].size:
+        raise fail("doc_start.npy", "the start flag and token", bad,
+                   f"doc_start={starts[bad][0]}, token={tokens[bad][0]}",
+                   f"every row beginning with the start token {bos} (meta.json bos_id), flagged wherever it stands")
+    hit = ids[:, :-1] == tokens[:, 1:, None]  # the next token's entry among the top k (the last position has none)
+    expected = np.where(hit.any(-1), np.where(hit, logp[:, :-1], -np.inf).max(-1), tail[:, :-1])
+    bad = np.nonzero(~(target[:, :-1] <= expected + PROBABILITY_TOLERANCE) |
+                     (hit.any(-1) & ~(np.abs(target[:, :-1] - expected) <= PROBABILITY_TOLERANCE)))
+    if bad[0].size:
+        raise fail("target_logp.npy", "the next token's log-prob", bad, f"{target[:, :-1][bad][0]:.6f}",
+                   f"its top-k log-prob {expected[bad][0]:.6f} (topk_logp.npy) when in the top k, else at most the "
+                   f"tail's log mass (tail_logp.npy)")
+
+
 # ----------------------------------------------------------------------------------------------- public entry points
 def validate(profile: Profile) -> str:
     """Every cheap check, before any heavy work (teacher source form, data source form, k); returns the teacher's
@@ -587,14 +686,16 @@ def _resolve_key(profile: Profile):
 
 def open_cache(profile: Profile) -> TeacherCache:
     """The complete cache for this profile; never builds nor writes. Raises FileNotFoundError with the command that
-    builds it, or CacheDamagedError naming the damaged file and what to do."""
+    builds it, CacheDamagedError naming the damaged file and what to do, or CacheMismatchError when the directory
+    holds another cache (check_marker, check_cache)."""
     validate(profile)
     try:
-        _, _, _, key = _resolve_key(profile)
+        tokenizer, _, dkey, key = _resolve_key(profile)
     except TeacherLoadError as e:
         raise FileNotFoundError(f"teacher cache for profile {profile.name!r} unavailable: {e}. Build it with "
                                 f"`papermill notebooks/00_teacher.ipynb out.ipynb -p profile {profile.name}`") from e
     d = teacher_root() / key
+    check_marker(d, key)
     if not is_complete(d, key):
         state = "incomplete (interrupted build)" if d.exists() else "missing"
         raise FileNotFoundError(
@@ -605,7 +706,13 @@ def open_cache(profile: Profile) -> TeacherCache:
         verify_cache(d)
     except CacheDamagedError as e:
         raise CacheDamagedError(damaged_message(d, e)) from e
+    return _checked(d, key, profile, tokenizer, dkey)
+
+
+def _checked(d: Path, key: str, profile: Profile, tokenizer, dkey: str) -> TeacherCache:
+    """The cache in d, opened after check_cache and the sanity gate (what open_cache and ensure_cache return)."""
     cache = TeacherCache(d, key)
+    check_cache(cache, profile, tokenizer, dkey)
     check_sanity(cache, profile.teacher.sanity)
     return cache
 
@@ -632,9 +739,7 @@ def ensure_cache(profile: Profile, progress: bool = True) -> TeacherCache:
         else:
             teacher_pass(ranks, profile.teacher, list(SPLITS), ranks.from_main(None), profile.cache.k, progress)
         ranks.barrier()
-    cache = TeacherCache(final, key)
-    check_sanity(cache, profile.teacher.sanity)
-    return cache
+    return _checked(final, key, profile, tokenizer, dkey)
 
 
 SPLITS = ("train", "val")

@@ -58,6 +58,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import psutil
 import torch
 from torch import nn
 
@@ -214,12 +215,56 @@ def make_run_spec(profile: str = "tiny", norm: str = "pre", schedule: str = "gro
                          f"{prof.train.batch_size}: every process trains on at least one row of the global batch")
     if len(prof.train.stages) < 2 and schedule == "grow":
         raise ParamError(f"schedule='grow' needs at least two train.stages (got {list(prof.train.stages)})")
+    check_step_budget(prof)
     match_name = None
     if match_active_layer_tokens is not None:
         match_name = resolve_match_target(prof.name, str(match_active_layer_tokens), seed).name
     run_name = run_name or derive_run_name(norm, schedule, freeze_prefix, match_active_layer_tokens, seed, overrides)
     check_name("run_name", run_name)
     return RunSpec(prof, norm, schedule, freeze_prefix, match_name, seed, run_name, force, dict(overrides or {}))
+
+
+def step_memory(prof: Profile) -> tuple[int, int]:
+    """(batch-array bytes, activation bytes) per position of one training step: a lower bound of what a step holds.
+
+    * batch arrays, as rows_to_batch builds them: tokens and targets (int64), the loss mask (bool), the tail log mass
+      (float32) and the top-k ids (int64) and log-probs (float32): 21 + 12k bytes;
+    * activations, on CPU only (on a GPU they live in device memory, which is not checked here: asking for it would
+      start CUDA in the process that plans the runs): autograd keeps at least each block's input, its two norm
+      outputs, its attention output and its MLP's gate, up and product, in float32: 4 (4 d_model + 3 d_ff) bytes
+      per block at the final depth.
+    The head's logits are not counted: the distillation head holds at most 1,024 positions x vocabulary at a time
+    (distill.chunked_head_loss), whatever the batch. Nor are the cache arrays: they are memory-mapped, paged in as
+    read and evictable, never required to be resident at once."""
+    per_block = 4 * (4 * prof.student.d_model + 3 * prof.student.d_ff)
+    device = prof.train.device  # resolve_device's rule, without its error for a device this machine lacks
+    on_cpu = device == "cpu" or (device == "auto" and not torch.cuda.is_available())
+    return 21 + 12 * prof.cache.k, per_block * prof.train.stages[-1] if on_cpu else 0
+
+
+def check_step_budget(prof: Profile) -> None:
+    """Reject, before any allocation or directory, a step that cannot run (ParamError naming the keys):
+
+    * more rows per step than the training split has: data.train_tokens // data.seq_len rows (what ensure_data
+      packs at most). Batches draws a step's rows from consecutive epochs of the split, so a larger batch would hold
+      some rows twice in one step (and train.batch_size: 100000000 used to die in Batches with a bare MemoryError
+      after 80 s, leaving a run directory behind);
+    * a step whose memory (step_memory, a lower bound) exceeds the machine's (psutil.virtual_memory().total). No
+      safety factor: the rule refuses only a step that cannot fit; one under the total can still fail at allocation
+      (other processes, temporaries), as before."""
+    tp, dp = prof.train, prof.data
+    rows = dp.train_tokens // dp.seq_len
+    if tp.batch_size > rows:
+        raise ParamError(f"train.batch_size={tp.batch_size} is more rows per step than the training split has: "
+                         f"{rows} (data.train_tokens={dp.train_tokens} // data.seq_len={dp.seq_len}); a step "
+                         f"would hold rows twice. Lower train.batch_size to at most {rows}, or raise data.train_tokens")
+    batch, activations = step_memory(prof)
+    need, total = tp.batch_size * dp.seq_len * (batch + activations), psutil.virtual_memory().total
+    if need > total:
+        raise ParamError(f"train.batch_size={tp.batch_size}: one step needs at least {need / 2**30:.1f} GiB "
+                         f"({tp.batch_size} rows x {dp.seq_len} positions x ({batch} bytes of batch arrays + "
+                         f"{activations} bytes of activations), train.step_memory), more than this machine's "
+                         f"{total / 2**30:.1f} GiB (psutil.virtual_memory().total); lower train.batch_size")
 
 
 # ----------------------------------------------------------------------------------------------------------- data

@@ -137,6 +137,27 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     return DTYPES[name]
 
 
+RESOURCE_TRACKER = "from multiprocessing.resource_tracker import main"  # a tracker's command line (multiprocessing)
+
+
+def descendants(process) -> list:
+    """The psutil process's descendants to stop, multiprocessing's resource trackers excepted.
+
+    A tracker (the study runner's, started with its spawn pool; one per kernel or rank that uses multiprocessing)
+    ignores SIGTERM, so stop_processes used to kill it timeout seconds later; the runner, still running, then started
+    a new one at its next semaphore call, which knew none of the pool's semaphores: a SIGTERM left 5
+    `resource_tracker KeyError` tracebacks in the log (the pool's queue locks, unregistered at shutdown), after a
+    5 s wait. A tracker ends by itself once the processes it serves have ended, cleaning up after them."""
+    import psutil
+
+    def is_tracker(p) -> bool:
+        try:
+            return RESOURCE_TRACKER in " ".join(p.cmdline())
+        except psutil.Error:  # gone meanwhile, or not ours to read
+            return False
+    return [p for p in process.children(recursive=True) if not is_tracker(p)]
+
+
 def stop_processes(processes: list, timeout: float = 5.0) -> None:
     """Terminate the psutil processes, then kill those still alive after timeout seconds (gone ones are skipped)."""
     import psutil

@@ -22,6 +22,7 @@ from .rundir import (NUMERICS_VERSION, RunDirError, Summary, finished_runs, iden
                      seeded_name)
 
 RUN_KEYS = ("norm", "schedule", "freeze_prefix", "match_active_layer_tokens")
+REQUIRED_RUN_KEYS = ("norm", "schedule")  # the others default to an unfrozen, unmatched run
 
 
 @dataclass(frozen=True)
@@ -41,13 +42,21 @@ class Variant:
 
 
 def load_variants() -> dict[str, Variant]:
-    """Every run file of params/runs, by name; unknown keys and matched-on-matched chains are ParamErrors."""
+    """Every run file of params/runs, by name; a file that is not a mapping, a missing or unknown key and
+    matched-on-matched chains are ParamErrors naming the file (the values are make_run_spec's to check)."""
     variants = {}
     for path in sorted((PARAMS_DIR / "runs").glob("*.yaml")):
-        raw = read_yaml(path) or {}
+        raw = read_yaml(path)
+        if not isinstance(raw, dict):
+            raise ParamError(f"{path}: a run file is a mapping of the keys {', '.join(RUN_KEYS)} (got "
+                             f"{'an empty file' if raw is None else repr(raw)}), e.g. norm: post, schedule: grow")
         bad = sorted(set(raw) - set(RUN_KEYS))
         if bad:
             raise ParamError(f"{path}: unknown key {bad[0]!r}; allowed keys: {', '.join(RUN_KEYS)}")
+        missing = [key for key in REQUIRED_RUN_KEYS if key not in raw]
+        if missing:
+            raise ParamError(f"{path}: missing key {missing[0]!r}; every run file gives {' and '.join(REQUIRED_RUN_KEYS)}"
+                             f" (allowed keys: {', '.join(RUN_KEYS)})")
         variants[path.stem] = Variant(path.stem, **raw)
     seen: dict[tuple, str] = {}
     for v in variants.values():  # a variant is defined once: two files would split its runs between two names
