@@ -93,6 +93,15 @@ def rows(norm, scores, schedule="joint"):
     return [{"norm": norm, "schedule": schedule, "lr": lr, "val_ce": ce} for lr, ce in scores.items()]
 
 
+def test_the_choice_is_the_best_mean_over_seeds_and_a_diverged_seed_rules_an_lr_out():
+    rows = [{"norm": "post", "schedule": "grow", "lr": lr, "seed": seed, "val_ce": ce}
+            for lr, ces in {4e-3: [4.80, 4.80], 6e-3: [4.79, 4.78], 8.5e-3: [4.77, 6.60], 1.2e-2: [4.70, math.nan]}.items()
+            for seed, ce in enumerate(ces)]
+    chosen = sweep.choose_lrs(rows)["post"]["grow"]
+    assert chosen["lr"] == 6e-3 and chosen["val_ce"] == pytest.approx(4.785)  # 8.5e-3 won seed 0 only
+    assert chosen["edge"] is None
+
+
 def test_argmin_and_grid_edge_warnings_per_arm():
     chosen = sweep.choose_lrs(rows("pre", {1e-3: 5.0, 3e-3: 4.5, 1e-2: 4.8}) + rows("post", {1e-3: 4.9, 3e-3: 5.2})
                               + rows("x", {1e-3: 6.0, 3e-3: 5.0, 1e-2: math.nan})
@@ -123,7 +132,7 @@ def test_tiny_sweep_end_to_end(outputs, tmp_path):
     profiles = tmp_path / "profiles"
     shutil.copytree(PARAMS_DIR / "profiles", profiles)
     before = (profiles / "tiny.yaml").read_text()
-    plan = sweep.make_plan("tiny", ["post"], [3e-3, 1e-3], seed=0, overrides=OVERRIDES, schedules=["joint"])
+    plan = sweep.make_plan("tiny", ["post"], [3e-3, 1e-3], seeds=[0], overrides=OVERRIDES, schedules=["joint"])
     result = sweep.sweep(plan, write=True, profiles_dir=profiles, progress=False, command="test")
 
     out = outputs / "sweep" / "tiny" / "post"  # not the study's placements (pre, post): its own folder
@@ -160,7 +169,7 @@ def test_write_is_refused_before_training(outputs, tmp_path):
 
 def test_grid_per_placement(outputs, tmp_path):
     config = tmp_path / "sweep.yaml"
-    config.write_text("schedules: [joint, grow]\nseed: 0\nlrs:\n  tiny: {pre: [3.0e-3, 1.0e-3], post: [5.0e-4]}\n")
+    config.write_text("schedules: [joint, grow]\nseeds: [0]\nlrs:\n  tiny: {pre: [3.0e-3, 1.0e-3], post: [5.0e-4]}\n")
     plan = sweep.make_plan("tiny", config_path=config)
     assert plan.lrs == {"pre": (1e-3, 3e-3), "post": (5e-4,)} and plan.schedules == ("joint", "grow")
     arms = [("pre", 1e-3), ("pre", 3e-3), ("post", 5e-4)]
@@ -179,7 +188,7 @@ def test_jobs_hand_the_unfinished_candidates_to_the_executor(outputs, monkeypatc
     here in-process instead of in worker kernels), then every row is read back."""
     from normgrow import study
     from normgrow.train import make_run_spec, run_variant
-    plan = sweep.make_plan("tiny", ["pre"], [1e-3, 3e-3], seed=0, overrides=OVERRIDES, schedules=["joint"])
+    plan = sweep.make_plan("tiny", ["pre"], [1e-3, 3e-3], seeds=[0], overrides=OVERRIDES, schedules=["joint"])
     run_variant(plan.specs[0], progress=False)  # finished before the sweep: not handed over again
     handed = []
 

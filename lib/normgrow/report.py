@@ -220,7 +220,8 @@ LR_SHOWN = 0.4  # nats above an arm's best val_ce that the lr figure shows; high
 def lr_figure(rep: Report):
     """Final val_ce against peak lr for every arm of the profile's sweep (outputs/sweep/<profile>/sweep.json), one
     panel per schedule, a line per placement, the chosen lr starred: how sharp each arm's optimum is, and so how much
-    of a gap between arms could be tuning. None without a sweep. The sweep runs one seed per lr."""
+    of a gap between arms could be tuning: the line is the mean over the sweep's seeds, the points the seeds. None
+    without a sweep."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -239,11 +240,17 @@ def lr_figure(rep: Report):
         for norm, g in arm_rows.groupby("norm", sort=False):
             g = g.sort_values("lr")
             color = NORM_COLOR.get(norm, "#555555")
-            shown = g["val_ce"].clip(upper=best + LR_SHOWN)
-            fig.add_trace(go.Scatter(x=g["lr"], y=shown, mode="lines+markers", name=f"{norm}-norm",
+            mean = g.groupby("lr", sort=True)["val_ce"].mean()  # the choice is the best mean over the seeds
+            fig.add_trace(go.Scatter(x=mean.index, y=mean.clip(upper=best + LR_SHOWN), mode="lines", name=f"{norm}-norm",
                                      legendgroup=norm, showlegend=col == 1, line=dict(color=color),
-                                     customdata=g["val_ce"], hovertemplate="lr %{x:.3g}: val_ce %{customdata:.4f}"
-                                                                           "<extra></extra>"), row=1, col=col)
+                                     customdata=mean.values, hovertemplate="lr %{x:.3g}: mean val_ce "
+                                                                           "%{customdata:.4f}<extra></extra>"),
+                          row=1, col=col)
+            fig.add_trace(go.Scatter(x=g["lr"], y=g["val_ce"].clip(upper=best + LR_SHOWN), mode="markers",
+                                     legendgroup=norm, showlegend=False, marker=dict(color=color, size=6),
+                                     customdata=list(zip(g["val_ce"], g["seed"])),
+                                     hovertemplate="lr %{x:.3g}, seed %{customdata[1]}: val_ce %{customdata[0]:.4f}"
+                                                   "<extra></extra>"), row=1, col=col)
             chosen = sweep["chosen"].get(norm, {}).get(schedule, {})
             if chosen.get("lr") is not None:
                 fig.add_trace(go.Scatter(x=[chosen["lr"]], y=[chosen["val_ce"]], mode="markers", legendgroup=norm,
@@ -253,7 +260,9 @@ def lr_figure(rep: Report):
         fig.update_xaxes(type="log", title_text="peak lr", row=1, col=col)
         fig.update_yaxes(range=[best - 0.03, best + LR_SHOWN + 0.03], row=1, col=col)
     fig.update_yaxes(title_text="final val_ce (nats/token)", row=1, col=1)
-    fig.update_layout(title=f"lr sweep per arm ({sweep['date']}, seed {sweep['seed']}): chosen lr starred")
+    seeds = sweep.get("seeds") or [sweep["seed"]]  # sweeps written before multi-seed sweeps record one "seed"
+    fig.update_layout(title=f"lr sweep per arm ({sweep['date']}, seeds {' '.join(map(str, seeds))}): chosen lr "
+                            "(best mean) starred")
     return style_figure(fig, height=380)
 
 

@@ -22,7 +22,11 @@ Choices:
     an edge of the grid means the optimum may lie outside it: a warning says so and sweep.json records it.
   - ``--jobs N`` trains N candidates at once, each in a worker process, through the study's executor; the rows and
     the choice do not depend on it (each candidate is the same run either way).
-  - One seed: the sweep picks an lr, it does not measure seed variance (rerun with --seed to check a close call).
+  - Seeds (``seeds`` in params/sweep.yaml, ``--seeds``): every lr of an arm runs every seed and the arm's choice is
+    the lowest *mean* final val_ce over them; an lr with a non-finite seed never wins. One seed picks an lr but can
+    pick one next to a cliff: on the cpu profile post-norm's one-seed optimum for its 3-block first stage (8.5e-3)
+    trained seed 0 and left seeds 1 and 2 on or near the unigram plateau (docs/LOG.md), so arms near a divergence
+    need the seeds the study will run.
   - ``--write`` edits only the ``lr:`` entry of the profile's train section (a line edit, not a YAML dump, so every
     other line and comment stays byte for byte), re-parses the result to check it, and writes atomically. A norm
     and schedule that were not swept keep their current value. A profile without an lr line is refused before any training.
@@ -57,7 +61,7 @@ from .utils import atomic_write_json, atomic_write_text
 
 SWEEP_FILE = PARAMS_DIR / "sweep.yaml"
 PROFILES_DIR = PARAMS_DIR / "profiles"
-SWEEP_KEYS = ("lrs", "seed", "schedules")
+SWEEP_KEYS = ("lrs", "seeds", "schedules")
 COLUMNS = ("norm", "schedule", "lr", "seed", "val_ce", "val_kd_ce", "steps", "tokens", "wall_s", "run_name")
 EDGE_ADVICE = {"lowest": "below", "highest": "above", "only": "on both sides of"}
 
@@ -68,7 +72,7 @@ class SweepPlan:
     profile: str
     norms: tuple[str, ...]
     lrs: dict[str, tuple[float, ...]]  # per norm (shared by its schedules)
-    seed: int
+    seeds: tuple[int, ...]
     schedules: tuple[str, ...]
     specs: tuple[RunSpec, ...]
 
@@ -94,7 +98,7 @@ def sweep_run_name(norm: str, schedule: str, lr: float, seed: int) -> str:
 
 
 def load_sweep_config(path: Path = SWEEP_FILE) -> dict:
-    """params/sweep.yaml: ``lrs: {profile: [lr, ...] or {norm: [lr, ...]}}``, ``seed``, ``schedules``."""
+    """params/sweep.yaml: ``lrs: {profile: [lr, ...] or {norm: [lr, ...]}}``, ``seeds``, ``schedules``."""
     raw = read_yaml(path) or {}
     unknown = sorted(set(raw) - set(SWEEP_KEYS))
     if unknown:
@@ -128,7 +132,7 @@ def study_norms() -> tuple[str, ...]:
     return tuple(n for n in NORMS if n in used)
 
 
-def make_plan(profile: str, norms: list[str] | None = None, lrs: list | None = None, seed: int | None = None,
+def make_plan(profile: str, norms: list[str] | None = None, lrs: list | None = None, seeds: list[int] | None = None,
               overrides: dict | None = None, config_path: Path = SWEEP_FILE,
               schedules: list[str] | None = None) -> SweepPlan:
     """Validate everything before any training: the profile, the grid, the norms, the seed (make_run_spec checks the
@@ -149,7 +153,9 @@ def make_plan(profile: str, norms: list[str] | None = None, lrs: list | None = N
                 for norm in norms}
     else:
         grid = dict.fromkeys(norms, check_lrs(lrs, "--lrs"))
-    seed = config.get("seed", 0) if seed is None else seed
+    seeds = tuple(dict.fromkeys(config.get("seeds", [0]) if seeds is None else seeds))
+    if not seeds:
+        raise ParamError("seeds must be a non-empty list of integers >= 0")
     schedules = tuple(dict.fromkeys(schedules or config.get("schedules", ["joint"])))
     bad = [s for s in schedules if s not in SCHEDULES]
     if bad:
@@ -157,11 +163,11 @@ def make_plan(profile: str, norms: list[str] | None = None, lrs: list | None = N
     specs = tuple(make_run_spec(profile=profile, norm=norm, schedule=schedule, seed=seed,
                                 run_name=sweep_run_name(norm, schedule, lr, seed),
                                 overrides={**(overrides or {}), "train.lr": lr})
-                  for schedule in schedules for norm in norms for lr in grid[norm])
+                  for schedule in schedules for norm in norms for lr in grid[norm] for seed in seeds)
     names = [s.run_name for s in specs]
     if len(set(names)) != len(names):
         raise ParamError(f"learning rates {grid} must differ within 6 significant digits (run names {names})")
-    return SweepPlan(profile, norms, grid, seed, schedules, specs)
+    return SweepPlan(profile, norms, grid, seeds, schedules, specs)
 
 
 # --------------------------------------------------------------------------------------------- runs, choice
@@ -192,20 +198,25 @@ def run_candidates(plan: SweepPlan, progress: bool = True, jobs: int = 1) -> lis
 
 
 def choose_lrs(rows: list[dict]) -> dict[str, dict[str, dict]]:
-    """Per norm and schedule: the lr with the lowest finite val_ce, its val_ce, and ``edge``: lowest / highest when it
-    is the smallest / largest lr of that arm's grid (the optimum may lie outside), only for a one-point grid, else
-    None. Edges count diverged runs: a best lr just below a diverged one is bracketed. All runs diverged: lr None."""
+    """Per norm and schedule: the lr with the lowest mean val_ce over its seeds (an lr with a non-finite seed is out),
+    that mean, and ``edge``: lowest / highest when it is the smallest / largest lr of that arm's grid (the optimum may
+    lie outside), only for a one-point grid, else None. Edges count diverged runs: a best lr just below a diverged one
+    is bracketed. Every lr out: lr None."""
     chosen: dict[str, dict[str, dict]] = {}
     for norm, schedule in dict.fromkeys((r["norm"], r["schedule"]) for r in rows):
-        grid = sorted((r for r in rows if (r["norm"], r["schedule"]) == (norm, schedule)), key=lambda r: r["lr"])
-        finite = [r for r in grid if math.isfinite(r["val_ce"])]
-        if not finite:
+        by_lr: dict[float, list[float]] = {}
+        for r in rows:
+            if (r["norm"], r["schedule"]) == (norm, schedule):
+                by_lr.setdefault(r["lr"], []).append(r["val_ce"])
+        grid = sorted(by_lr)
+        means = {lr: sum(v) / len(v) for lr, v in by_lr.items() if all(math.isfinite(x) for x in v)}
+        if not means:
             chosen.setdefault(norm, {})[schedule] = {"lr": None, "val_ce": None, "edge": None}
             continue
-        best = min(finite, key=lambda r: r["val_ce"])
-        edge = ("only" if len(grid) == 1 else "lowest" if best is grid[0] else "highest" if best is grid[-1]
+        best = min(means, key=means.get)
+        edge = ("only" if len(grid) == 1 else "lowest" if best == grid[0] else "highest" if best == grid[-1]
                 else None)
-        chosen.setdefault(norm, {})[schedule] = {"lr": best["lr"], "val_ce": best["val_ce"], "edge": edge}
+        chosen.setdefault(norm, {})[schedule] = {"lr": best, "val_ce": means[best], "edge": edge}
     return chosen
 
 
@@ -234,7 +245,7 @@ def git_commit() -> str | None:
 def summarize(plan: SweepPlan, rows: list[dict], command: str) -> dict:
     chosen = choose_lrs(rows)
     return {"profile": plan.profile, "date": date.today().isoformat(), "git_commit": git_commit(), "command": command,
-            "schedules": list(plan.schedules), "seed": plan.seed, "norms": list(plan.norms), "lrs": {norm: list(g) for norm, g in plan.lrs.items()},
+            "schedules": list(plan.schedules), "seeds": list(plan.seeds), "norms": list(plan.norms), "lrs": {norm: list(g) for norm, g in plan.lrs.items()},
             "rows": rows, "chosen": chosen, "warnings": grid_warnings(chosen)}
 
 
@@ -336,7 +347,8 @@ def display_path(path: Path) -> str:
 
 
 def write_profile_lr(path: Path, result: dict, json_path: Path) -> None:
-    """Store the chosen lr per norm in the profile's train.lr line, with the sweep's date, file and val_ce."""
+    """Store the chosen lr per arm in the profile's train.lr line, with the sweep's date, file and val_ce; a sweep of
+    some arms keeps the line's former comment after "other arms:", since the arms it did not sweep come from there."""
     chosen = {norm: {schedule: c["lr"] for schedule, c in by_schedule.items()}
               for norm, by_schedule in result["chosen"].items()}
     missing = [f"{norm}-{schedule}" for norm, by_schedule in chosen.items() for schedule, lr in by_schedule.items()
@@ -346,8 +358,15 @@ def write_profile_lr(path: Path, result: dict, json_path: Path) -> None:
                          f"{path} left unchanged")
     scores = ", ".join(f"{norm}-{schedule} {c['val_ce']:.4f}" for norm, by_schedule in result["chosen"].items()
                        for schedule, c in by_schedule.items())
-    comment = f"sweep {result['date']}: {display_path(json_path)} (val_ce {scores})"
-    atomic_write_text(path, rewrite_lr_line(path.read_bytes().decode(), chosen, comment, str(path)))
+    seeds = result["seeds"]
+    what = "val_ce" if len(seeds) == 1 else f"mean val_ce over seeds {' '.join(map(str, seeds))}"
+    comment = f"sweep {result['date']}: {display_path(json_path)} ({what} {scores})"
+    text = path.read_bytes().decode()
+    line = text.splitlines()[lr_line_span(text.splitlines(keepends=True), str(path))[0]]
+    merged = merge_lrs((yaml.safe_load(text) or {})["train"]["lr"], chosen)
+    if "#" in line and any(s not in chosen.get(n, {}) for n, by in merged.items() for s in by):
+        comment += "; other arms: " + line.split("#", 1)[1].strip()  # where the arms not swept here come from
+    atomic_write_text(path, rewrite_lr_line(text, chosen, comment, str(path)))
 
 
 # ------------------------------------------------------------------------------------------------------ entry
@@ -381,14 +400,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lrs", type=float, nargs="+", help="candidate peak lrs (default: params/sweep.yaml)")
     parser.add_argument("--schedules", nargs="+", help=f"schedules to sweep, of {', '.join(SCHEDULES)} (default: "
                                                        "params/sweep.yaml)")
-    parser.add_argument("--seed", type=int, help="seed of every candidate (default: params/sweep.yaml)")
+    parser.add_argument("--seeds", nargs="+", help="seeds of every candidate lr, e.g. 0 1 2 or 0-2; the choice is "
+                        "the best mean (default: params/sweep.yaml)")
     parser.add_argument("--write", action="store_true", help="store the chosen lrs in params/profiles/<profile>.yaml")
     parser.add_argument("--jobs", type=int, default=1, help="candidates trained at once, each in its own worker "
                         "process (default 1: in this process)")
     args = parser.parse_args(argv)
     command = shlex.join(["python", "-m", "normgrow.sweep", *(sys.argv[1:] if argv is None else argv)])
     try:
-        plan = make_plan(args.profile, args.norms, args.lrs, args.seed, schedules=args.schedules)
+        from .study import parse_seeds
+        seeds = parse_seeds(args.seeds) if args.seeds else None
+        plan = make_plan(args.profile, args.norms, args.lrs, seeds, schedules=args.schedules)
         writable_outputs_dir()
         with runner_lock():
             sweep(plan, args.write, command=command, jobs=args.jobs)
