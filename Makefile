@@ -8,7 +8,7 @@ PROFILE ?=
 DETECT := $(PY) -c "import torch; print('gpu' if torch.cuda.is_available() else 'cpu')"
 STAMP := $(VENV)/.installed
 
-.PHONY: install study test bench sweep grid lab clean-outputs
+.PHONY: install study test test-fast bench sweep grid lab clean-outputs
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,7 +31,12 @@ study: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check lib tests scripts
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=15
+
+# The edit-test loop: every test not marked integration (bundled teacher) or slow (processes, model conversions).
+test-fast: $(STAMP)
+	$(VENV)/bin/ruff check lib tests scripts
+	$(PY) -m pytest -q -m "not integration and not slow"
 
 bench: $(STAMP)
 	$(PY) -m normgrow.bench --profile $(or $(PROFILE),cpu)

@@ -12,6 +12,8 @@ from normgrow.model import StudentConfig
 from normgrow.train import run_profile
 from normgrow.vocab import corpus_ids
 
+pytestmark = pytest.mark.slow  # processes, subprocesses or model conversions: not in make test-fast
+
 # the tiny profile shrunk to fakes.fake_cache()'s shapes, with the corpus vocabulary (47 of its 48 ids occur)
 CORPUS = fakes.TINY_OVERRIDES | {"student.vocab": "corpus"}
 

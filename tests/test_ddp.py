@@ -17,6 +17,8 @@ from normgrow.model import load_student
 from normgrow.ranks import Ranks
 from normgrow.train import Batches, make_run_spec, run_variant
 
+pytestmark = pytest.mark.slow  # processes, subprocesses or model conversions: not in make test-fast
+
 TWO = {"train.processes": 2}
 
 

@@ -20,6 +20,8 @@ from normgrow.rundir import phase_checkpoints, run_path
 from normgrow.train import make_run_spec, run_variant
 from tiny_teachers import SPECIALS, corpus_texts, save_folder_teacher, write_corpus
 
+pytestmark = pytest.mark.slow  # processes, subprocesses or model conversions: not in make test-fast
+
 RUNS = (("pre", "grow"), ("post", "grow"), ("pre", "joint"))
 
 

@@ -96,6 +96,8 @@ def test_accelerate_launch_builds_the_cache_and_trains_a_run(outputs):
 
 SLOW_RANK_1 = """
 import os
+
+pytestmark = pytest.mark.slow  # processes, subprocesses or model conversions: not in make test-fast
 if os.environ.get("LOCAL_RANK") == "1":  # rank 1 of a launched job loads the teacher 5 s later than rank 0
     import time
     import normgrow.teacher

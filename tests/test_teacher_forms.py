@@ -13,6 +13,8 @@ from normgrow import config, data, teacher
 from normgrow.config import ParamError, TeacherParams, load_profile
 from tiny_teachers import corpus_texts, save_folder_teacher, tiny_llama, train_tokenizer, write_corpus, write_gguf
 
+pytestmark = pytest.mark.slow  # processes, subprocesses or model conversions: not in make test-fast
+
 
 @pytest.fixture(autouse=True)
 def out_root(tmp_path, monkeypatch):
