@@ -23,3 +23,17 @@ def finished_study(tmp_path_factory, share_cache):
     proc, seconds = run_study(root)
     check_ok(proc)
     return root, read_summary(root), seconds
+
+
+@pytest.fixture
+def synthetic_outputs(tmp_path, monkeypatch):
+    """A tmp outputs tree, the synthetic cache (fakes.install), one torch thread (a 16-wide model gains nothing from
+    two, and on a shared machine two threads contend: seconds instead of a fraction of one per run)."""
+    import fakes
+    import torch
+    monkeypatch.setenv("NORMGROW_OUTPUTS", str(tmp_path / "outputs"))
+    fakes.install(monkeypatch)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield tmp_path / "outputs"
+    torch.set_num_threads(threads)

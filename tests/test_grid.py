@@ -6,7 +6,6 @@ import json
 
 import pandas as pd
 import pytest
-import torch
 
 import fakes
 from normgrow import grid
@@ -29,13 +28,8 @@ def grids(tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def outputs(tmp_path, monkeypatch):
-    monkeypatch.setenv("NORMGROW_OUTPUTS", str(tmp_path / "outputs"))
-    fakes.install(monkeypatch)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield tmp_path / "outputs"
-    torch.set_num_threads(threads)
+def outputs(synthetic_outputs):
+    return synthetic_outputs
 
 
 def identity(**kw) -> dict:

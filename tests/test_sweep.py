@@ -8,7 +8,6 @@ import math
 import shutil
 
 import pytest
-import torch
 import yaml
 
 import fakes
@@ -35,15 +34,8 @@ OVERRIDES = dict(fakes.TINY_OVERRIDES, **{"train.stage_tokens": [128, 128, 128]}
 
 
 @pytest.fixture
-def outputs(tmp_path, monkeypatch):
-    """A tmp outputs tree, the synthetic cache, one torch thread (a 16-wide model gains nothing from two, and on a
-    shared machine two threads contend: seconds instead of a fraction of one per run)."""
-    monkeypatch.setenv("NORMGROW_OUTPUTS", str(tmp_path / "outputs"))
-    fakes.install(monkeypatch)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield tmp_path / "outputs"
-    torch.set_num_threads(threads)
+def outputs(synthetic_outputs):
+    return synthetic_outputs
 
 
 def changed_lines(old: str, new: str) -> list[tuple[str, str]]:

@@ -44,7 +44,8 @@ from .model import NORMS
 from .rundir import (GRID_RUN_PREFIX, NAME, RunDirError, Summary, check_name, is_finished, read_finished, run_path,
                      runner_lock, seeded_name)
 from .stats import LEVEL, mean_ci, paired_differences, regime_check, runs_frame, with_flatness, depth_check, baselines
-from .study import Job, directory_conflict, ensure_teacher_cache, execute_runs, finished_jobs, study_jobs
+from .study import (Job, directory_conflict, ensure_teacher_cache, execute_runs, finished_jobs, report_failures,
+                    study_jobs)
 from .train import lr_for_run, make_run_spec
 from .utils import atomic_write_json, atomic_write_text, stable_hash
 from .variants import StudyRuns, Variant, load_reference, load_variants
@@ -404,10 +405,7 @@ def run_grid(profile: str, grid_name: str, seeds: list[int] | None = None, only:
         print(f"results: {files['report']}")
     except RunDirError as err:
         failed["report"] = str(err)
-    if failed:
-        print("failures:\n" + "\n".join(f"  {name}: {why}" for name, why in failed.items()))
-        return 1
-    return 0
+    return report_failures(failed)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -414,10 +414,14 @@ def run_study(profile: str, seeds: list[int] | None = None, variants: list[str] 
                 print(f"FAILED {name}: {_error_line(err)}\n  {failed[name]}")
     print(f"study {profile}: {len(done)}/{len(runs)} runs finished in {time.time() - start:.0f} s; results in "
           f"{out_dir}")
+    return report_failures(failed)
+
+
+def report_failures(failed: dict[str, str]) -> int:
+    """Print every failed, refused, skipped or damaged run with why; the runner's exit code (1 if any, else 0)."""
     if failed:
         print("failures:\n" + "\n".join(f"  {name}: {why}" for name, why in failed.items()))
-        return 1
-    return 0
+    return 1 if failed else 0
 
 
 def main(argv: list[str] | None = None) -> int:
