@@ -138,6 +138,8 @@ def test_tiny_grid_trained_and_judged(grids, outputs):
     assert saved["command"] == "test" and [s["name"] for s in saved["settings"]] == list(frame["setting"])
     page = files["report"].read_text()
     assert "fig-forest" in page and "copy_last (pre-post)" in page
+    svg = files["figure"].read_text()
+    assert svg.startswith("<svg") and svg.count("<circle") == 2 * 3 and "at_joint_lr (pre-post)" in svg
     cells = pd.read_csv(files["runs"])
     assert (cells["status"] == "finished").all() and len(cells) == 36
     from normgrow import report  # the study's report shows the map of every grid of its profile

@@ -23,7 +23,8 @@ Choices:
     trained (stats.regime_check) and depth pays for both placements (stats.depth_check, params/reference.yaml's
     depth_margin); otherwise its verdict says which gate failed, and the numbers are still shown.
 Outputs: outputs/grid/<profile>/<grid>/grid.csv (a row per setting), runs.csv (a row per run), grid.json (the plan:
-every cell's run, the settings, date, command, git commit) and report.html (the forest plot and the table).
+every cell's run, the settings, date, command, git commit), report.html (the forest plot and the table) and
+forest.svg (the forest plot as a static figure, for README).
 """
 from __future__ import annotations
 
@@ -317,6 +318,56 @@ def forest_figure(frame: pd.DataFrame, reference: dict[str, float]):
     return style_figure(fig, height=120 + 34 * len(judged))
 
 
+def forest_svg(frame: pd.DataFrame, reference: dict[str, float]) -> str:
+    """The forest figure as a static SVG (README shows it; plotly's image export needs a browser): the same rows,
+    intervals, zero and reference lines and verdict colours as forest_figure, drawn by hand."""
+    import html
+    from .render import STATUS_COLORS
+    rows = frame[frame["n_seeds"].notna()].reset_index(drop=True)
+    panels = (("grow", "grow_gap", "grow gap: a-grow - b-grow"), ("interaction", "interaction",
+                                                                  "interaction: grow gap - joint gap"))
+    label_w, panel_w, gap, row_h, top = 250, 330, 30, 26, 46
+    height = top + row_h * len(rows) + 40
+    values = [v for q, col, _ in panels for c in (col, f"{q}_ci_low", f"{q}_ci_high") for v in rows[c]
+              if pd.notna(v)] + [0.0] + [v for v in reference.values() if v is not None]
+    lo, hi = min(values), max(values)
+    pad = 0.05 * (hi - lo or 1.0)
+    lo, hi = lo - pad, hi + pad
+    out = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{label_w + 2 * panel_w + gap + 10}' height='{height}' "
+           "font-family='sans-serif' font-size='12'>", "<rect width='100%' height='100%' fill='white'/>"]
+    for i, r in rows.iterrows():
+        y = top + row_h * i + row_h / 2
+        out.append(f"<text x='{label_w - 8}' y='{y + 4}' text-anchor='end'>{html.escape(f'{r.setting} ({r.a}-{r.b})')}"
+                   "</text>")
+    for k, (quantity, col, title) in enumerate(panels):
+        x0 = label_w + k * (panel_w + gap)
+        x = lambda v, x0=x0: x0 + (v - lo) / (hi - lo) * panel_w
+        out.append(f"<text x='{x0 + panel_w / 2}' y='18' text-anchor='middle' font-weight='bold'>{title}</text>")
+        out.append(f"<rect x='{x0}' y='{top - 6}' width='{panel_w}' height='{row_h * len(rows) + 12}' fill='none' "
+                   "stroke='#ccc'/>")
+        out.append(f"<line x1='{x(0)}' x2='{x(0)}' y1='{top - 6}' y2='{top + row_h * len(rows) + 6}' stroke='#444'/>")
+        if reference.get(quantity) is not None:
+            xr = x(reference[quantity])
+            out.append(f"<line x1='{xr}' x2='{xr}' y1='{top - 6}' y2='{top + row_h * len(rows) + 6}' stroke='#888' "
+                       f"stroke-dasharray='5,4'/><text x='{xr}' y='{top - 10}' text-anchor='middle' fill='#666'>"
+                       "reference</text>")
+        for i, r in rows.iterrows():
+            y = top + row_h * i + row_h / 2
+            colour = STATUS_COLORS.get(r[f"{quantity}_verdict"], "#000")
+            if pd.notna(r[f"{quantity}_ci_low"]):
+                out.append(f"<line x1='{x(r[f'{quantity}_ci_low'])}' x2='{x(r[f'{quantity}_ci_high'])}' y1='{y}' "
+                           f"y2='{y}' stroke='{colour}' stroke-width='2'/>")
+            if pd.notna(r[col]):
+                out.append(f"<circle cx='{x(r[col])}' cy='{y}' r='5' fill='{colour}'/>")
+        axis_y = top + row_h * len(rows) + 22
+        out.append(f"<text x='{x0}' y='{axis_y}'>{lo:+.2f}</text><text x='{x0 + panel_w}' y='{axis_y}' "
+                   f"text-anchor='end'>{hi:+.2f}</text><text x='{x0 + panel_w / 2}' y='{axis_y + 14}' "
+                   "text-anchor='middle' fill='#666'>nats/token (&lt; 0: a better, &gt; 0: b better)</text>")
+    legend = ", ".join(f"<tspan fill='{c}'>{html.escape(s)}</tspan>" for s, c in STATUS_COLORS.items())
+    out.append(f"<text x='8' y='{height - 4}' font-size='10'>colour = verdict: {legend}</text></svg>")
+    return "\n".join(out)
+
+
 def grid_report_html(plan: GridPlan, frame: pd.DataFrame) -> str:
     import html
     from .render import Page, table
@@ -355,7 +406,7 @@ def grid_dir(profile: str, grid: str) -> Path:
 
 
 def write_grid(plan: GridPlan, command: str = "", level: float = LEVEL) -> dict[str, Path]:
-    """grid.csv, runs.csv, grid.json and report.html in grid_dir (module docstring)."""
+    """grid.csv, runs.csv, grid.json, report.html and forest.svg in grid_dir (module docstring)."""
     from .render import write_text
     from .sweep import git_commit
     out = grid_dir(plan.profile, plan.grid.name)
@@ -363,7 +414,7 @@ def write_grid(plan: GridPlan, command: str = "", level: float = LEVEL) -> dict[
     frame = grid_frame(plan, level)
     runs = pd.DataFrame([c.__dict__ | {"status": run_status(plan.profile, c.run_name)} for c in plan.cells])
     files = {"grid": out / "grid.csv", "runs": out / "runs.csv", "json": out / "grid.json",
-             "report": out / "report.html"}
+             "report": out / "report.html", "figure": out / "forest.svg"}
     atomic_write_text(files["grid"], frame.to_csv(index=False))
     atomic_write_text(files["runs"], runs.to_csv(index=False))
     atomic_write_json(files["json"], {
@@ -372,6 +423,7 @@ def write_grid(plan: GridPlan, command: str = "", level: float = LEVEL) -> dict[
         "settings": [s.__dict__ | {"placements": list(s.placements)} for s in plan.grid.settings],
         "rows": frame.to_dict("records")})
     write_text(files["report"], grid_report_html(plan, frame))
+    write_text(files["figure"], forest_svg(frame, reference_marks()))
     return files
 
 
