@@ -327,7 +327,7 @@ def forest_svg(frame: pd.DataFrame, reference: dict[str, float]) -> str:
     panels = (("grow", "grow_gap", "grow gap: a-grow - b-grow"), ("interaction", "interaction",
                                                                   "interaction: grow gap - joint gap"))
     label_w, panel_w, gap, row_h, top = 250, 330, 30, 26, 46
-    height = top + row_h * len(rows) + 40
+    height = top + row_h * len(rows) + 62
     values = [v for q, col, _ in panels for c in (col, f"{q}_ci_low", f"{q}_ci_high") for v in rows[c]
               if pd.notna(v)] + [0.0] + [v for v in reference.values() if v is not None]
     lo, hi = min(values), max(values)
