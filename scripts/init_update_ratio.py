@@ -1,4 +1,4 @@
-"""README evidence (Post-norm and the init scale): how much each block changes the residual stream at initialisation,
+"""docs/DESIGN.md evidence (Post-norm and the init scale): how much each block changes the residual stream at initialisation,
 pre vs post, at init_std 0.02 and 0.0625, on 8 validation sequences of the cpu cache. Run: .venv/bin/python scripts/init_update_ratio.py"""
 import torch
 import numpy as np

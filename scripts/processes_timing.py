@@ -1,4 +1,4 @@
-"""README evidence (Multi-process runs): wall time of the tiny profile's teacher pass and of one tiny run on 1
+"""docs/DESIGN.md evidence (Multi-process runs): wall time of the tiny profile's teacher pass and of one tiny run on 1
 process, on 2 forked ranks and on 2 ranks launched by the caller, in this process, each in a fresh outputs folder (the
 converted bundled teacher is shared). On a 2-core machine every setting uses both cores (1 x 2 threads against
 2 x 1 thread), so this measures the overhead of the ranks, not a speed-up. Run:

@@ -1,4 +1,4 @@
-"""README evidence (Levers): training-step time of the cpu-profile student with the full vs the corpus vocabulary, interleaved
+"""docs/DESIGN.md evidence (Levers): training-step time of the cpu-profile student with the full vs the corpus vocabulary, interleaved
 rounds, median of 5 after a warmup, same process. Run: .venv/bin/python scripts/vocab_step_time.py"""
 import time
 import statistics

@@ -370,7 +370,7 @@ def make_optimizer(model: Student, params, previous: torch.optim.Optimizer | Non
 
 
 COMPILE_ON_CPU = False
-"""Whether train.compile: auto compiles on CPU: not measured faster here (python -m normgrow.bench, README)."""
+"""Whether train.compile: auto compiles on CPU: not measured faster here (python -m normgrow.bench, docs/DESIGN.md)."""
 
 
 def _autocast(device: torch.device, dtype: torch.dtype):
