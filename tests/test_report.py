@@ -645,22 +645,26 @@ def test_lr_figure_shows_every_arm_of_the_sweep(outputs, trained):
     rep = report.build_report("tiny")
     assert report.lr_figure(rep) is None  # no sweep: no figure, and the page has no lr section
     assert "fig-lr" not in report.report_html(rep)
-    rows = [{"norm": n, "schedule": s, "lr": lr, "val_ce": 5.0 + abs(lr - best) * 100}
+    rows = [{"norm": n, "schedule": s, "lr": lr, "seed": seed, "val_ce": 5.0 + abs(lr - best) * 100 + 0.01 * seed}
             for n, best in (("pre", 1e-2), ("post", 5e-3)) for s in ("joint", "grow")
-            for lr in (2.5e-3, 5e-3, 1e-2, 2e-2)]
+            for lr in (2.5e-3, 5e-3, 1e-2, 2e-2) for seed in (0, 1)]
     rows[-1]["val_ce"] = 9.0  # a diverged point: drawn on the panel's edge, its value kept for the hover
-    chosen = {n: {s: {"lr": best, "val_ce": 5.0, "edge": None} for s in ("joint", "grow")}
+    chosen = {n: {s: {"lr": best, "val_ce": 5.005, "edge": None} for s in ("joint", "grow")}
               for n, best in (("pre", 1e-2), ("post", 5e-3))}
     (outputs / "sweep" / "tiny").mkdir(parents=True)
     (outputs / "sweep" / "tiny" / "sweep.json").write_text(json.dumps(
-        {"rows": rows, "chosen": chosen, "date": "2026-12-01", "seed": 0}))
+        {"rows": rows, "chosen": chosen, "date": "2026-12-01", "seeds": [0, 1]}))
     fig = report.lr_figure(rep)
-    lines = [t for t in fig.data if t.mode == "lines+markers"]
-    stars = [t for t in fig.data if t.mode == "markers"]
-    assert len(lines) == 4 and len(stars) == 4  # 2 placements x 2 schedules, one chosen lr each
-    assert max(max(t.y) for t in lines) == pytest.approx(5.0 + report.LR_SHOWN)
-    assert 9.0 in list(lines[-1].customdata)
+    lines = [t for t in fig.data if t.mode == "lines"]
+    stars = [t for t in fig.data if t.mode == "markers" and t.marker.symbol == "star"]
+    seeds = [t for t in fig.data if t.mode == "markers" and t.marker.symbol != "star"]
+    assert len(lines) == len(stars) == len(seeds) == 4  # 2 placements x 2 schedules: mean, chosen lr, seeds
+    mean = [min(5.0 + abs(lr - 1e-2) * 100 + 0.005, 5.0 + report.LR_SHOWN) for lr in (2.5e-3, 5e-3, 1e-2, 2e-2)]
+    assert list(lines[0].y) == pytest.approx(mean)  # the mean of the two seeds, clipped to the panel's edge
+    assert max(max(t.y) for t in seeds) == pytest.approx(5.0 + report.LR_SHOWN)  # clipped to the edge
+    assert 9.0 in [v[0] for v in seeds[-1].customdata]
     assert sorted(float(t.x[0]) for t in stars) == [5e-3, 5e-3, 1e-2, 1e-2]
+    assert "seeds 0 1" in fig.layout.title.text
     assert "fig-lr" in report.report_html(rep)
 
 
