@@ -1,4 +1,5 @@
-"""Command line: python -m normgrow SUBCOMMAND ... (one subparser per subcommand; add new ones in build_parser).
+"""Command line: python -m normgrow export | cache | run (the study, sweep, grid and bench have their own:
+python -m normgrow.study, .sweep, .grid, .bench).
 
 ``cache`` and ``run`` are what a multi-process job launches (ranks.py), e.g. on 8 GPUs with train.processes: 8 and
 teacher.processes: 8 in the profile::
@@ -64,12 +65,15 @@ def build_parser() -> argparse.ArgumentParser:
     export.set_defaults(func=_export)
     cache = sub.add_parser("cache", help="build (or check) a profile's teacher cache, on teacher.processes ranks")
     run = sub.add_parser("run", help="one run of the study, as notebooks/run_variant.ipynb does it")
+    from .config import available_profiles
+    from .growth import SCHEDULES
+    from .placements import PLACEMENTS
     for p in (cache, run):
-        p.add_argument("--profile", required=True)
+        p.add_argument("--profile", required=True, help=f"a file of params/profiles: {', '.join(available_profiles())}")
         p.add_argument("--overrides", help="YAML mapping of dotted profile keys, e.g. '{train.processes: 2}'")
-    run.add_argument("--norm", required=True)
-    run.add_argument("--schedule", required=True)
-    run.add_argument("--freeze-prefix", action="store_true")
+    run.add_argument("--norm", required=True, help=f"a placement: {', '.join(PLACEMENTS)}")
+    run.add_argument("--schedule", required=True, help=f"a schedule: {', '.join(SCHEDULES)}")
+    run.add_argument("--freeze-prefix", action="store_true", help="grow control: only appended blocks train")
     run.add_argument("--match-active-layer-tokens", default=None, help="donor run name (schedule joint)")
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--run-name", default="")

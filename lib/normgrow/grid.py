@@ -462,7 +462,9 @@ def run_grid(profile: str, grid_name: str, seeds: list[int] | None = None, only:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m normgrow.grid", description=__doc__.splitlines()[0])
-    parser.add_argument("--profile", default="cpu", help="a file in params/profiles (default: cpu)")
+    from .config import available_profiles
+    parser.add_argument("--profile", default="cpu", help=f"a file of params/profiles: {', '.join(available_profiles())} "
+                        "(default: cpu)")
     parser.add_argument("--grid", default="robustness", help="a file in params/grids (default: robustness)")
     parser.add_argument("--settings", nargs="+", help="only these settings of the grid")
     parser.add_argument("--seeds", nargs="+", help="override the grid's seeds: seeds and inclusive ranges, e.g. 0-5")

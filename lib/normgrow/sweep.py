@@ -394,7 +394,8 @@ def sweep(plan: SweepPlan, write: bool = False, profiles_dir: Path = PROFILES_DI
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m normgrow.sweep", description=__doc__.splitlines()[0])
-    parser.add_argument("--profile", required=True, help="a file in params/profiles")
+    from .config import available_profiles
+    parser.add_argument("--profile", required=True, help=f"a file of params/profiles: {', '.join(available_profiles())}")
     parser.add_argument("--norms", nargs="+", help=f"placements to sweep, of {', '.join(NORMS)} (default: those of "
                                                    "params/runs)")
     parser.add_argument("--lrs", type=float, nargs="+", help="candidate peak lrs (default: params/sweep.yaml)")
