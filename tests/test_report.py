@@ -677,4 +677,6 @@ def test_the_answer_comes_first_with_both_headline_gaps_and_their_verdicts(outpu
     grow = rep.gaps.set_index(["metric", "gap"]).loc[("val_ce", "grow")]
     assert f"pre-grow - post-grow = {grow['mean']:+.4f} [{grow['ci_low']:+.4f}, {grow['ci_high']:+.4f}]" in answer
     assert "pre-joint - post-joint = " in answer and answer.count(f"[{claims.SUPPORTED}]") == 3
+    ratio = next(c for c in rep.claims if c.claim == "headline-ratio").evidence
+    assert f"grow gap - joint gap = {ratio['mean']:+.4f} [{ratio['ci_low']:+.4f}, {ratio['ci_high']:+.4f}]" in answer
     assert "positive means post-norm (b) is better" in answer and "<i>Reference</i>" in answer
