@@ -588,10 +588,10 @@ def check_cache(cache: "TeacherCache", profile: Profile, tokenizer, dkey: str) -
     checksums rewritten, pass it. So every open also checks:
 
     * records: meta.json's key, version, data key, tokenizer identity, k and seq_len, and teacher.json's key, k and
-      seq_len, against what this profile derives; the vocabulary size covers the tokenizer's ids and exceeds k;
+      seq_len, against what this profile derives; the vocabulary size exceeds k;
     * shapes and dtypes of every array of both splits ([n_seq, seq_len] and [n_seq, seq_len, k], meta.json's n_seq);
     * contents, on SAMPLE_ROWS evenly spaced rows of each split (deterministic): the top-k probabilities plus the
-      tail mass sum to 1 within PROBABILITY_TOLERANCE (a distribution); the top-k ids lie in [0, vocab_size); every
+      tail mass sum to 1 within PROBABILITY_TOLERANCE (a distribution); the token and top-k ids lie in [0, vocab_size); every
       row begins with the start token (data.pack_rows); and target_logp agrees with the other arrays (the next
       token's log-prob is its top-k entry when it is in the top k, else at most the tail's log mass);
     * the teacher baseline: the validation CE recomputed from the whole of val/target_logp.npy over the loss mask
@@ -609,10 +609,9 @@ def check_cache(cache: "TeacherCache", profile: Profile, tokenizer, dkey: str) -
         for name in names:
             if record.get(name) != expected[name]:
                 raise _mismatch(cache, file, name, repr(record.get(name)), repr(expected[name]))
-    vocab = meta.get("vocab_size")
-    if not isinstance(vocab, int) or vocab < len(tokenizer) or vocab <= k:
-        raise _mismatch(cache, "meta.json", "vocab_size", repr(vocab),
-                        f"an integer >= {len(tokenizer)} (the tokenizer's ids) and > k={k}")
+    vocab = meta.get("vocab_size")  # the teacher's logits; a tokenizer may hold added ids beyond them (a GGUF's pad)
+    if not isinstance(vocab, int) or vocab <= k:
+        raise _mismatch(cache, "meta.json", "vocab_size", repr(vocab), f"an integer > k={k}")
     layouts = {"tokens": (np.int32, False), "doc_start": (np.bool_, False), **OUTPUTS}
     for split_name in SPLITS:
         split, n = getattr(cache, split_name), meta["n_seq"][split_name]
@@ -648,6 +647,9 @@ def _check_sample(cache: "TeacherCache", split_name: str, split: CacheSplit, voc
     bad = np.nonzero(((ids < 0) | (ids >= vocab)).any(-1))
     if bad[0].size:
         raise fail("topk_ids.npy", "a token id", bad, ids[bad][0].tolist(), f"ids in [0, {vocab}) (meta.json vocab_size)")
+    bad = np.nonzero((tokens < 0) | (tokens >= vocab))
+    if bad[0].size:
+        raise fail("tokens.npy", "a token id", bad, int(tokens[bad][0]), f"ids in [0, {vocab}) (meta.json vocab_size)")
     bos = cache.meta["bos_id"]
     bad = np.nonzero(~starts[:, :1] | (starts & (tokens != bos)))
     if bad[0].size:
