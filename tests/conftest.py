@@ -7,16 +7,27 @@ sys.path.insert(0, str(Path(__file__).parent))  # tests/fakes.py
 
 
 @pytest.fixture(scope="session")
-def share_cache() -> bool:
-    """Whether the repository's tiny teacher cache is complete (then studies symlink it instead of building one)."""
-    from test_study import repo_tiny_cache_complete
-    return repo_tiny_cache_complete()
+def share_cache(tmp_path_factory) -> Path:
+    """An outputs root holding a complete tiny teacher cache, which the studies of the tests symlink instead of each
+    building one: the repository's outputs/ when its tiny cache is complete, else a temporary one built here once
+    (``python -m normgrow cache --profile tiny``, about a minute)."""
+    import os
+    import subprocess
+    from test_study import REPO, repo_tiny_cache_complete, study_env
+    if repo_tiny_cache_complete():
+        return REPO / "outputs"
+    root = tmp_path_factory.mktemp("tiny-cache") / "outputs"
+    root.mkdir()
+    subprocess.run([sys.executable, "-m", "normgrow", "cache", "--profile", "tiny"], cwd=REPO, env=study_env(root),
+                   check=True, stdout=subprocess.DEVNULL, timeout=900)
+    assert os.path.isdir(root / "teacher")
+    return root
 
 
 @pytest.fixture(scope="session")
 def finished_study(tmp_path_factory, share_cache):
     """The uninterrupted reduced tiny study of test_study.py (post-grow and post-joint-matched, seed 0, with its
-    diagnostics and summary notebooks): (outputs root, summary.csv frame, seconds). Session-scoped so that
+    diagnostics and summary notebooks) on the shared tiny cache: (outputs root, summary.csv frame, seconds). Session-scoped so that
     test_study.py and test_browser.py share one study run (about a minute) instead of running two."""
     from test_study import check_ok, make_outputs, read_summary, run_study
     root = make_outputs(tmp_path_factory.mktemp("study") / "outputs", share_cache)
