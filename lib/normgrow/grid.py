@@ -474,8 +474,9 @@ def main(argv: list[str] | None = None) -> int:
                         "nothing")
     args = parser.parse_args(argv)
     command = shlex.join(["python", "-m", "normgrow.grid", *(sys.argv[1:] if argv is None else argv)])
-    from .study import parse_seeds
-    try:
+    from .study import parse_seeds, runner_exit
+
+    def work() -> int:
         seeds = parse_seeds(args.seeds) if args.seeds else None
         writable_outputs_dir()
         if args.report_only:
@@ -484,11 +485,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         with runner_lock():
             return run_grid(args.profile, args.grid, seeds, args.settings, args.jobs, args.processes, command)
-    except (ParamError, RunDirError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
+    return runner_exit(work)
 
 
 if __name__ == "__main__":

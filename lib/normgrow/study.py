@@ -436,11 +436,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--processes", type=int, help="processes (CPU ranks or GPUs) of each run and of the teacher "
                         "pass (default: the profile's train.processes and teacher.processes)")
     args = parser.parse_args(argv)
-    try:
+    def work() -> int:
         seeds = parse_seeds(args.seeds) if args.seeds else None
         writable_outputs_dir()
         with runner_lock():
             return run_study(args.profile, seeds, args.runs, args.jobs, args.processes)
+    return runner_exit(work)
+
+
+def runner_exit(work) -> int:
+    """A runner's exit code: work()'s, 2 with the message for a ParamError or RunDirError (bad input, a locked or
+    damaged directory), 130 for Ctrl-C or SIGTERM. The study and grid runners share it."""
+    try:
+        return work()
     except (ParamError, RunDirError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
