@@ -8,7 +8,7 @@ PROFILE ?=
 DETECT := $(PY) -c "import torch; print('gpu' if torch.cuda.is_available() else 'cpu')"
 STAMP := $(VENV)/.installed
 
-.PHONY: install study test test-fast bench sweep grid lab clean-outputs
+.PHONY: install study test test-fast bench sweep grid lab tensorboard clean-outputs
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -48,6 +48,10 @@ sweep: $(STAMP)
 # The robustness map (params/grids/robustness.yaml); GRID_ARGS="--settings default copy_last" or "--seeds 0-5" chooses.
 grid: $(STAMP)
 	$(PY) -m normgrow.grid --profile $(or $(PROFILE),cpu) $(GRID_ARGS)
+
+# TensorBoard on every run's event files (train.trackers, normgrow/tracking.py); TB_ARGS="--port 6007" etc.
+tensorboard: $(STAMP)
+	$(VENV)/bin/tensorboard --logdir $${NORMGROW_OUTPUTS:-outputs}/runs $(TB_ARGS)
 
 # JupyterLab on the notebooks (plotly and ipywidgets extensions come with the install); LAB_ARGS=--no-browser etc.
 # As root (containers, these machines) Jupyter refuses to start without --allow-root.

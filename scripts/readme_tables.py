@@ -29,7 +29,7 @@ def main(profile: str) -> None:
           f"unigram val CE {base.get('unigram_val_ce', float('nan')):.4f}\n")
     stats, runs = pd.read_csv(d / "variant_stats.csv"), pd.read_csv(d / "summary.csv")
     regime = pd.read_csv(d / "regime.csv").set_index("variant")
-    print("| variant | seeds | val_ce mean [95% CI] | val_kd_ce mean [95% CI] | below unigram | flat ratio (max) | "
+    print("| variant | seeds | val_ce mean [95% CI] | val_kd_ce mean [95% CI] | worst seed below unigram | flat ratio (max) | "
           "trained | tokens | active-layer tokens | wall s (mean) |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for _, r in stats.iterrows():

@@ -10,6 +10,7 @@ shared with test_study.py), so this file adds only the browser's time (~20 s).
 """
 from __future__ import annotations
 
+import csv
 import shutil
 from pathlib import Path
 
@@ -79,10 +80,18 @@ def check_page(seen: dict, min_figures: int) -> None:
 def test_report_page_offline(browser, finished_study):
     root, summary, _ = finished_study
     seen = open_offline(browser, root / "study" / "tiny" / "report.html", "report_tiny.png")
-    check_page(seen, min_figures=4)  # learning curves, variants, gaps, crossover
+    check_page(seen, min_figures=5)  # learning curves, grown against joint, variants, gaps, crossover
     page = seen["page"]
     text = page.inner_text("body")
     assert "Training regime:" in text.split("Claims")[0]  # the regime check comes before the claims
+    # the answer comes first, and its verdicts are claims.csv's
+    assert text.index("The answer") < text.index("Training regime:")
+    answer = page.locator("#answer").inner_text()
+    status = {r["claim"]: r["status"] for r in csv.DictReader((root / "study" / "tiny" / "claims.csv").open())}
+    for claim in ("headline-grow", "headline-joint", "headline-ratio"):
+        assert f"[{status[claim]}]" in answer, (claim, status[claim], answer)
+    overlay = next(f for f in seen["figures"] if f["id"] == "fig-overlay")
+    assert overlay["drawn"] >= 2  # a joint and a grown curve at least
     claims = page.locator(".claim")
     assert claims.count() >= 8, claims.count()  # the 8 claims of docs/STUDY.md (plus observations 4 and 5)
     for claim in ("headline-joint", "headline-grow", "obs1-matched", "obs2-crossover", "obs3-controls"):

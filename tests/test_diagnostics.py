@@ -173,15 +173,16 @@ def test_diagnose_run_caches_and_claims(tmp_path, batch):
 
     runs = {"pre-grow-s0": r | {"variant": "pre-grow"}, "post-grow-s0": D.diagnose_run(post, batch) | {"variant": "post-grow"}}
     grow = load_gaps()["grow"]
-    c4, c5 = D.claim4(runs, grow), D.claim5(runs, grow)
+    counts = batch["meta"]["class_counts"]
+    c4, c5 = D.claim4(runs, grow, counts), D.claim5(runs, grow)
     assert c4.claim == "obs4-boundary" and c4.supported in (True, False) and "pre x" in c4.sentence
     assert c4.variants == ("pre-grow", "post-grow") and "pre/all" in c4.evidence
     assert c5.claim == "obs5-identity" and c5.supported in (True, False) and "rank" in c5.sentence
-    assert D.claim4({"pre-grow-s0": runs["pre-grow-s0"]}, grow).status == "not testable"
+    assert D.claim4({"pre-grow-s0": runs["pre-grow-s0"]}, grow, counts).status == "not testable"
     assert D.claim5({}, grow).supported is None
     # runs are selected by their recorded variant, not their names
     renamed = {"mine": runs["pre-grow-s0"], "theirs": runs["post-grow-s0"]}
-    assert D.claim4(renamed, grow).sentence == c4.sentence
+    assert D.claim4(renamed, grow, counts).sentence == c4.sentence
     rows = D.drift_rows(runs)
     assert len(rows) == 2 * len(D.GROUPS)
 
@@ -191,6 +192,34 @@ def test_diagnose_run_caches_and_claims(tmp_path, batch):
     assert figs and all(hasattr(f, "to_html") for f in figs.values())
     out = diagplots.export_html(study, tmp_path / "diag.html")
     assert out.stat().st_size > 1000 and "cdn.plot.ly" not in out.read_text()[:2000]
+
+
+def drift_runs(pre: dict, post: dict, seeds: int = 2) -> dict:
+    """Runs with only what claim 4 reads: two checkpoints and the top/growth boundary RMS per group (first, last)."""
+    def run(variant, ratios):
+        drift = {g: [1.0, ratios.get(g)] if ratios.get(g) is not None else [None, None] for g in D.GROUPS}
+        return {"variant": variant, "checkpoints": [{}, {}], "drift": {"top": drift, "growth": drift}}
+    return {f"{v}-s{s}": run(v, r) for s in range(seeds) for v, r in (("pre-grow", pre), ("post-grow", post))}
+
+
+COUNTS = {"all": 2048, "structural": 319, "first": 9, "special": 0, "separator": 310, "content": 1729}
+POST = {"all": 1.0, "structural": 1.0, "first": 1.0, "separator": 1.0, "content": 1.0}
+
+
+@pytest.mark.parametrize("structural, content, supported", [(1.63, 1.54, False), (1.6, 1.3, False), (2.0, 1.5, True)])
+def test_claim4_needs_structural_drift_beyond_content_drift_by_the_margin(structural, content, supported):
+    """Uniform drift (x1.63 structural against x1.54 content: the cpu study's numbers) is not drift concentrated on
+    structural tokens; x2.0 against x1.5 is (log 2 - log 1.5 = 0.29 >= log 1.25 = 0.22), x1.6 against x1.3 is not
+    (0.21)."""
+    pre = {"all": 1.5, "structural": structural, "first": 2.5, "separator": structural, "content": content}
+    claim = D.claim4(drift_runs(pre, POST), load_gaps()["grow"], COUNTS)
+    assert claim.supported is supported
+    assert ("does not exceed" not in claim.sentence) is supported
+    assert "first 9" in claim.sentence and "content 1729" in claim.sentence  # the group sizes
+    assert "special: no positions, left out" in claim.sentence and "special: pre" not in claim.sentence
+    assert "start token; 9 positions) on its own: pre x2.5" in claim.sentence  # the first position separately
+    assert "built in" in claim.sentence  # post-norm's boundary RMS is fixed by its construction
+    assert claim.evidence["positions/special"] == 0 and "pre/special" not in claim.evidence
 
 
 def test_study_keeps_the_diagnostics_of_runs_whose_checkpoints_are_gone(tmp_path, monkeypatch, batch):

@@ -64,7 +64,7 @@ def write_metrics(run_dir, evals):
                                                    + "\n" for t, ce in evals))
 
 
-UNIGRAM = 7.0  # the synthetic studies' val_ce are 5.0-6.0: more than UNIGRAM_MARGIN below it
+UNIGRAM = 7.5  # the synthetic studies' val_ce are 5.0-6.1 in every seed: more than UNIGRAM_MARGIN below it
 
 
 @pytest.fixture
@@ -420,7 +420,7 @@ def test_regime_from_run_directories(outputs):
     assert not runs.loc["pre-joint-s0", "flattened"] and math.isnan(runs.loc["pre-joint-s0", "flat_ratio"])
     regime = stats.regime_check(runs.reset_index(), unigram_val_ce=6.5).set_index("variant")
     post, pre = regime.loc["post-joint"], regime.loc["pre-joint"]
-    assert post["val_ce_mean"] == pytest.approx(5.1) and post["margin_below_unigram"] == pytest.approx(1.4)
+    assert post["val_ce_mean"] == pytest.approx(5.1) and post["margin_below_unigram"] == pytest.approx(1.3)  # seed 1
     assert post["below_unigram"] and post["max_flat_ratio"] == pytest.approx(0.12)
     assert not post["flattened"] and not post["trained"]
     assert post["reason"] == "not flattened: seed 0 (still improving: ratio 0.120 >= 0.10)"
@@ -428,10 +428,11 @@ def test_regime_from_run_directories(outputs):
     assert pre["max_flat_ratio"] == pytest.approx(0.0025)  # over the seeds that give a ratio
     assert "seed 0 (too few eval records" in pre["reason"]
     level = stats.regime_check(runs.reset_index(), unigram_val_ce=6.0).set_index("variant").loc["post-joint"]
-    assert not level["below_unigram"] and "0.900 nats below the unigram level 6.000 (needs >= 1.0 below)" in level["reason"]
+    assert not level["below_unigram"] and "seed 1's val_ce 5.200 is 0.800 nats below the unigram level 6.000 (every seed needs >= 1.0 below)" in level["reason"]
     above = stats.regime_check(runs.reset_index(), unigram_val_ce=4.6).set_index("variant").loc["post-joint"]
-    assert above["margin_below_unigram"] == pytest.approx(-0.5)
-    assert "mean val_ce 5.100 is 0.500 nats above the unigram level 4.600 (needs >= 1.0 below)" in above["reason"]
+    assert above["margin_below_unigram"] == pytest.approx(-0.6)
+    assert "seed 1's val_ce 5.200 is 0.600 nats above the unigram level 4.600 (every seed needs >= 1.0 below)" in \
+        above["reason"]
     assert "no unigram baseline" in stats.regime_check(runs.reset_index(), None).loc[0, "reason"]
 
 
@@ -446,28 +447,30 @@ def test_trained_study_judges_claims(outputs, trained):
     assert rep.regime["trained"].all() and len(rep.regime) == 9
     assert rep.regime_verdict() == "students trained: claims judged"
     assert list(rep.regime["max_flat_ratio"]) == pytest.approx([0.0025] * 9)
-    assert rep.regime.set_index("variant").loc["post-grow", "margin_below_unigram"] == pytest.approx(UNIGRAM - 5.1)
+    assert rep.regime.set_index("variant").loc["post-grow", "margin_below_unigram"] == pytest.approx(UNIGRAM - 5.2)
     assert all(c.status == claims.SUPPORTED for c in rep.claims)
 
 
 def test_post_joint_above_unigram_margin_is_not_judged(outputs, trained):
-    # post-joint mean 6.2: 0.8 below unigram; the single runs 0.5 above it (so that depth pays) are undertrained too
-    write_study(outputs, **SUPPORTED_STUDY, post_joint_shift=0.9, depth_gain=1.4)
+    # post-joint 6.6-6.8: its worst seed 0.7 below unigram; the single runs above it (so that depth pays) are
+    # undertrained too
+    write_study(outputs, **SUPPORTED_STUDY, post_joint_shift=1.4, depth_gain=1.9)
     rep = report.build_report("tiny")
     c = claims_by_id(rep)
     assert list(rep.regime.loc[~rep.regime["trained"], "variant"]) == ["post-joint", "post-single", "pre-single"]
     assert rep.regime_verdict() == ("3 variants undertrained (post-joint, post-single, pre-single): claims that "
                                     "compare them are not judged")
-    assert list(rep.depth["depth_gain"]) == pytest.approx([1.4 - 0.0005 / 3, 0.5])  # pre, post
+    assert list(rep.depth["depth_gain"]) == pytest.approx([1.9 - 0.0005 / 3, 0.5])  # pre, post
     for cid in ("headline-joint", "headline-ratio"):
         assert c[cid]["status"] == claims.NOT_JUDGED == "not judged: students undertrained"
         assert c[cid]["supported"] is None
-        assert c[cid]["sentence"].startswith("Not judged: students undertrained (post-joint: mean val_ce 6.200 is "
-                                             "0.800 nats below the unigram level 7.000 (needs >= 1.0 below))")
+        assert c[cid]["sentence"].startswith("Not judged: students undertrained (post-joint: seed 2's val_ce 6.800 "
+                                             "is 0.700 nats below the unigram level 7.500 (every seed needs >= 1.0 "
+                                             "below))")
         assert "Ungated reading" in c[cid]["sentence"] and "pre-joint - post-joint" in c[cid]["sentence"]
-    assert c["headline-joint"]["evidence"]["ungated_status"] == claims.NOT_SUPPORTED  # the gap is now -0.9
+    assert c["headline-joint"]["evidence"]["ungated_status"] == claims.NOT_SUPPORTED  # the gap is now -1.4
     for cid in ("obs3-controls", "obs3-single"):
-        assert c[cid]["status"] == claims.NOT_JUDGED and "pre-single: mean val_ce 6.700" in c[cid]["sentence"]
+        assert c[cid]["status"] == claims.NOT_JUDGED and "pre-single: seed 2's val_ce 7.298" in c[cid]["sentence"]
     for cid in ("headline-grow", "obs1-matched", "obs2-crossover", "obs3-freeze"):
         assert c[cid]["status"] == claims.SUPPORTED, (cid, c[cid]["sentence"])
     frame = rep.claims_frame().set_index("claim")
@@ -671,7 +674,7 @@ def test_lr_figure_shows_every_arm_of_the_sweep(outputs, trained):
 def test_the_answer_comes_first_with_both_headline_gaps_and_their_verdicts(outputs, trained):
     write_study(outputs, **SUPPORTED_STUDY)
     rep = report.build_report("tiny")
-    page = report.report_html(rep, figs={k: go.Figure() for k in ("curves", "variants", "gaps", "crossover")})
+    page = report.report_html(rep, figs={k: go.Figure() for k in ("curves", "overlay", "variants", "gaps", "crossover")})
     answer = page[page.index("<section id='answer'>"):page.index("</section>")]
     assert page.index("<section id='answer'>") < page.index("Training regime")
     grow = rep.gaps.set_index(["metric", "gap"]).loc[("val_ce", "grow")]

@@ -84,3 +84,18 @@ def test_seeds_needed_hand_computed():
     assert 7779 <= n <= 7800 and half(n) < 0.0004 <= half(n - 1)
     for sd, target in ((0.0, 0.03), (math.nan, 0.03), (0.01, 0.0), (0.01, math.nan)):
         assert stats.seeds_needed(sd, target) is None
+
+
+def test_regime_needs_every_seed_below_unigram_not_the_mean():
+    """Two seeds 2 nats below unigram and one on the plateau (0.2 below): the mean is 1.4 below, which passed the
+    margin when the gate judged the mean; the variant is not trained, and the reason names the seed."""
+    import pandas as pd
+    runs = pd.DataFrame({"variant": ["post-grow"] * 3, "seed": [0, 1, 2], "val_ce": [4.5, 6.3, 4.5],
+                         "flattened": [True] * 3, "flat_ratio": [0.01] * 3})
+    row = stats.regime_check(runs, unigram_val_ce=6.5).iloc[0]
+    assert row["val_ce_mean"] == pytest.approx(5.1)
+    assert row["margin_below_unigram"] == pytest.approx(0.2)  # the worst seed's
+    assert not row["below_unigram"] and not row["trained"]
+    assert "seed 1's val_ce 6.300" in row["reason"]
+    trained = stats.regime_check(runs.assign(val_ce=[4.5, 5.4, 4.5]), unigram_val_ce=6.5).iloc[0]
+    assert trained["trained"] and trained["margin_below_unigram"] == pytest.approx(1.1)

@@ -193,3 +193,15 @@ def test_jobs_hand_the_unfinished_candidates_to_the_executor(outputs, monkeypatc
     rows = sweep.run_candidates(plan, progress=False, jobs=2)
     assert handed == ["sweep-pre-joint-lr3e-03-s0"]
     assert [r["run_name"] for r in rows] == ["sweep-pre-joint-lr1e-03-s0", "sweep-pre-joint-lr3e-03-s0"]
+
+
+def test_a_placement_outside_the_study_is_written_for_the_schedules_it_swept():
+    """mix swept for joint and grow: the lr line gains mix's two values and keeps pre's and post's; a study
+    placement missing a schedule is still an error naming the sweep that fills it."""
+    text = PROFILE.replace("  lr: 3.0e-3    # old comment", "  lr: {pre: {joint: 1.0e-3, grow: 2.0e-3, single: 3.0e-3}, "
+                           "post: {joint: 4.0e-4, grow: 5.0e-4, single: 6.0e-4}}")
+    new = sweep.rewrite_lr_line(text, {"mix": {"joint": 6e-3, "grow": 6e-3}}, "c")
+    lr = yaml.safe_load(new)["train"]["lr"]
+    assert lr["mix"] == {"joint": 6e-3, "grow": 6e-3} and lr["pre"]["single"] == 3e-3 and lr["post"]["grow"] == 5e-4
+    with pytest.raises(ParamError, match="no value for post-single; sweep it too"):
+        sweep.rewrite_lr_line(text.replace(", single: 6.0e-4", ""), {"mix": {"joint": 6e-3}}, "c")

@@ -12,11 +12,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import fakes
 from normgrow.config import ParamError
 from normgrow.growth import plan_phases
 from normgrow.model import load_student
+from normgrow.tracking import TENSORBOARD_DIR
 from normgrow.train import derive_run_name, lr_for_run, make_run_spec, run_variant
 
 
@@ -219,14 +221,26 @@ def test_resume_after_sigkill_matches_uninterrupted_run(outputs, tmp_path, extra
         assert a == pytest.approx(b, abs=1e-6)
     lines = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in lines if r["kind"] == "train"] == list(range(1, 13))
+    # the event file is cut back to the checkpoint as metrics.jsonl is: each step once, with the resumed values
+    events = EventAccumulator(str(run_dir / TENSORBOARD_DIR))
+    events.Reload()
+    losses = [(e.step, e.value) for e in events.Scalars("train/loss")]
+    assert [s for s, _ in losses] == list(range(1, 13))
+    assert [v for _, v in losses] == pytest.approx([r["loss"] for r in lines if r["kind"] == "train"], rel=1e-6)
 
 
 def test_lr_per_placement_and_schedule():
     lr = {"pre": {"joint": 1e-3, "grow": 2e-3, "single": 3e-3}, "post": 4e-4}
     assert [lr_for_run(lr, "pre", s) for s in ("joint", "grow", "single")] == [1e-3, 2e-3, 3e-3]
     assert lr_for_run(lr, "post", "grow") == 4e-4 and lr_for_run(5e-3, "post", "single") == 5e-3
-    with pytest.raises(ParamError, match=r"train.lr.pre=.* one learning rate per schedule .*missing: single"):
-        lr_for_run({"pre": {"joint": 1e-3, "grow": 2e-3}, "post": 1e-3}, "pre", "joint")
+    # a placement swept for joint and grow runs those two; its single run is refused with the sweep that fills it
+    partial = {"pre": {"joint": 1e-3, "grow": 2e-3}, "post": 1e-3}
+    assert lr_for_run(partial, "pre", "grow") == 2e-3
+    with pytest.raises(ParamError, match=r"train.lr.pre=.* no learning rate for schedule='single'; sweep it: "
+                                         r"python -m normgrow.sweep --norms pre --schedules single --write"):
+        lr_for_run(partial, "pre", "single")
+    with pytest.raises(ParamError, match=r"unknown schedule.s. gro; allowed keys: joint, grow, single"):
+        lr_for_run({"pre": {"joint": 1e-3, "gro": 2e-3}}, "pre", "joint")
     # a freeze control takes its placement's grow lr, a matched run its joint lr (through make_run_spec)
     freeze = make_run_spec(profile="tiny", norm="pre", schedule="grow", freeze_prefix=True,
                            overrides=fakes.TINY_OVERRIDES | {"train.lr": lr})

@@ -191,6 +191,10 @@ class TrainParams:
     optimizer_on_grow: str = "reset"  # reset (fresh AdamW state) | keep (old params keep their moments)
     eval_every: int = 50  # steps
     eval_tokens: int = 0  # validation tokens per evaluation; 0 = the whole validation split
+    # Extra evaluations (whole validation split) this many steps after each growth, on top of eval_every: what the
+    # appended blocks do to the prefix's loss right after they enter. Not part of a run's identity (evaluation does
+    # not change the trained model; rundir.NOT_COMPARED).
+    eval_after_growth: tuple = ()
     checkpoint_every: int = 50  # steps (phase ends are always checkpointed)
     dtype: str = "auto"  # autocast dtype: auto (bf16 where supported) | bfloat16 | float32
     device: str = "auto"
@@ -199,6 +203,9 @@ class TrainParams:
     processes: int = 1
     # torch.compile of the student's blocks: auto (on for CUDA; on CPU only where measured faster, train.py) | on | off
     compile: str = "auto"
+    # Trackers that mirror metrics.jsonl (tracking.py): tensorboard (event files in <run>/tensorboard/), wandb
+    # (offline), trackio; [] for metrics.jsonl alone. Not part of a run's identity.
+    trackers: tuple = ("tensorboard",)
 
 
 @dataclass(frozen=True)
@@ -453,5 +460,14 @@ def _check_cross(p: Profile) -> None:
                          f"student.n_kv_heads={p.student.n_kv_heads}")
     if not 0.0 <= p.distill.ce_weight <= 1.0:
         raise ParamError(f"distill.ce_weight={p.distill.ce_weight} must be in [0, 1]")
+    steps = t.eval_after_growth
+    if any(not isinstance(n, int) or isinstance(n, bool) or n <= 0 for n in steps) or list(steps) != sorted(set(steps)):
+        raise ParamError(f"train.eval_after_growth={list(steps)!r} must be increasing positive step counts "
+                         "(e.g. [8, 32, 64]), or [] for none")
+    from .tracking import TRACKERS
+    unknown = [n for n in t.trackers if n not in TRACKERS]
+    if unknown or len(set(t.trackers)) != len(t.trackers):
+        raise ParamError(f"train.trackers={list(t.trackers)!r}: each at most once, of {', '.join(TRACKERS)} "
+                         "([] for metrics.jsonl alone)")
     if not 0.0 < p.data.val_fraction < 1.0:
         raise ParamError(f"data.val_fraction={p.data.val_fraction} must be in (0, 1)")

@@ -17,7 +17,7 @@ from .rundir import METRICS
 from .placements import PLACEMENTS
 from .render import faint, split_variant, style_figure
 
-VAL_KINDS = ("eval", "phase_end")
+VAL_KINDS = ("eval", "phase_end", rundir.GROWTH_EVAL)  # the curves draw the evaluations after growth too
 
 
 def read_metrics(run_dir: Path) -> pd.DataFrame:
@@ -25,7 +25,7 @@ def read_metrics(run_dir: Path) -> pd.DataFrame:
     return pd.DataFrame(rundir.read_metrics(run_dir))
 
 
-CURVE_COLUMNS = ("kind", "step", "phase", "depth", "active_layer_tokens")
+CURVE_COLUMNS = ("kind", "step", "phase", "depth", "tokens", "active_layer_tokens")
 
 
 def val_records(run_dir: Path, metric: str = "val_ce") -> pd.DataFrame | None:
@@ -65,14 +65,14 @@ def val_ce_curve(run_dirs: list[Path] | Path, metric: str = "val_ce") -> go.Figu
 
 def seed_curve(run_dirs: list[Path], metric: str = "val_ce") -> pd.DataFrame | None:
     """The seeds of one variant on their common evaluation steps: step, active_layer_tokens, depth, phase, phase_end
-    and the metric's mean, min, max and number of seeds n (None when no seed has a curve). Seeds of a variant share
+    and the metric's mean, min, max and number of seeds n (and tokens) (None when no seed has a curve). Seeds of a variant share
     the schedule, so their records line up by step; a step some seed lacks is averaged over the seeds that have it."""
     frames = [f for f in (val_records(d, metric) for d in run_dirs) if f is not None and len(f)]
     if not frames:
         return None
     df = pd.concat(frames, ignore_index=True)
     g = df.groupby("step")
-    out = g.agg(active_layer_tokens=("active_layer_tokens", "first"), depth=("depth", "first"),
+    out = g.agg(tokens=("tokens", "first"), active_layer_tokens=("active_layer_tokens", "first"), depth=("depth", "first"),
                 phase=("phase", "first"), mean=(metric, "mean"), low=(metric, "min"), high=(metric, "max"),
                 n=(metric, "count"))
     out["phase_end"] = g["kind"].agg(lambda k: (k == "phase_end").any())
@@ -168,3 +168,108 @@ def learning_curves(run_dirs: dict[str, list[Path]], baselines: dict | None = No
     fig.update_layout(title=title or f"{metric} against active-layer tokens: seed mean, band = seed range",
                       hovermode="closest")
     return style_figure(fig, height=260 + 250 * rows)
+
+
+TRAIN_SMOOTHING = 32
+"""Steps of the trailing mean drawn for the train loss: one step's loss is one batch (4 x 256 tokens on the cpu
+profile), whose batch-to-batch noise (~0.1 nats) is as large as the gaps the study compares."""
+
+
+def train_curve(run_dirs: list[Path], window: int = TRAIN_SMOOTHING) -> pd.DataFrame | None:
+    """The seeds of one variant's train loss, each smoothed by a trailing mean over `window` steps (fewer at the
+    start) that restarts at every phase (a growth changes the model, and the mean should not blend the two), then
+    averaged over seeds by step: step, tokens, active_layer_tokens, phase, mean. None when no seed has train
+    records."""
+    frames = []
+    for run_dir in run_dirs:
+        try:
+            df = read_metrics(run_dir)
+        except rundir.RunDirError as err:
+            print(f"no train curve: {err}")
+            continue
+        columns = ["step", "tokens", "active_layer_tokens", "phase", "loss"]
+        if "kind" not in df.columns:
+            continue
+        df = df[df["kind"] == "train"].drop_duplicates("step", keep="last").sort_values("step")
+        if not len(df) or any(c not in df.columns or df[c].isna().any() for c in columns):
+            if len(df):
+                print(f"no train curve from {run_dir}: its train records lack some of {', '.join(columns)}")
+            continue
+        df = df.assign(smooth=df.groupby("phase")["loss"].transform(lambda s: s.rolling(window, min_periods=1).mean()))
+        frames.append(df[[*columns[:-1], "smooth"]])
+    if not frames:
+        return None
+    g = pd.concat(frames, ignore_index=True).groupby("step")
+    return g.agg(tokens=("tokens", "first"), active_layer_tokens=("active_layer_tokens", "first"),
+                 phase=("phase", "first"), mean=("smooth", "mean")).reset_index()
+
+
+OVERLAY_SPAN = 1.5  # nats of each row's y range: the gaps and growth jumps (tenths of a nat) stay readable
+OVERLAY_X = {"tokens": "tokens seen (the data budget)",
+             "active_layer_tokens": "active-layer tokens (tokens x active depth: the compute)"}
+
+
+def schedule_overlay(run_dirs: dict[str, list[Path]], metric: str = "val_ce", window: int = TRAIN_SMOOTHING,
+                     schedules: tuple = ("joint", "grow")) -> go.Figure:
+    """Grown against joint, one column per placement: validation CE (top row; the extra evaluations after each growth
+    included, train.eval_after_growth) and the train loss smoothed over `window` steps (bottom row), seed means of the
+    joint (solid) and grown (dashed) variants; diamonds mark the growth points. A menu switches the x axis between
+    tokens seen (equal data: where the grown student stands against the joint one at the same point of the data) and
+    active-layer tokens (equal compute). run_dirs: {variant: [run directory of each seed]}; variants of other
+    schedule families are left out."""
+    by_norm: dict[str, dict[str, str]] = {}
+    for variant in sorted(run_dirs):
+        norm, family = split_variant(variant)
+        if family in schedules and norm in PLACEMENTS:
+            by_norm.setdefault(norm, {})[family] = variant
+    norms = [n for n in PLACEMENTS if n in by_norm]
+    cols = max(1, len(norms))
+    fig = make_subplots(rows=2, cols=cols, shared_xaxes="columns", shared_yaxes="rows", vertical_spacing=0.08,
+                        horizontal_spacing=0.04, subplot_titles=[PLACEMENTS[n].label for n in norms] or [""])
+    xs = {axis: [] for axis in OVERLAY_X}  # per trace, in trace order: the menu restyles x with these
+    lows = {1: [], 2: []}  # per row: the y range starts just below the lowest curve and spans SPAN nats
+    for col, norm in enumerate(norms, start=1):
+        placement = PLACEMENTS[norm]
+        for family in schedules:
+            variant = by_norm[norm].get(family)
+            if variant is None:
+                continue
+            dash = "solid" if family == schedules[0] else "dash"
+            val = seed_curve(run_dirs[variant], metric)
+            train = train_curve(run_dirs[variant], window)
+            for row, curve, what in ((1, val, metric), (2, train, f"train loss, mean of {window} steps")):
+                if curve is None:
+                    continue
+                fig.add_trace(go.Scatter(
+                    x=curve["tokens"], y=curve["mean"], mode="lines", line=dict(color=placement.colour, dash=dash,
+                    width=2 if row == 1 else 1.5), name=f"{placement.label} {family}", legendgroup=f"{norm}-{family}",
+                    showlegend=row == 1, hovertemplate=f"{variant}<br>{what} %{{y:.4f}}<extra></extra>"),
+                    row=row, col=col)
+                for axis in OVERLAY_X:
+                    xs[axis].append(list(curve[axis]))
+                lows[row].append(float(curve["mean"].min()))
+            if val is not None and family != schedules[0]:
+                grow = val[val["phase_end"] & (val["phase"] < val["phase"].max())]
+                fig.add_trace(go.Scatter(x=grow["tokens"], y=grow["mean"], mode="markers", name="growth point",
+                                         legendgroup="growth", showlegend=col == 1, marker=dict(
+                                             symbol="diamond", size=9, color=placement.colour,
+                                             line=dict(color="white", width=1)),
+                                         hovertemplate=f"{variant}: blocks appended after depth %{{customdata}}"
+                                                       "<extra></extra>", customdata=grow["depth"]), row=1, col=col)
+                for axis in OVERLAY_X:
+                    xs[axis].append(list(grow[axis]))
+    bottom = [f"xaxis{'' if k == 1 else k}" for k in range(cols + 1, 2 * cols + 1)]
+    fig.update_layout(updatemenus=[dict(
+        type="buttons", direction="right", x=1, xanchor="right", y=1.1, yanchor="bottom", showactive=True,
+        buttons=[dict(label=f"x: {axis.replace('_', '-')}", method="update",
+                      args=[{"x": xs[axis]}, {f"{a}.title.text": title for a in bottom}])
+                 for axis, title in OVERLAY_X.items()])])
+    for k in range(1, cols + 1):
+        fig.update_xaxes(title_text=OVERLAY_X["tokens"], row=2, col=k)
+    fig.update_xaxes(showticklabels=True, tickformat="~s")
+    for row, title in ((1, f"{metric} (nats/token)"), (2, "train loss (nats/token)")):
+        fig.update_yaxes(title_text=title if cols else "", row=row, col=1)
+        if lows[row]:  # the untrained start (~ln(vocabulary)) is off the top, as in learning_curves
+            fig.update_yaxes(range=[min(lows[row]) - 0.1, min(lows[row]) + OVERLAY_SPAN], row=row)
+    fig.update_layout(title="grown (dashed) against joint (solid), per placement: seed means", hovermode="closest")
+    return style_figure(fig, height=640)

@@ -214,6 +214,14 @@ def curves_figure(rep: Report, metric: str = "val_ce"):
     return learning_curves(dirs, rep.baselines, metric)
 
 
+def overlay_figure(rep: Report, metric: str = "val_ce"):
+    """Grown against joint per placement, validation and smoothed train loss (plots.schedule_overlay)."""
+    from .plots import schedule_overlay
+    dirs = ({v: [run_path(rep.profile, n) for n in g["run_name"]] for v, g in rep.runs.groupby("variant")}
+            if len(rep.runs) else {})
+    return schedule_overlay(dirs, metric)
+
+
 LR_SHOWN = 0.4  # nats above an arm's best val_ce that the lr figure shows; higher points (diverged) sit on its edge
 
 
@@ -267,7 +275,7 @@ def lr_figure(rep: Report):
 
 
 def figures(rep: Report) -> dict:
-    return {"curves": curves_figure(rep), "crossover": crossover_figure(rep), "variants": variants_figure(rep),
+    return {"curves": curves_figure(rep), "overlay": overlay_figure(rep), "crossover": crossover_figure(rep), "variants": variants_figure(rep),
             "gaps": gaps_figure(rep), "lr": lr_figure(rep)}
 
 
@@ -293,7 +301,7 @@ def _regime_html(rep: Report) -> str:
     judged = len(rep.regime) and not len(undertrained(rep.regime)) and depth_pays
     color = STATUS_COLORS[SUPPORTED] if judged else STATUS_COLORS[NOT_JUDGED]
     per_run = ["run_name", "tokens", "v_start", "tokens_80", "v_80", "val_ce", "flat_ratio", "flattened", "flat_note"]
-    names = {"n_seeds": "seeds", "val_ce_mean": "val_ce mean", "margin_below_unigram": "below unigram (nats)",
+    names = {"n_seeds": "seeds", "val_ce_mean": "val_ce mean", "margin_below_unigram": "worst seed below unigram (nats)",
              "max_flat_ratio": "flat ratio (max over seeds)", "tokens_80": "tokens at 80%", "v_start": "val_ce start",
              "v_80": "val_ce at 80%", "val_ce": "val_ce end", "flat_note": "note", "run_name": "run"}
     depth_names = {"single_n": "single seeds", "joint_n": "joint seeds", "single_val_ce_mean": "single val_ce mean",
@@ -454,6 +462,12 @@ def report_html(rep: Report, figs: dict | None = None) -> str:
                 "per schedule, pre-norm red, post-norm blue: the line is the mean over seeds, the band the range of "
                 "the seeds; diamonds and dotted verticals mark growth points (blocks appended); horizontal lines: "
                 "teacher and unigram model on the same validation positions.")
+    page.figure(figs["overlay"], div_id="fig-overlay", caption="Does growth pay? Each placement's grown variant "
+                "(dashed) against its joint one (solid): validation CE on top, with the evaluations 8, 32 and 64 "
+                "steps after each growth where the runs have them (train.eval_after_growth), and below the train "
+                "loss (one batch per step) smoothed over 32 steps. The buttons switch the x axis between tokens seen "
+                "(equal data) and active-layer tokens (equal compute: a grown run reaches the joint run's data with "
+                "less of it).")
     if figs.get("lr") is not None:
         page.add("</section><section id='lr'><h2>Learning rate per arm</h2>")
         page.figure(figs["lr"], div_id="fig-lr", caption="Every arm (placement x schedule) trains at the peak lr "

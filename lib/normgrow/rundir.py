@@ -5,7 +5,7 @@ Every module that reads or writes a run goes through here; nothing else builds t
     outputs/runs/<profile>/<run_name>/
         config.json      the run's identity (run_identity), written once when the run starts
         LOCK             held (flock) by the one process writing the run; holds its pid
-        metrics.jsonl    one JSON record per line (kind: eval | train | phase_end)
+        metrics.jsonl    one JSON record per line (kind: eval | train | phase_end | growth_eval)
         checkpoints/     last.pt (resume state, deleted when the run finishes), phase<i>_depth<d>.pt (the model at
                          the end of phase i), final.pt (hard link to the last phase checkpoint)
         summary.json     a Summary record, written last: its presence means the run finished
@@ -53,6 +53,9 @@ GRID_RUN_PREFIX = "grid-"
 skips them like sweep runs (their results are outputs/grid/<profile>/<grid>/)."""
 
 CONFIG, SUMMARY, METRICS, LOCK, NOTEBOOK = "config.json", "summary.json", "metrics.jsonl", "LOCK", "run.ipynb"
+GROWTH_EVAL = "growth_eval"
+"""The metrics.jsonl kind of the extra evaluations after a growth (train.eval_after_growth): drawn with the curves,
+never counted by the regime's flatness (stats.CURVE_KINDS), whose points stay those of eval_every and phase ends."""
 DIAGNOSTICS = "diagnostics.json"  # a run's cached diagnostics (<run>/), and the study's (outputs/study/<profile>/)
 CHECKPOINTS, LAST, FINAL = "checkpoints", "last.pt", "final.pt"
 PHASE_FILE = re.compile(r"phase(\d+)_depth(\d+)\.pt")
@@ -163,10 +166,12 @@ def _flatten(tree: dict, prefix: str = "") -> dict:
     return out
 
 
-NOT_COMPARED = ("profile.teacher.processes", "profile.teacher.sanity")
+NOT_COMPARED = ("profile.teacher.processes", "profile.teacher.sanity", "profile.train.eval_after_growth",
+                "profile.train.trackers")
 """Recorded, but not part of what must agree: the teacher cache is the same byte for byte on any number of
 processes (teacher.teacher_pass), and the cache itself is compared through its key; the sanity gate's mode decides
-whether a cache may be opened, not what a run computes."""
+whether a cache may be opened, not what a run computes; extra evaluations and trackers only observe the run
+(tests/test_train.py checks that evaluations leave the training bitwise unchanged)."""
 
 
 def _profile_defaults() -> dict:

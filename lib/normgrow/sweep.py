@@ -304,7 +304,9 @@ def lr_line_span(lines: list[str], where: str) -> tuple[int, int]:
 def merge_lrs(current, chosen: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
     """One lr per schedule for every placement the profile's train.lr names or the sweep chose: the chosen value where
     swept, else the profile's current one for that arm (train.lr_for_run: a float or a per-placement value applies to
-    every schedule). A float train.lr names no placement: the study's placements are written out."""
+    every schedule). A float train.lr names no placement: the study's placements are written out. A schedule neither
+    swept nor in the profile for a placement of the study is an error; for another placement it is left out (a
+    placement swept for joint and grow runs those; lr_for_run refuses its single run, naming the sweep)."""
     norms = [n for n in NORMS if n in chosen or (n in current if isinstance(current, dict) else n in study_norms())]
     merged: dict[str, dict[str, float]] = {}
     for norm in norms:
@@ -314,6 +316,8 @@ def merge_lrs(current, chosen: dict[str, dict[str, float]]) -> dict[str, dict[st
                 try:
                     value = lr_for_run(current, norm, schedule)
                 except (KeyError, ParamError):
+                    if norm not in study_norms():
+                        continue
                     raise ParamError(f"train.lr={current!r} has no value for {norm}-{schedule}; sweep it too "
                                      f"(--norms {norm} --schedules {' '.join(SCHEDULES)})") from None
             merged.setdefault(norm, {})[schedule] = float(value)

@@ -70,9 +70,10 @@ from .growth_ops import GROWTH_OPS
 from .model import NORMS, Student, StudentConfig, save_student
 from .placements import PLACEMENTS
 from .ranks import Ranks, check_processes, on_ranks, progress_bar
-from .rundir import (CHECKPOINTS, CONFIG, FINAL, LAST, LOCK, METRICS, NUMERICS_VERSION, SUMMARY, PhaseSummary,
+from .rundir import (CHECKPOINTS, CONFIG, FINAL, GROWTH_EVAL, LAST, LOCK, METRICS, NUMERICS_VERSION, SUMMARY, PhaseSummary,
                      RunDirError, RunLock, Summary, check_name, identity_differences, is_finished, phase_checkpoint,
                      phase_checkpoints, read_identity, read_summary, run_path, runs_root, write_summary)
+from .tracking import RunTrackers, check_trackers
 from .utils import atomic_write_json, dtype_name, resolve_device, resolve_dtype, stable_hash
 from .vocab import VocabMap
 
@@ -137,8 +138,8 @@ def lr_for_run(lr, norm: str, schedule: str) -> float:
     """The peak learning rate of a run from train.lr: one float; one per placement ({pre: X, post: Y}); or one per
     placement and schedule ({pre: {joint: X, grow: Y, single: Z}, post: {...}}), since a placement's best lr differs
     between the joint and the grown schedule (python -m normgrow.sweep --schedules joint grow single measures each).
-    A mapping needs the run's placement only (a profile tuned for pre and post still runs those two; any other
-    placement needs its own lr); a key that is no placement is an error. A freeze control trains at its placement's
+    A mapping needs the run's placement and schedule only (a profile tuned for pre and post still runs those two; a
+    placement swept for joint and grow runs those); a key that is no placement or schedule is an error. A freeze control trains at its placement's
     grow lr and a matched run at its joint lr: they are those schedules with one setting changed."""
     if not isinstance(lr, dict):
         return lr
@@ -152,12 +153,13 @@ def lr_for_run(lr, norm: str, schedule: str) -> float:
     per_norm = lr[norm]
     if not isinstance(per_norm, dict):
         return per_norm
-    missing = [s for s in SCHEDULES if s not in per_norm]
     unknown = sorted(set(per_norm) - set(SCHEDULES))
-    if missing or unknown:
-        raise ParamError(f"train.lr.{norm}={per_norm!r} must give one learning rate per schedule "
-                         f"({', '.join(SCHEDULES)}); missing: {', '.join(missing) or 'none'}, unknown: "
-                         f"{', '.join(unknown) or 'none'}")
+    if unknown:
+        raise ParamError(f"train.lr.{norm}={per_norm!r}: unknown schedule(s) {', '.join(unknown)}; allowed keys: "
+                         f"{', '.join(SCHEDULES)}")
+    if schedule not in per_norm:
+        raise ParamError(f"train.lr.{norm}={per_norm!r} gives no learning rate for schedule={schedule!r}; sweep it: "
+                         f"python -m normgrow.sweep --norms {norm} --schedules {schedule} --write")
     return per_norm[schedule]
 
 
@@ -216,6 +218,7 @@ def make_run_spec(profile: str = "tiny", norm: str = "pre", schedule: str = "gro
     if len(prof.train.stages) < 2 and schedule == "grow":
         raise ParamError(f"schedule='grow' needs at least two train.stages (got {list(prof.train.stages)})")
     check_step_budget(prof)
+    check_trackers(prof.train.trackers)
     match_name = None
     if match_active_layer_tokens is not None:
         match_name = resolve_match_target(prof.name, str(match_active_layer_tokens), seed).name
@@ -407,10 +410,11 @@ def evaluate(model: Student, split, n_rows: int, batch_size: int, device, dtype,
 # ----------------------------------------------------------------------------------------------------- the run
 
 class MetricsLog:
-    """metrics.jsonl, append-only; truncated to a checkpoint's line count on resume."""
+    """metrics.jsonl, append-only; truncated to a checkpoint's line count on resume. Each record is mirrored to the
+    run's trackers (tracking.py), which are cut back to the resumed step in the same way."""
 
-    def __init__(self, path: Path, keep_lines: int):
-        self.path = path
+    def __init__(self, path: Path, keep_lines: int, trackers: RunTrackers | None = None):
+        self.path, self.trackers = path, trackers
         lines = path.read_text().splitlines(keepends=True) if path.exists() else []
         path.write_text("".join(lines[:keep_lines]))
         self.lines = min(keep_lines, len(lines))
@@ -419,6 +423,12 @@ class MetricsLog:
         with self.path.open("a") as f:
             f.write(json.dumps(record, sort_keys=True, allow_nan=False) + "\n")
         self.lines += 1
+        if self.trackers is not None:
+            self.trackers.log(record)
+
+    def close(self) -> None:
+        if self.trackers is not None:
+            self.trackers.finish()
 
 
 class NonFiniteError(RuntimeError):
@@ -565,7 +575,9 @@ def start_run(spec: RunSpec, cache, run_dir: Path, phases: list[Phase], state: d
     val_rows = cache.val.tokens.shape[0]
     run = Run(spec=spec, dir=run_dir, cache=cache, vocab=vocab, device=device, dtype=resolve_dtype(tp.dtype, device),
               phases=phases, model=model, counters=counters,
-              log=MetricsLog(run_dir / METRICS, counters["metrics_lines"]) if ranks.main else None,
+              log=MetricsLog(run_dir / METRICS, counters["metrics_lines"],
+                             RunTrackers(tp.trackers, run_dir, spec.run_name, spec.identity(), counters["step"])
+                             if tp.trackers else None) if ranks.main else None,
               batches=Batches(cache.train, tp.batch_size, spec.seed, device, vocab, ranks),
               eval_rows=val_rows if tp.eval_tokens == 0 else max(1, min(val_rows, tp.eval_tokens // prof.data.seq_len)),
               resume_optimizer=None if state is None else state.get("optimizer"),
@@ -661,11 +673,12 @@ def train_phase(run: Run, phase: Phase, phase_start: int, optimizer: torch.optim
         counters["trainable_layer_tokens"] += run.tokens_per_step * (phase.depth - phase.first_trainable_block)
         step_s = time.perf_counter() - t0
         at_phase_end = counters["step"] == phase_end
-        if at_phase_end or counters["step"] % tp.eval_every == 0:
-            metrics = run.evaluate(run.cache.val.tokens.shape[0] if at_phase_end else run.eval_rows)
-            record = {"kind": "phase_end" if at_phase_end else "eval", "step": counters["step"],
-                      "phase": phase.index, "depth": phase.depth, "tokens": counters["tokens"],
-                      "active_layer_tokens": counters["active_layer_tokens"], **metrics}
+        kind = ("phase_end" if at_phase_end else "eval" if counters["step"] % tp.eval_every == 0 else
+                GROWTH_EVAL if phase.index and counters["step"] - phase_start in tp.eval_after_growth else None)
+        if kind is not None:
+            metrics = run.evaluate(run.eval_rows if kind == "eval" else run.cache.val.tokens.shape[0])
+            record = {"kind": kind, "step": counters["step"], "phase": phase.index, "depth": phase.depth,
+                      "tokens": counters["tokens"], "active_layer_tokens": counters["active_layer_tokens"], **metrics}
         if not run.ranks.main:  # the other ranks only take part in the collectives above
             continue
         run.log.write({"kind": "train", "step": counters["step"], "phase": phase.index, "depth": phase.depth,
@@ -674,7 +687,7 @@ def train_phase(run: Run, phase: Phase, phase_start: int, optimizer: torch.optim
         run.bar.update(1)
         run.bar.set_postfix(phase=phase.index, depth=phase.depth, loss=f"{step_means['loss']:.3f}",
                             tok_s=f"{run.tokens_per_step / step_s:.0f}")
-        if at_phase_end or counters["step"] % tp.eval_every == 0:
+        if kind is not None:
             run.log.write(record)
         if at_phase_end or counters["step"] % tp.checkpoint_every == 0:
             counters["wall_s"] = run.wall_s()
@@ -699,6 +712,7 @@ def finish_run(run: Run) -> Summary:
     """final.pt (a hard link to the last phase checkpoint), summary.json, and last.pt removed."""
     prof, counters, ckpt_dir = run.spec.profile, run.counters, run.dir / CHECKPOINTS
     run.bar.close()
+    run.log.close()
     final_phase = PhaseSummary(**counters["phases"][-1])
     final = ckpt_dir / FINAL
     final.unlink(missing_ok=True)

@@ -1,0 +1,92 @@
+"""Experiment tracking: every record of a run's metrics.jsonl mirrored to the trackers of ``train.trackers``, through
+accelerate's tracker API (accelerate.tracking), so a researcher can open the run beside other projects' runs.
+
+Choices:
+  - metrics.jsonl stays the record the study counts (rundir.read_metrics); a tracker is a view of the same records,
+    written at the same moments (train.MetricsLog.write), never read back by the toolkit.
+  - ``tensorboard`` by default: local and offline, event files in ``<run>/tensorboard/`` (ignored by git like the
+    checkpoints); ``make tensorboard`` opens every run of outputs/runs/. ``wandb`` (offline unless WANDB_MODE says
+    otherwise: no machine here reaches a server) and ``trackio`` when installed and chosen in the profile; a chosen
+    tracker that is not installed is refused before any work (check_trackers), naming the package to install.
+  - Tags: ``train/<key>`` for every number of a train record (loss, lr, grad_norm, tok_s and the loss terms),
+    ``val/ce`` and ``val/kd_ce`` for evaluations, ``run/depth`` and ``run/phase`` (the phase boundaries: depth steps
+    up at each growth), all against the optimizer step; the run's recorded parameters as hyperparameters.
+  - Resume: metrics.jsonl is cut back to the checkpoint's last line; TensorBoard's ``purge_step`` drops the events
+    after the resumed step in the same way, so each step appears once in both.
+  - Not part of a run's identity (rundir.NOT_COMPARED): where a run is mirrored does not change what it computes.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+from .config import ParamError
+
+TRACKERS = ("tensorboard", "wandb", "trackio")
+"""Allowed values of train.trackers (config.choices)."""
+TENSORBOARD_DIR = "tensorboard"  # <run>/tensorboard/
+_PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb", "trackio": "trackio"}
+
+
+def check_trackers(names) -> None:
+    """ParamError naming the package when a chosen tracker is not installed (make_run_spec: before any work)."""
+    missing = [n for n in names if importlib.util.find_spec(_PACKAGES[n]) is None]
+    if missing:
+        raise ParamError(f"train.trackers chooses {', '.join(missing)}, not installed here: pip install "
+                         f"{' '.join(_PACKAGES[n] for n in missing)} (or set train.trackers: [] to log only "
+                         "metrics.jsonl)")
+
+
+def _flat(config: dict, prefix: str = "") -> dict:
+    """Dotted keys with str/int/float/bool values (what every tracker's hyperparameter store accepts)."""
+    out = {}
+    for k, v in config.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out |= _flat(v, key + ".")
+        else:
+            out[key] = v if isinstance(v, (bool, int, float, str)) else str(v)
+    return out
+
+
+class RunTrackers:
+    """The trackers of one run (rank 0 only): ``log(record)`` for each metrics.jsonl record, ``finish()`` at the end."""
+
+    def __init__(self, names, run_dir: Path, run_name: str, config: dict, resume_step: int):
+        from accelerate import PartialState
+        from accelerate.tracking import TensorBoardTracker, TrackioTracker, WandBTracker
+
+        PartialState()  # accelerate's tracker logging needs its process state (a data-parallel run has it already)
+        self.trackers = []
+        for name in names:
+            if name == "tensorboard":
+                # purge_step: events at or after it (written after the checkpoint resumed from) are dropped
+                tracker = TensorBoardTracker(TENSORBOARD_DIR, run_dir,
+                                             purge_step=resume_step + 1 if resume_step else None)
+            elif name == "wandb":
+                os.environ.setdefault("WANDB_MODE", "offline")
+                tracker = WandBTracker(run_name, dir=str(run_dir))
+            else:
+                tracker = TrackioTracker(run_name)
+            tracker.main_process_only = False  # only rank 0 builds trackers: no accelerate process state needed
+            tracker.start()
+            if not resume_step:
+                tracker.store_init_configuration(_flat(config))
+            self.trackers.append(tracker)
+
+    def log(self, record: dict) -> None:
+        kind, step = record["kind"], record["step"]
+        if kind == "train":
+            values = {f"train/{k}": v for k, v in record.items()
+                      if k not in ("kind", "step", "phase", "depth") and isinstance(v, (int, float))}
+            values |= {"run/depth": record["depth"], "run/phase": record["phase"]}
+        else:  # eval, phase_end
+            values = {"val/ce": record["val_ce"], "val/kd_ce": record["val_kd_ce"]}
+        for tracker in self.trackers:
+            tracker.log(values, step=step)
+
+    def finish(self) -> None:
+        for tracker in self.trackers:
+            tracker.finish()
+        self.trackers = []

@@ -1,0 +1,34 @@
+"""The repository's documents stand alone: every figure and relative link of README and docs/ names a file of the
+repository, and nothing cites a path outside it."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_every_relative_link_and_figure_names_a_file_of_the_repository(doc):
+    targets = [t.split("#")[0] for t in LINK.findall(doc.read_text()) if not re.match(r"[a-z]+:", t)]
+    missing = [t for t in targets if t and not (doc.parent / t).exists()]
+    assert not missing, f"{doc.name} links to files that do not exist: {missing}"
+
+
+def test_readme_shows_the_answer_with_a_committed_figure():
+    figures = re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", (ROOT / "README.md").read_text())
+    assert figures, "README shows no figure"
+    assert all((ROOT / f).is_file() and (ROOT / f).stat().st_size > 1000 for f in figures), figures
+
+
+def test_nothing_cites_a_path_outside_the_repository():
+    files = [p for d in ("lib", "tests", "notebooks", "params", "docs", "scripts") for p in (ROOT / d).rglob("*")
+             if p.is_file() and p.suffix in (".py", ".md", ".yaml", ".ipynb", ".txt")] + [ROOT / "README.md",
+                                                                                      ROOT / "Makefile"]
+    outside = re.compile(r"\.\./shared|/work/")
+    cited = [str(p.relative_to(ROOT)) for p in files if p != Path(__file__).resolve() and outside.search(p.read_text())]
+    assert not cited, f"paths outside the repository cited in: {cited}"

@@ -1,0 +1,94 @@
+"""Experiment tracking (tracking.py) and the evaluations after growth: the event file reads back as metrics.jsonl,
+and observing a run never changes what it trains."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+import fakes
+from normgrow import tracking
+from normgrow.config import ParamError, load_profile
+from normgrow.rundir import GROWTH_EVAL, identity_differences, read_identity
+from normgrow.stats import eval_curve
+from normgrow.train import make_run_spec, run_variant
+
+
+@pytest.fixture
+def outputs(tmp_path, monkeypatch):
+    monkeypatch.setenv("NORMGROW_OUTPUTS", str(tmp_path))
+    fakes.install(monkeypatch)
+    return tmp_path
+
+
+def run(name: str, **overrides) -> dict:
+    spec = make_run_spec(profile="tiny", norm="pre", schedule="grow", run_name=name,
+                         overrides=fakes.TINY_OVERRIDES | overrides)
+    return run_variant(spec, progress=False)
+
+
+def records(outputs, name: str) -> list[dict]:
+    return [json.loads(line) for line in (outputs / "runs" / "tiny" / name / "metrics.jsonl").read_text().splitlines()]
+
+
+def scalars(outputs, name: str) -> dict[str, list]:
+    acc = EventAccumulator(str(outputs / "runs" / "tiny" / name / tracking.TENSORBOARD_DIR))
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def test_tensorboard_events_read_back_as_the_metrics(outputs):
+    run("tracked")
+    lines = records(outputs, "tracked")
+    got = scalars(outputs, "tracked")
+    train = [r for r in lines if r["kind"] == "train"]
+    assert [s for s, _ in got["train/loss"]] == [r["step"] for r in train] == list(range(1, 13))
+    for (_, value), r in zip(got["train/loss"], train):
+        assert value == pytest.approx(r["loss"], rel=1e-6)  # float32 in the event file
+    assert [v for _, v in got["train/lr"]] == pytest.approx([r["lr"] for r in train], rel=1e-6)
+    assert [v for _, v in got["run/depth"]] == [r["depth"] for r in train]  # the phase boundaries: 1, 2, 3
+    evals = [r for r in lines if r["kind"] != "train"]
+    assert [s for s, _ in got["val/ce"]] == [r["step"] for r in evals]
+    assert [v for _, v in got["val/ce"]] == pytest.approx([r["val_ce"] for r in evals], rel=1e-6)
+
+
+def test_no_trackers_writes_no_event_file(outputs):
+    run("untracked", **{"train.trackers": []})
+    assert not (outputs / "runs" / "tiny" / "untracked" / tracking.TENSORBOARD_DIR).exists()
+
+
+def test_evaluations_after_growth_leave_the_training_bitwise_unchanged(outputs):
+    """Two extra evaluations 1 and 2 steps after each growth: the same losses, gradient norms and final numbers to the
+    last bit, the extra records marked growth_eval, and the regime's flatness curve the same as without them; the
+    two runs are the same run by identity (rundir.NOT_COMPARED)."""
+    plain = run("plain")
+    dense = run("dense", **{"train.eval_after_growth": [1, 2]})
+    a, b = records(outputs, "plain"), records(outputs, "dense")
+    train = lambda rs: [(r["step"], r["loss"], r["grad_norm"]) for r in rs if r["kind"] == "train"]  # noqa: E731
+    assert train(a) == train(b)
+    assert plain["val_ce"] == dense["val_ce"] and plain["phases"] == dense["phases"]
+    # phases of 4 steps start at steps 4 and 8; eval_every 2 already evaluates steps 6 and 10
+    assert [r["step"] for r in b if r["kind"] == GROWTH_EVAL] == [5, 9]
+    assert not any(r["kind"] == GROWTH_EVAL for r in a)
+    assert eval_curve(outputs / "runs" / "tiny" / "plain") == eval_curve(outputs / "runs" / "tiny" / "dense")
+    ida, idb = (read_identity(outputs / "runs" / "tiny" / n) for n in ("plain", "dense"))
+    ida["run_name"] = idb["run_name"]
+    assert identity_differences(ida, idb) == []
+
+
+@pytest.mark.parametrize("value", [[0], [4, 2], [2, 2], ["8"]])
+def test_bad_evaluations_after_growth_are_refused(value):
+    with pytest.raises(ParamError, match="train.eval_after_growth"):
+        load_profile("tiny", {"train.eval_after_growth": value})
+
+
+def test_unknown_or_missing_trackers_are_refused_before_any_work(outputs, monkeypatch):
+    with pytest.raises(ParamError, match="tensorboard, wandb, trackio"):
+        load_profile("tiny", {"train.trackers": ["mlflow"]})
+    real = tracking.importlib.util.find_spec
+    monkeypatch.setattr(tracking.importlib.util, "find_spec", lambda n: None if n == "wandb" else real(n))
+    with pytest.raises(ParamError, match="pip install wandb"):
+        make_run_spec(profile="tiny", norm="pre", schedule="grow", run_name="w",
+                      overrides=fakes.TINY_OVERRIDES | {"train.trackers": ["tensorboard", "wandb"]})
+    assert not (outputs / "runs").exists()
