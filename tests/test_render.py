@@ -87,9 +87,11 @@ def synthetic_study() -> dict:
     for variant, schedule in (("pre-grow", "grow"), ("pre-grow-freeze", "grow"), ("post-grow", "grow")):
         for seed in (0, 1):
             runs[f"{variant}-s{seed}"] = {"seed": seed, "schedule": schedule, "norm": variant.split("-")[0],
+                                          "variant": variant, "freeze_prefix": variant.endswith("freeze"),
                                           "drift": {"fixed_boundary": 1},
                                           "checkpoints": [ckpt(p, p + 1, 1 + seed + p) for p in range(3)]}
-    runs["pre-joint-s0"] = {"seed": 0, "schedule": "joint", "norm": "pre", "drift": {"fixed_boundary": 3},
+    runs["pre-joint-s0"] = {"seed": 0, "schedule": "joint", "norm": "pre", "variant": "pre-joint",
+                            "freeze_prefix": False, "drift": {"fixed_boundary": 3},
                             "checkpoints": [ckpt(0, 3, 2.0)]}
     return {"profile": "synth", "groups": groups, "runs": runs, "claims": [],
             "batch": {"class_counts": {"all": 16, "first": 2}}}
@@ -97,7 +99,13 @@ def synthetic_study() -> dict:
 
 def test_widget_defaults_and_metric_toggle():
     study = synthetic_study()
-    assert diagplots.default_run(sorted(study["runs"])) == "pre-grow-s0"  # not pre-grow-freeze-s0
+    assert diagplots.default_run(study) == "pre-grow-s0"  # not pre-grow-freeze-s0
+    # the overlay's counterpart by the run files' parameters: same schedule, control and seed, the other placement
+    assert diagplots.counterpart(study, "pre-grow-s1") == "post-grow-s1"
+    assert diagplots.counterpart(study, "post-grow-s0") == "pre-grow-s0"
+    assert diagplots.counterpart(study, "pre-grow-freeze-s0") is None  # no post-grow-freeze run in this study
+    renamed = {**study, "runs": {("mine" if n == "post-grow-s1" else n): d for n, d in study["runs"].items()}}
+    assert diagplots.counterpart(renamed, "pre-grow-s1") == "mine"  # names are never parsed
     rms = diagplots.widget_figures(study, "pre-grow-s0", metric="rms")
     mx = diagplots.widget_figures(study, "pre-grow-s0", metric="max_abs")
     ys = lambda fig: [v for t in fig.data for v in (t.y or []) if v is not None]  # noqa: E731

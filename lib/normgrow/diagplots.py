@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import html
 import math
-import re
 from pathlib import Path
 
 import numpy as np
@@ -45,22 +44,26 @@ def load_study(path) -> dict:
 
 def variant_of(name: str, run: dict | None = None) -> str:
     """The run's variant as diagnostics.diagnose_study recorded it (by the run's parameters, variants.collect_runs);
-    for a run diagnosed on its own, its name without the seed suffix ('pre-grow' from 'pre-grow-s0')."""
-    if run and run.get("variant"):
-        return run["variant"]
-    seed = (run or {}).get("seed")
-    suffix = f"-s{seed}" if seed is not None else None
-    if suffix and name.endswith(suffix):
-        return name[:-len(suffix)]
-    return re.sub(r"-s\d+$", "", name)
+    a run diagnosed on its own, with no variant recorded, is a group of its own under its name (names are never
+    parsed)."""
+    return (run or {}).get("variant") or name
 
 
-def counterpart(name: str) -> str | None:
-    if name.startswith("pre-"):
-        return "post-" + name[4:]
-    if name.startswith("post-"):
-        return "pre-" + name[5:]
-    return None
+def counterpart(study: dict, name: str) -> str | None:
+    """The run of the same seed whose variant differs from this run's only in its placement (post-norm for pre-norm,
+    pre-norm for every other placement), from the run files' parameters (variants.load_variants): the overlay of the
+    widget. None when the run has no recorded variant or the study holds no such run."""
+    from .variants import load_variants
+    run = study["runs"].get(name)
+    variants = load_variants()
+    mine = variants.get(variant_of(name, run)) if run else None
+    if mine is None:
+        return None
+    other = "post" if mine.norm == "pre" else "pre"
+    arm = lambda v: (v.schedule, v.freeze_prefix, v.match_active_layer_tokens is not None)  # noqa: E731
+    names = {v.name for v in variants.values() if v.norm == other and arm(v) == arm(mine)}
+    hits = sorted(n for n, d in study["runs"].items() if variant_of(n, d) in names and d.get("seed") == run.get("seed"))
+    return hits[0] if hits else None
 
 
 def _groups_present(study: dict) -> list[str]:
@@ -400,11 +403,13 @@ def export_html(study: dict, path, figures: dict | None = None) -> Path:
     return write_text(Path(path), page.html())
 
 
-def default_run(names: list[str]) -> str:
-    """The run the widget opens on: pre-grow of the lowest seed (the grown pre-norm student of observation 5), else
-    the first run; 'pre-grow-freeze-s0' also starts with 'pre-grow', so the name is matched whole."""
-    grow = sorted((int(m.group(1)), n) for n in names if (m := re.fullmatch(r"pre-grow-s(\d+)", n)))
-    return grow[0][1] if grow else names[0]
+def default_run(study: dict) -> str:
+    """The run the widget opens on: the pre-norm grown run (no freeze) of the lowest seed, the grown student of
+    observation 5, found by its recorded parameters; else the first run."""
+    runs = study["runs"]
+    grown = sorted((d.get("seed", 0), n) for n, d in runs.items()
+                   if d.get("norm") == "pre" and d.get("schedule") == "grow" and not d.get("freeze_prefix"))
+    return grown[0][1] if grown else sorted(runs)[0]
 
 
 def widget_figures(study: dict, run: str, group: str = "all", layer: int = 1, checkpoint: int = -1,
@@ -412,8 +417,8 @@ def widget_figures(study: dict, run: str, group: str = "all", layer: int = 1, ch
     """What the widget draws for these settings: boundary scale at the checkpoint, drift at h_layer, drift at the
     growth boundary (both in the chosen metric) and the blocks, for the run and, with overlay, its pre/post
     counterpart."""
-    other = counterpart(run)
-    selected = [run] + ([other] if overlay and other in study["runs"] else [])
+    other = counterpart(study, run)
+    selected = [run] + ([other] if overlay and other is not None else [])
     return [boundary_figure(study, selected, checkpoint=checkpoint, metric=metric),
             drift_figure(study, selected, groups=[group], layer=layer, metric=metric),
             drift_figure(study, selected, groups=[group], kind="growth", metric=metric),
@@ -437,7 +442,7 @@ def interactive(study: dict, draw: bool = False):
     if not names:
         return w.HTML("no diagnosed runs")
     max_depth = max(len(d["checkpoints"][-1]["boundaries"]) - 1 for d in study["runs"].values())
-    run = w.Dropdown(options=names, value=default_run(names), description="run")
+    run = w.Dropdown(options=names, value=default_run(study), description="run")
     group = w.Dropdown(options=_groups_present(study), value="all", description="tokens")
     layer = w.IntSlider(value=1, min=0, max=max_depth, description="layer h_i")
     phase = w.Dropdown(options=[("final", -1)], value=-1, description="phase")
