@@ -13,18 +13,18 @@ import pytest
 
 from normgrow.claims import SUPPORTED, Claim
 
-from normgrow import diagplots, render
+from normgrow import diagplots, formats, render
 
 
 def test_fmt_by_column_kind():
-    assert render.fmt(4.920512345, "val_ce") == "4.9205"
-    assert render.fmt(786432.0, "active_layer_tokens") == "786,432"
-    assert render.fmt(0.0450797, "flat_ratio") == "0.0451"
-    assert render.fmt(164.63, "wall_s") == "165"
-    assert render.fmt(np.bool_(True)) == "yes" and render.fmt(False) == "no"
-    assert render.fmt(float("nan"), "val_ce") == "" and render.fmt(None) == ""
-    assert render.interval(4.92109, 4.90423, 4.93795) == "4.921 [4.904, 4.938]"
-    assert render.interval(4.92109, math.nan, math.nan) == "4.921"
+    assert formats.cell(4.920512345, "val_ce") == "4.9205"
+    assert formats.cell(786432.0, "active_layer_tokens") == "786,432"
+    assert formats.cell(0.0450797, "flat_ratio") == "0.0451"
+    assert formats.cell(164.63, "wall_s") == "165"
+    assert formats.cell(np.bool_(True)) == "yes" and formats.cell(False) == "no"
+    assert formats.cell(float("nan"), "val_ce") == "" and formats.cell(None) == ""
+    assert formats.interval(4.92109, 4.90423, 4.93795) == "4.921 [4.904, 4.938]"
+    assert formats.interval(4.92109, math.nan, math.nan) == "4.921"
 
 
 def test_table_drops_empty_columns_and_formats():

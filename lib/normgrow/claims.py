@@ -24,6 +24,7 @@ import pandas as pd
 
 from .stats import (ALPHA, LEVEL, SEEDS_LIMIT, crossover_table, difference_in_gaps, gap_ratio, gap_table,
                     paired_differences, paired_gap, seeds_needed, tost, undertrained)
+from .formats import gap_interval, signed
 from .rundir import study_diagnostics
 from .variants import GapSpec, Reference, Variant
 
@@ -80,17 +81,6 @@ def judge(stats: dict, direction: int = +1) -> str:
     return NOT_RESOLVED
 
 
-def _fmt(x: float, digits: int = 4) -> str:
-    return "nan" if x is None or not np.isfinite(x) else f"{x:+.{digits}f}"
-
-
-def _interval(s: dict, level: float = LEVEL) -> str:
-    if s["n"] < 2:
-        return f"{_fmt(s['mean'])} from {s['n']} paired seed{'s' if s['n'] != 1 else ''} (no CI: needs at least 2)"
-    return f"{_fmt(s['mean'])} (95% CI [{_fmt(s['ci_low'])}, {_fmt(s['ci_high'])}], {s['n']} paired seeds)".replace(
-        "95%", f"{round(level * 100)}%")
-
-
 def _missing(runs: pd.DataFrame, variants) -> list[str]:
     """The variants without finished runs."""
     present = set(runs["variant"]) if len(runs) else set()
@@ -106,7 +96,7 @@ def _directional(claim: str, statement: str, runs: pd.DataFrame, stats: dict, la
         return Claim(claim, statement, NOT_TESTABLE,
                       f"Not testable: no finished runs of {', '.join(missing)}.", evidence, variants)
     status = judge(stats, direction)
-    where = f"{label} = {_interval(stats, level)}"
+    where = f"{label} = {gap_interval(stats, level)}"
     if status == SUPPORTED:
         text = f"Supported: {where}; the interval excludes zero in the claimed direction ({yes})."
     elif status == NOT_SUPPORTED:
@@ -155,7 +145,7 @@ def evaluate_claims(runs: pd.DataFrame, reference: Reference, metric: str = "val
         "post-norm's advantage is larger under growth", "post-norm's advantage is smaller under growth", level)
     if c.status != NOT_TESTABLE:
         if np.isfinite(ratio["ratio"]):
-            note = (f" Ratio of mean gaps: grow {_fmt(ratio['grow_mean'])} / joint {_fmt(ratio['joint_mean'])} = "
+            note = (f" Ratio of mean gaps: grow {signed(ratio['grow_mean'])} / joint {signed(ratio['joint_mean'])} = "
                     f"{ratio['ratio']:.1f}x (reference +{grow.reference} / +{joint.reference} = "
                     f"~{ratio['reference_ratio']:.0f}x)"
                     + ("" if ratio["joint_resolved"] else "; the joint gap's interval includes zero, so the ratio is "
@@ -213,7 +203,7 @@ def _joint_claim(runs: pd.DataFrame, spec: GapSpec, s: dict, margin: float, metr
     if missing:
         return Claim("headline-joint", statement, NOT_TESTABLE,
                      f"Not testable: no finished runs of {', '.join(missing)}.", evidence, variants)
-    where = f"{spec.a} - {spec.b} = {_interval(s, level)}"
+    where = f"{spec.a} - {spec.b} = {gap_interval(s, level)}"
     if s["n"] < 2:
         return Claim("headline-joint", statement, NOT_RESOLVED,
                      f"Not resolved: {where}, so equivalence cannot be tested; run more seeds.", evidence, variants)
@@ -237,7 +227,7 @@ def _joint_claim(runs: pd.DataFrame, spec: GapSpec, s: dict, margin: float, metr
     elif need is None:
         more = f"at this spread more than {SEEDS_LIMIT:,} paired seeds would be needed to show it"
     else:
-        more = f"at this spread about {need} paired seeds would show it if the mean stayed at {_fmt(s['mean'])}"
+        more = f"at this spread about {need} paired seeds would show it if the mean stayed at {signed(s['mean'])}"
     return Claim("headline-joint", statement, NOT_RESOLVED,
                  f"Not shown equivalent (too few seeds / spread too large): {where}; {test}: neither a difference nor "
                  f"equivalence is shown; {more}.", evidence, variants)
@@ -258,7 +248,7 @@ def _crossover_claim(runs: pd.DataFrame, grow: GapSpec, metric: str, level: floa
         return Claim("obs2-crossover", statement, NOT_TESTABLE,
                       "Not testable: the grown runs have fewer than two stages.", evidence, variants)
     per_stage = "; ".join(f"stage {r['stage']} (depth {r['depth']}): {grow.a} - {grow.b} = "
-                          f"{_interval({'n': r['n_pairs'], 'mean': r['gap_mean'], 'ci_low': r['gap_ci_low'], 'ci_high': r['gap_ci_high']}, level)}"
+                          f"{gap_interval({'n': r['n_pairs'], 'mean': r['gap_mean'], 'ci_low': r['gap_ci_low'], 'ci_high': r['gap_ci_high']}, level)}"
                           for r in table.to_dict("records"))
     first, last = table.iloc[0], table.iloc[-1]
     first_lead, last_lead = first["resolved_leader"], last["resolved_leader"]

@@ -43,6 +43,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .formats import sig
 from .claims import NOT_SUPPORTED, NOT_TESTABLE, SUPPORTED, Claim
 from .config import load_profile
 from .distill import eval_sums
@@ -421,10 +422,6 @@ def drift_rows(runs: dict[str, dict], kind: str = "top") -> list[dict]:
     return rows
 
 
-def _fmt(x, digits=3):
-    return "n/a" if x is None else f"{x:.{digits}g}"
-
-
 def _of_variant(runs: dict[str, dict], variant: str) -> dict[str, dict]:
     return {n: d for n, d in runs.items() if d.get("variant") == variant}
 
@@ -457,23 +454,23 @@ def claim4(runs: dict[str, dict], grow: GapSpec, class_counts: dict[str, int]) -
     supported = bool(post_stable and post_less and concentrated)
     sizes = ", ".join(f"{g} {class_counts[g]}" for g in groups)
     empty = [g for g in GROUPS if class_counts.get(g, 0) == 0]
-    per_class = "; ".join(f"{g}: pre x{_fmt(r[('pre', g)])}, post x{_fmt(r[('post', g)])}"
+    per_class = "; ".join(f"{g}: pre x{sig(r[('pre', g)])}, post x{sig(r[('post', g)])}"
                           for g in groups if g != "first")
     first = (f" The first position of each sequence (the start token; {class_counts['first']} positions) on its own: "
-             f"pre x{_fmt(r[('pre', 'first')])}, post x{_fmt(r[('post', 'first')])}." if "first" in groups else "")
-    growth = "; ".join(f"{g}: pre x{_fmt(rg[('pre', g)])}, post x{_fmt(rg[('post', g)])}"
+             f"pre x{sig(r[('pre', 'first')])}, post x{sig(r[('post', 'first')])}." if "first" in groups else "")
+    growth = "; ".join(f"{g}: pre x{sig(rg[('pre', g)])}, post x{sig(rg[('post', g)])}"
                        for g in ("all", "structural", "content") if g in groups)
     evidence = (f"Top-boundary RMS (h_N, what the head's norm and the next appended block receive) at the last phase "
                 f"over the first phase, geometric mean over seeds ({len(pre)} pre-grow, {len(post)} post-grow runs); "
                 f"positions per group in the fixed batch: {sizes}"
                 + (f" ({', '.join(empty)}: no positions, left out)" if empty else "") + f". {per_class}.{first} "
-                f"Post-norm all-token drift x{_fmt(r.get(('post', 'all')))} is "
+                f"Post-norm all-token drift x{sig(r.get(('post', 'all')))} is "
                 f"{'within' if post_stable else 'outside'} the stability band [1/{STABLE_RATIO}, {STABLE_RATIO}] and "
-                f"{'smaller' if post_less else 'not smaller'} than pre-norm's x{_fmt(r.get(('pre', 'all')))}; by "
+                f"{'smaller' if post_less else 'not smaller'} than pre-norm's x{sig(r.get(('pre', 'all')))}; by "
                 "construction a post-norm boundary is an RMSNorm's output, so its RMS is that norm's learned gain "
                 "(1 at initialisation) and its stability is built in rather than found. Pre-norm structural drift "
-                f"x{_fmt(r.get(('pre', 'structural')))} "
-                f"{'exceeds' if concentrated else 'does not exceed'} content drift x{_fmt(r.get(('pre', 'content')))} "
+                f"x{sig(r.get(('pre', 'structural')))} "
+                f"{'exceeds' if concentrated else 'does not exceed'} content drift x{sig(r.get(('pre', 'content')))} "
                 f"by the margin x{CONCENTRATION_MARGIN} (in |log ratio|)"
                 + ("" if concentrated else ": the drift is not concentrated on structural tokens") +
                 f". At the growth boundary of the last phase against the first phase's top boundary: {growth}.")
@@ -506,13 +503,13 @@ def claim5(runs: dict[str, dict], grow: GapSpec) -> Claim:
                 if d["checkpoints"][-1]["final_block"]["ratio_to_median"]]
     supported = rel_gm is not None and rel_gm < IDENTITY_RATIO
     evidence = (f"Final pre-grow block update ratio ||h_N - h_(N-1)|| / ||h_(N-1)|| = "
-                f"{_fmt(mean([f['final_block_update_ratio'] for f in fb]))} (mean over {len(fb)} seeds) against a "
-                f"median of {_fmt(mean([f['median_other_update_ratio'] for f in fb]))} for the other blocks (interior blocks "
+                f"{sig(mean([f['final_block_update_ratio'] for f in fb]))} (mean over {len(fb)} seeds) against a "
+                f"median of {sig(mean([f['median_other_update_ratio'] for f in fb]))} for the other blocks (interior blocks "
                 f"1..N-2; block 0 reads the raw embedding): "
-                f"x{_fmt(rel_gm)} the median (geometric mean), rank(s) {[f['rank'] for f in fb]} of "
-                f"{fb[0]['n_blocks']} (1 = smallest), cosine(h_in, h_out) {_fmt(mean([f['final_block_cosine'] for f in fb]))}, "
-                f"skip-block validation CE change {_fmt(mean([f['final_block_skip_delta_ce'] for f in fb if f['final_block_skip_delta_ce'] is not None]))} nats/token"
-                + (f"; post-grow final block: x{_fmt(_geo_mean([math.log(x) for x in post_rel]))} its median"
+                f"x{sig(rel_gm)} the median (geometric mean), rank(s) {[f['rank'] for f in fb]} of "
+                f"{fb[0]['n_blocks']} (1 = smallest), cosine(h_in, h_out) {sig(mean([f['final_block_cosine'] for f in fb]))}, "
+                f"skip-block validation CE change {sig(mean([f['final_block_skip_delta_ce'] for f in fb if f['final_block_skip_delta_ce'] is not None]))} nats/token"
+                + (f"; post-grow final block: x{sig(_geo_mean([math.log(x) for x in post_rel]))} its median"
                    + (" (smaller still, so near-identity is not specific to pre-norm here)"
                       if rel_gm is not None and _geo_mean([math.log(x) for x in post_rel]) < rel_gm else "")
                    if post_rel else "")

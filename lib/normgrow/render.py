@@ -13,7 +13,7 @@ Choices, and why:
 - One stylesheet (STYLE) for both pages, sized for a laptop: a 1100 px column, 12.5 px tables whose headers wrap, so
   no table needs sideways scrolling. Wide frames are shown as a chosen subset of columns (the csv next to the page
   has them all) and the long ones sit in a closed ``<details>``.
-- Numbers are formatted by column (``fmt``): validation CE and gaps with 4 decimals (the gaps of interest are
+- Numbers are formatted by column (``formats.cell``): validation CE and gaps with 4 decimals (the gaps of interest are
   0.0004-0.03 nats), ratios with 3 significant digits, token counts with thousands separators, booleans yes/no,
   NaN as an empty cell; a column that is empty everywhere is dropped (it only costs width).
 - Colours: pre-norm red, post-norm blue wherever a figure compares the two placements (report), one colour per
@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .formats import cell
 from .placements import PLACEMENTS
 from .claims import GATED, NOT_JUDGED, NOT_JUDGED_DEPTH, NOT_RESOLVED, NOT_SUPPORTED, NOT_TESTABLE, SUPPORTED
 
@@ -114,47 +115,12 @@ def style_figure(fig, height: int | None = None, legend_title: str | None = None
     return fig
 
 
-# --------------------------------------------------------------------------------------------------------- numbers
-
-INT_WORDS = ("tokens", "n_seeds", "n_pairs", "depth", "stage", "seed", "rank", "index", "phase", "count")
-
-
-def fmt(x, column: str = "") -> str:
-    """One cell: '' for None/NaN, yes/no for booleans, thousands separators for integers and integral counts
-    (columns named like INT_WORDS), 3 significant digits for ratios, whole seconds for wall time, else 4 decimals."""
-    if x is None or (isinstance(x, (float, np.floating)) and math.isnan(x)):
-        return ""
-    if isinstance(x, (bool, np.bool_)):
-        return "yes" if x else "no"
-    if isinstance(x, (int, np.integer)):
-        return f"{int(x):,}"
-    if isinstance(x, (float, np.floating)):
-        col = column.lower()
-        if any(w in col for w in INT_WORDS) and float(x).is_integer():
-            return f"{int(x):,}"
-        if "ratio" in col:
-            return f"{x:.3g}"
-        if "wall" in col:
-            return f"{x:,.0f}"
-        return f"{x:.4f}"
-    return str(x)
-
-
-def interval(mean, low, high, digits: int = 3) -> str:
-    """'4.921 [4.904, 4.938]'; the mean alone when the interval is undefined (one seed); '' without a mean."""
-    if mean is None or not np.isfinite(mean):
-        return ""
-    if low is None or high is None or not (np.isfinite(low) and np.isfinite(high)):
-        return f"{mean:.{digits}f}"
-    return f"{mean:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
-
-
 def _empty(col: pd.Series) -> bool:
     return bool(col.map(lambda v: v is None or v == "" or (isinstance(v, float) and math.isnan(v))).all())
 
 
 def table(df: pd.DataFrame, columns=None, rename: dict | None = None, formats: dict | None = None) -> str:
-    """An HTML table of df (or of these columns, in this order; missing ones are skipped): cells by ``fmt`` or a
+    """An HTML table of df (or of these columns, in this order; missing ones are skipped): cells by ``formats.cell`` or a
     per-column function in formats, numbers right-aligned, columns empty in every row dropped, headers renamed."""
     if columns is not None:
         df = df[[c for c in columns if c in df.columns]]
@@ -166,7 +132,7 @@ def table(df: pd.DataFrame, columns=None, rename: dict | None = None, formats: d
     for rec in df.itertuples(index=False):
         cells = []
         for c, v in zip(df.columns, rec):
-            text = formats[c](v) if c in formats else fmt(v, str(c))
+            text = formats[c](v) if c in formats else cell(v, str(c))
             numeric = isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
             cells.append(f"<td class='{'num' if numeric else 'txt'}'>{e(text)}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
@@ -199,7 +165,7 @@ def claims_html(claims: list[dict]) -> str:
                      f"</span>: <span class='statement'>{e(c['statement'])}</span>{sentence}</div>")
         numbers = {k: v for k, v in (c.get("evidence") or {}).items() if isinstance(v, (int, float))}
         if numbers and c["status"] not in GATED:
-            df = pd.DataFrame({"quantity": list(numbers), "value": [fmt(v, "ratio") for v in numbers.values()]})
+            df = pd.DataFrame({"quantity": list(numbers), "value": [cell(v, "ratio") for v in numbers.values()]})
             parts.append(details(f"numbers of {c['claim']}", table(df)))
     return "".join(parts)
 

@@ -318,7 +318,7 @@ def _regime_html(rep: Report) -> str:
 
 
 def _ci_column(df: pd.DataFrame, prefix: str, digits: int) -> list[str]:
-    from .render import interval
+    from .formats import interval
     return [interval(m, lo, hi, digits) for m, lo, hi in zip(df[f"{prefix}_mean"], df[f"{prefix}_ci_low"],
                                                                df[f"{prefix}_ci_high"])]
 
