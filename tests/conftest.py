@@ -37,6 +37,15 @@ def finished_study(tmp_path_factory, share_cache):
 
 
 @pytest.fixture
+def outputs(tmp_path, monkeypatch):
+    """tmp_path as the outputs root, with the synthetic cache (fakes.install) in place of the teacher's."""
+    import fakes
+    monkeypatch.setenv("NORMGROW_OUTPUTS", str(tmp_path))
+    fakes.install(monkeypatch)
+    return tmp_path
+
+
+@pytest.fixture
 def synthetic_outputs(tmp_path, monkeypatch):
     """A tmp outputs tree, the synthetic cache (fakes.install), one torch thread (a 16-wide model gains nothing from
     two, and on a shared machine two threads contend: seconds instead of a fraction of one per run)."""

@@ -1,6 +1,11 @@
-"""A synthetic teacher cache for fast training tests: a fixed random bigram 'teacher' over a tiny vocabulary."""
+"""Fakes for fast tests: a synthetic teacher cache (a fixed random bigram "teacher" over a tiny vocabulary) and a
+run killed mid-phase in its own process (the resume tests)."""
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,3 +72,39 @@ def sleeping_rank(ranks, started: str) -> None:
     for second in range(120):
         print(f"rank {ranks.rank} waiting, {second} s", flush=True)
         time.sleep(1)
+
+
+# ------------------------------------------------------------------------ a run killed mid-phase (resume tests)
+
+KILL_SCRIPT = """
+import sys, time
+sys.path.insert(0, {tests!r})
+import fakes
+fakes.install()
+import normgrow.train as train
+slow = train.Batches.__call__
+def slowed(self, step):
+    time.sleep(0.15)
+    return slow(self, step)
+train.Batches.__call__ = slowed
+train.run_variant(train.make_run_spec(profile="tiny", norm="pre", schedule="grow",
+                                      overrides=fakes.TINY_OVERRIDES | {extra!r}, run_name="pre-grow-s0"), progress=False)
+"""
+
+
+def kill_mid_phase(run_dir: Path, extra: dict) -> None:
+    """Start pre-grow-s0 (slowed to 0.15 s a step) in its own process group with the overrides `extra`, and SIGKILL
+    the whole group mid-phase 1: after a checkpoint exists, past the first phase end, before the run finishes."""
+    script = KILL_SCRIPT.format(tests=str(Path(__file__).parent), extra=extra)
+    proc = subprocess.Popen([sys.executable, "-c", script], env=os.environ.copy(), start_new_session=True)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        metrics = run_dir / "metrics.jsonl"
+        lines = metrics.read_text().count('"kind": "train"') if metrics.exists() else 0
+        if lines >= 6 and (run_dir / "checkpoints" / "last.pt").exists():
+            break
+        assert proc.poll() is None, "the run ended before it could be killed"
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)  # the run's forked ranks too, if any
+    proc.wait()
+    assert not (run_dir / "summary.json").exists()

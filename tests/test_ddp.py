@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import fakes
-from test_train import kill_mid_phase
+from fakes import kill_mid_phase
 from normgrow import ranks, rundir, train
 from normgrow.config import ParamError
 from normgrow.model import load_student
@@ -20,13 +20,6 @@ from normgrow.train import Batches, make_run_spec, run_variant
 pytestmark = pytest.mark.slow  # processes, subprocesses or model conversions: not in make test-fast
 
 TWO = {"train.processes": 2}
-
-
-@pytest.fixture
-def outputs(tmp_path, monkeypatch):
-    monkeypatch.setenv("NORMGROW_OUTPUTS", str(tmp_path))
-    fakes.install(monkeypatch)
-    return tmp_path
 
 
 def spec(run_name, extra=None, **kw):

@@ -6,32 +6,7 @@ from normgrow.config import DistillParams
 from normgrow.distill import (chunked_head_loss, distill_loss, distill_loss_chunked, eval_sums, flatten_batch,
                               masked_mean, next_token_ce, teacher_entropy, topk_soft_ce)
 from normgrow.model import Student, StudentConfig
-
-N, V, D = 23, 50, 16
-
-
-def gen(seed=0):
-    return torch.Generator().manual_seed(seed)
-
-
-def teacher_cache(t_logits, k):
-    """What the top-k cache stores for full teacher logits."""
-    logp = t_logits.log_softmax(-1)
-    topk_logp, topk_ids = logp.topk(k, dim=-1)
-    tail = torch.log1p(-topk_logp.exp().sum(-1).clamp(max=1.0)) if k < t_logits.shape[-1] else \
-        torch.full(t_logits.shape[:-1], float("-inf"))
-    return topk_ids, topk_logp, tail
-
-
-def make_batch(k, seed=0, n=N):
-    g = gen(seed)
-    t_logits = 2 * torch.randn(n, V, generator=g)
-    ids, logp, tail = teacher_cache(t_logits, k)
-    mask = torch.rand(n, generator=g) > 0.3
-    mask[0] = True
-    return t_logits, {"targets": torch.randint(V, (n,), generator=g), "topk_ids": ids, "topk_logp": logp,
-                      "tail_logp": tail, "mask": mask}
-
+from distill_batches import D, N, V, gen, make_batch
 
 def student_logits(seed=1, n=N):
     return (2 * torch.randn(n, V, generator=gen(seed))).requires_grad_()

@@ -5,7 +5,7 @@ import torch
 from normgrow.config import DistillParams
 from normgrow.distill import distill_loss, distill_loss_chunked
 
-from test_distill import D, N, V, gen, make_batch
+from distill_batches import D, N, V, gen, make_batch
 
 PARAMS = [DistillParams(), DistillParams(tail="renormalize"), DistillParams(temperature=2.0, ce_weight=0.3),
           DistillParams(tail="renormalize", temperature=0.5, ce_weight=0.4, loss="kl"),

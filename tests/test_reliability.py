@@ -16,7 +16,7 @@ import pytest
 from normgrow import config, report, study, variants
 from normgrow.config import ParamError
 from normgrow.rundir import RunDirError, runner_lock
-from test_report import write_run
+from synthetic_runs import write_run
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -16,13 +16,6 @@ from normgrow.rundir import RunDirError, RunLock
 from normgrow.train import NonFiniteError, derive_run_name, make_run_spec, run_variant
 
 
-@pytest.fixture
-def outputs(tmp_path, monkeypatch):
-    monkeypatch.setenv("NORMGROW_OUTPUTS", str(tmp_path))
-    fakes.install(monkeypatch)
-    return tmp_path
-
-
 def spec(run_name="pre-grow-s0", **kw):
     return make_run_spec(profile="tiny", norm=kw.pop("norm", "pre"), schedule=kw.pop("schedule", "grow"),
                          run_name=run_name, overrides=kw.pop("overrides", fakes.TINY_OVERRIDES), **kw)

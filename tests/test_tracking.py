@@ -15,13 +15,6 @@ from normgrow.stats import eval_curve
 from normgrow.train import make_run_spec, run_variant
 
 
-@pytest.fixture
-def outputs(tmp_path, monkeypatch):
-    monkeypatch.setenv("NORMGROW_OUTPUTS", str(tmp_path))
-    fakes.install(monkeypatch)
-    return tmp_path
-
-
 def run(name: str, **overrides) -> dict:
     spec = make_run_spec(profile="tiny", norm="pre", schedule="grow", run_name=name,
                          overrides=fakes.TINY_OVERRIDES | overrides)

@@ -3,12 +3,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pytest
 import torch
@@ -20,13 +14,7 @@ from normgrow.growth import plan_phases
 from normgrow.model import load_student
 from normgrow.tracking import TENSORBOARD_DIR
 from normgrow.train import derive_run_name, lr_for_run, make_run_spec, run_variant
-
-
-@pytest.fixture
-def outputs(tmp_path, monkeypatch):
-    monkeypatch.setenv("NORMGROW_OUTPUTS", str(tmp_path))
-    fakes.install(monkeypatch)
-    return tmp_path
+from fakes import kill_mid_phase
 
 
 def run(**kw):
@@ -169,40 +157,6 @@ def test_unfinished_run_with_other_parameters_is_refused(outputs):
     prepare_run_dir(spec, "fake")
     with pytest.raises(ParamError, match="different parameters"):
         run(norm="post", schedule="grow", run_name="mine")
-
-
-KILL_SCRIPT = """
-import sys, time
-sys.path.insert(0, {tests!r})
-import fakes
-fakes.install()
-import normgrow.train as train
-slow = train.Batches.__call__
-def slowed(self, step):
-    time.sleep(0.15)
-    return slow(self, step)
-train.Batches.__call__ = slowed
-train.run_variant(train.make_run_spec(profile="tiny", norm="pre", schedule="grow",
-                                      overrides=fakes.TINY_OVERRIDES | {extra!r}, run_name="pre-grow-s0"), progress=False)
-"""
-
-
-def kill_mid_phase(run_dir: Path, extra: dict) -> None:
-    """Start pre-grow-s0 (slowed to 0.15 s a step) in its own process group with the overrides `extra`, and SIGKILL
-    the whole group mid-phase 1: after a checkpoint exists, past the first phase end, before the run finishes."""
-    script = KILL_SCRIPT.format(tests=str(Path(__file__).parent), extra=extra)
-    proc = subprocess.Popen([sys.executable, "-c", script], env=os.environ.copy(), start_new_session=True)
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        metrics = run_dir / "metrics.jsonl"
-        lines = metrics.read_text().count('"kind": "train"') if metrics.exists() else 0
-        if lines >= 6 and (run_dir / "checkpoints" / "last.pt").exists():
-            break
-        assert proc.poll() is None, "the run ended before it could be killed"
-        time.sleep(0.02)
-    os.killpg(proc.pid, signal.SIGKILL)  # the run's forked ranks too, if any
-    proc.wait()
-    assert not (run_dir / "summary.json").exists()
 
 
 @pytest.mark.parametrize("extra", [{}, {"student.new_block_init": "gated", "student.gate_ramp_steps": 4}],

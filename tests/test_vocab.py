@@ -11,7 +11,7 @@ from normgrow.distill import distill_loss, distill_loss_chunked
 from normgrow.train import make_run_spec, run_variant
 from normgrow.vocab import VocabMap
 
-from test_distill import D, N, V, gen, make_batch
+from distill_batches import D, N, V, gen, make_batch
 
 K = 8
 
