@@ -638,3 +638,18 @@ def test_the_answer_comes_first_with_both_headline_gaps_and_their_verdicts(outpu
     ratio = next(c for c in rep.claims if c.claim == "headline-ratio").evidence
     assert f"grow gap - joint gap = {ratio['mean']:+.4f} [{ratio['ci_low']:+.4f}, {ratio['ci_high']:+.4f}]" in answer
     assert "positive means post-norm (b) is better" in answer and "<i>Reference</i>" in answer
+
+
+def test_summary_has_the_loss_jump_at_each_growth(outputs):
+    """growth_jump_p<i> = val_ce just after phase i's growth step - phase i-1's final val_ce; none for phase 0, for
+    joint runs and for summaries without the field."""
+    d = write_run(outputs, "pre-grow", 0, 5.0, phase_ce=[6.0, 5.5, 5.0])
+    summary = json.loads((d / "summary.json").read_text())
+    summary["phases"][1]["val_ce_after_growth"] = 6.25
+    summary["phases"][2]["val_ce_after_growth"] = 5.5
+    (d / "summary.json").write_text(json.dumps(summary))
+    write_run(outputs, "pre-joint", 0, 4.9, schedule="joint", depths=(3,))
+    runs = stats.runs_frame(collect_runs("tiny")).set_index("run_name")
+    assert runs.loc["pre-grow-s0", "growth_jump_p1"] == pytest.approx(0.25)
+    assert runs.loc["pre-grow-s0", "growth_jump_p2"] == pytest.approx(0.0)
+    assert "growth_jump_p0" not in runs.columns and math.isnan(runs.loc["pre-joint-s0", "growth_jump_p1"])
