@@ -85,3 +85,22 @@ def test_unknown_or_missing_trackers_are_refused_before_any_work(outputs, monkey
         make_run_spec(profile="tiny", norm="pre", schedule="grow", run_name="w",
                       overrides=fakes.TINY_OVERRIDES | {"train.trackers": ["tensorboard", "wandb"]})
     assert not (outputs / "runs").exists()
+
+
+def test_a_tracked_run_gives_accelerate_s_process_state_back(outputs, monkeypatch):
+    """A single-process run that leaves accelerate's process state behind makes the ranks a later data-parallel run
+    forks from the same process (a notebook, this test session) read rank 0 of 1 from it, and both take the run's
+    lock (seen in tests/test_ddp.py after these tests); the state is given back at the end and on an error."""
+    from accelerate import PartialState
+    assert not PartialState._shared_state
+    run("tracked")
+    assert not PartialState._shared_state
+    import normgrow.train as train
+
+    def broken(self, step):
+        raise RuntimeError("no batch")
+
+    monkeypatch.setattr(train.Batches, "__call__", broken)
+    with pytest.raises(RuntimeError, match="no batch"):  # the run stops at its first step, trackers open
+        run("stopped")
+    assert not PartialState._shared_state

@@ -158,6 +158,10 @@ def _forked_rank(cpu: bool, threads: int, errors: str, fn, args) -> None:
     import tqdm.auto
     import tqdm.std
     tqdm.auto.tqdm = tqdm.std.tqdm
+    # accelerate's process state is a per-process singleton: one the caller holds (its own accelerate use, a
+    # tracker) would answer this rank's PartialState() with the caller's rank 0 of 1 instead of joining the group
+    from accelerate import PartialState
+    PartialState._reset_state()
     _run_rank(cpu, errors, fn, args)
 
 

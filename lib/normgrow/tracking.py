@@ -57,7 +57,11 @@ class RunTrackers:
         from accelerate import PartialState
         from accelerate.tracking import TensorBoardTracker, TrackioTracker, WandBTracker
 
-        PartialState()  # accelerate's tracker logging needs its process state (a data-parallel run has it already)
+        # accelerate's tracker logging needs its process state; a data-parallel rank has it, a single process gets it
+        # for the run and gives it back at finish(): a process state left behind would be inherited by the ranks a
+        # later data-parallel run forks, and each would read rank 0 of 1 from it
+        self.owns_state = not PartialState._shared_state
+        PartialState()
         self.trackers = []
         for name in names:
             if name == "tensorboard":
@@ -87,6 +91,11 @@ class RunTrackers:
             tracker.log(values, step=step)
 
     def finish(self) -> None:
+        """Close the trackers (again: nothing); called when the run finishes or stops (train.train_ranks)."""
+        from accelerate import PartialState
         for tracker in self.trackers:
             tracker.finish()
         self.trackers = []
+        if self.owns_state:
+            PartialState._reset_state()
+            self.owns_state = False

@@ -712,7 +712,6 @@ def finish_run(run: Run) -> Summary:
     """final.pt (a hard link to the last phase checkpoint), summary.json, and last.pt removed."""
     prof, counters, ckpt_dir = run.spec.profile, run.counters, run.dir / CHECKPOINTS
     run.bar.close()
-    run.log.close()
     final_phase = PhaseSummary(**counters["phases"][-1])
     final = ckpt_dir / FINAL
     final.unlink(missing_ok=True)
@@ -768,12 +767,16 @@ def train_ranks(ranks: Ranks, spec: RunSpec, cache, phases: list[Phase], progres
         with ranks.main_first():
             state = load_resume_state(spec.dir, spec.profile.train.optimizer_on_grow)
         run = start_run(spec, cache, spec.dir, phases, state, progress, ranks)
-        optimizer, phase_start = None, 0
-        for phase in phases:
-            if run.counters["step"] < phase_start + phase.steps:
-                optimizer = train_phase(run, phase, phase_start, optimizer)
-            phase_start += phase.steps
-        summary = finish_run(run) if ranks.main else None
+        try:
+            optimizer, phase_start = None, 0
+            for phase in phases:
+                if run.counters["step"] < phase_start + phase.steps:
+                    optimizer = train_phase(run, phase, phase_start, optimizer)
+                phase_start += phase.steps
+            summary = finish_run(run) if ranks.main else None
+        finally:
+            if run.log is not None:
+                run.log.close()  # the trackers, also when the run stops on an error
         return ranks.from_main(summary)
 
 
