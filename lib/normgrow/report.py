@@ -491,12 +491,14 @@ def report_html(rep: Report, figs: dict | None = None) -> str:
     page.figure(figs["crossover"], div_id="fig-crossover")
     page.add("</section><section id='diagnostics'><h3>Observations 4 and 5 (boundary diagnostics)</h3>",
              _diagnostics_html(rep), "</section>")
-    run_cols = (["run_name", "seed", "depth", "val_ce", "val_kd_ce", "tokens", "active_layer_tokens", "wall_s"]
+    run_cols = (["run_name", "seed", "depth", "val_ce", "val_kd_ce", "active_layer_tokens", "wall_s"]
                 + sorted(c for c in rep.runs.columns if c.startswith(("val_ce_p", "growth_jump_p")))
                 + ["flat_ratio", "flattened"])
     page.add("<section id='runs'><h2>Runs (one row per run and seed)</h2>",
              details(f"{len(rep.runs)} runs (every column: summary.csv)",
-                     table(rep.runs, run_cols, {"run_name": "run", "wall_s": "wall s"})), "</section>")
+                     table(rep.runs, run_cols, {"run_name": "run", "wall_s": "wall s"} | {
+                         c: f"jump at growth {c.rsplit('p', 1)[1]}" for c in run_cols if c.startswith("growth_jump_p")})),
+             "</section>")
     return page.html()
 
 
