@@ -134,29 +134,32 @@ def resolve_match_target(profile_name: str, target: str, seed: int) -> Path:
                      f"finished runs of profile {profile_name!r}: {', '.join(finished) or 'none'}")
 
 
+def _check_keys(where: str, mapping: dict, allowed, kind: str) -> None:
+    """ParamError naming the keys of mapping that are not in allowed, and the allowed ones."""
+    unknown = sorted(set(mapping) - set(allowed))
+    if unknown:
+        raise ParamError(f"{where}={mapping!r}: unknown {kind}(s) {', '.join(unknown)}; allowed keys: "
+                         f"{', '.join(allowed)}")
+
+
 def lr_for_run(lr, norm: str, schedule: str) -> float:
     """The peak learning rate of a run from train.lr: one float; one per placement ({pre: X, post: Y}); or one per
     placement and schedule ({pre: {joint: X, grow: Y, single: Z}, post: {...}}), since a placement's best lr differs
     between the joint and the grown schedule (python -m normgrow.sweep --schedules joint grow single measures each).
     A mapping needs the run's placement and schedule only (a profile tuned for pre and post still runs those two; a
-    placement swept for joint and grow runs those); a key that is no placement or schedule is an error. A freeze control trains at its placement's
-    grow lr and a matched run at its joint lr: they are those schedules with one setting changed."""
+    placement swept for joint and grow runs those); a key that is no placement or schedule is an error. A freeze
+    control trains at its placement's grow lr and a matched run at its joint lr: they are those schedules with one
+    setting changed."""
     if not isinstance(lr, dict):
         return lr
-    unknown = sorted(set(lr) - set(NORMS))
-    if unknown:
-        raise ParamError(f"train.lr={lr!r}: unknown placement(s) {', '.join(unknown)}; allowed keys: "
-                         f"{', '.join(NORMS)}")
+    _check_keys("train.lr", lr, NORMS, "placement")
     if norm not in lr:
         raise ParamError(f"train.lr={lr!r} gives no learning rate for norm={norm!r} (keys given: "
                          f"{', '.join(lr)}); add train.lr.{norm}")
     per_norm = lr[norm]
     if not isinstance(per_norm, dict):
         return per_norm
-    unknown = sorted(set(per_norm) - set(SCHEDULES))
-    if unknown:
-        raise ParamError(f"train.lr.{norm}={per_norm!r}: unknown schedule(s) {', '.join(unknown)}; allowed keys: "
-                         f"{', '.join(SCHEDULES)}")
+    _check_keys(f"train.lr.{norm}", per_norm, SCHEDULES, "schedule")
     if schedule not in per_norm:
         raise ParamError(f"train.lr.{norm}={per_norm!r} gives no learning rate for schedule={schedule!r}; sweep it: "
                          f"python -m normgrow.sweep --norms {norm} --schedules {schedule} --write")
