@@ -180,14 +180,13 @@ def train_curve(run_dirs: list[Path], window: int = TRAIN_SMOOTHING) -> pd.DataF
     start) that restarts at every phase (a growth changes the model, and the mean should not blend the two), then
     averaged over seeds by step: step, tokens, active_layer_tokens, phase, mean. None when no seed has train
     records."""
-    frames = []
+    frames, columns = [], ["step", "tokens", "active_layer_tokens", "phase", "loss"]
     for run_dir in run_dirs:
         try:
             df = read_metrics(run_dir)
         except rundir.RunDirError as err:
             print(f"no train curve: {err}")
             continue
-        columns = ["step", "tokens", "active_layer_tokens", "phase", "loss"]
         if "kind" not in df.columns:
             continue
         df = df[df["kind"] == "train"].drop_duplicates("step", keep="last").sort_values("step")
@@ -268,7 +267,7 @@ def schedule_overlay(run_dirs: dict[str, list[Path]], metric: str = "val_ce", wi
         fig.update_xaxes(title_text=OVERLAY_X["tokens"], row=2, col=k)
     fig.update_xaxes(showticklabels=True, tickformat="~s")
     for row, title in ((1, f"{metric} (nats/token)"), (2, "train loss (nats/token)")):
-        fig.update_yaxes(title_text=title if cols else "", row=row, col=1)
+        fig.update_yaxes(title_text=title, row=row, col=1)
         if lows[row]:  # the untrained start (~ln(vocabulary)) is off the top, as in learning_curves
             fig.update_yaxes(range=[min(lows[row]) - 0.1, min(lows[row]) + OVERLAY_SPAN], row=row)
     fig.update_layout(title="grown (dashed) against joint (solid), per placement: seed means", hovermode="closest")

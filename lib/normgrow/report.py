@@ -209,17 +209,19 @@ def curves_figure(rep: Report, metric: str = "val_ce"):
     """The learning curves of every variant (plots.learning_curves) from the runs' metrics.jsonl, with the teacher
     and unigram levels of rep.baselines."""
     from .plots import learning_curves
-    dirs = ({v: [run_path(rep.profile, n) for n in g["run_name"]] for v, g in rep.runs.groupby("variant")}
+    return learning_curves(_variant_dirs(rep), rep.baselines, metric)
+
+
+def _variant_dirs(rep: Report) -> dict[str, list[Path]]:
+    """{variant: [run directory of each seed]} of the report's runs (what the curve figures read)."""
+    return ({v: [run_path(rep.profile, n) for n in g["run_name"]] for v, g in rep.runs.groupby("variant")}
             if len(rep.runs) else {})
-    return learning_curves(dirs, rep.baselines, metric)
 
 
 def overlay_figure(rep: Report, metric: str = "val_ce"):
     """Grown against joint per placement, validation and smoothed train loss (plots.schedule_overlay)."""
     from .plots import schedule_overlay
-    dirs = ({v: [run_path(rep.profile, n) for n in g["run_name"]] for v, g in rep.runs.groupby("variant")}
-            if len(rep.runs) else {})
-    return schedule_overlay(dirs, metric)
+    return schedule_overlay(_variant_dirs(rep), metric)
 
 
 LR_SHOWN = 0.4  # nats above an arm's best val_ce that the lr figure shows; higher points (diverged) sit on its edge
