@@ -13,7 +13,7 @@ def share_cache(tmp_path_factory) -> Path:
     (``python -m normgrow cache --profile tiny``, about a minute)."""
     import os
     import subprocess
-    from test_study import REPO, repo_tiny_cache_complete, study_env
+    from tiny_study import REPO, repo_tiny_cache_complete, study_env
     if repo_tiny_cache_complete():
         return REPO / "outputs"
     root = tmp_path_factory.mktemp("tiny-cache") / "outputs"
@@ -26,10 +26,10 @@ def share_cache(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def finished_study(tmp_path_factory, share_cache):
-    """The uninterrupted reduced tiny study of test_study.py (post-grow and post-joint-matched, seed 0, with its
+    """The uninterrupted reduced tiny study (tiny_study.py) (post-grow and post-joint-matched, seed 0, with its
     diagnostics and summary notebooks) on the shared tiny cache: (outputs root, summary.csv frame, seconds). Session-scoped so that
     test_study.py and test_browser.py share one study run (about a minute) instead of running two."""
-    from test_study import check_ok, make_outputs, read_summary, run_study
+    from tiny_study import check_ok, make_outputs, read_summary, run_study
     root = make_outputs(tmp_path_factory.mktemp("study") / "outputs", share_cache)
     proc, seconds = run_study(root)
     check_ok(proc)

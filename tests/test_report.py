@@ -3,13 +3,15 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import shutil
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 import pytest
 
-from normgrow import claims, report, stats
+from normgrow import claims, config, report, stats, variants
 from normgrow.rundir import unfinished_runs
 from normgrow.variants import collect_runs, load_gaps
 from synthetic_runs import write_metrics, write_run
@@ -206,7 +208,7 @@ def test_paired_gaps_pair_by_seed_and_cancel_seed_effects(outputs):
     assert table.loc[("val_kd_ce", "grow"), "mean"] == pytest.approx(0.04)  # val_kd_ce = val_ce - 3 here
     assert table.loc[("val_ce", "freeze"), "missing"] == "pre-grow-freeze post-grow-freeze"
     ratio = stats.gap_ratio(table.reset_index())
-    assert ratio["ratio"] == pytest.approx(0.04 / (0.0005 / 3)) and not ratio["joint_resolved"]
+    assert ratio["ratio"] == pytest.approx(0.04 / (0.0005 / 3)) and not ratio["second_resolved"]
 
 
 def test_crossover_table_detects_the_switch(outputs, trained):
@@ -653,3 +655,54 @@ def test_summary_has_the_loss_jump_at_each_growth(outputs):
     assert runs.loc["pre-grow-s0", "growth_jump_p1"] == pytest.approx(0.25)
     assert runs.loc["pre-grow-s0", "growth_jump_p2"] == pytest.approx(0.0)
     assert "growth_jump_p0" not in runs.columns and math.isnan(runs.loc["pre-joint-s0", "growth_jump_p1"])
+
+
+# ------------------------------------------------------------------------------------------------ claims as data
+
+def test_every_claim_kind_has_one_judge():
+    """variants.CLAIM_KINDS is the list of kinds; claims.JUDGES judges all but all_of (combines judged claims) and
+    measured (diagnostics.py), so a kind without a judge cannot be declared."""
+    assert set(claims.JUDGES) | {"all_of", "measured"} == set(variants.CLAIM_KINDS)
+
+
+def test_a_declared_claim_is_judged_without_code(outputs, trained, tmp_path, monkeypatch):
+    """Adding a claim is one declaration in params/reference.yaml: a directional claim on the single gap (pre-single
+    - post-single > 0) is judged, with its statement filled in, in the file's order."""
+    params = tmp_path / "params"
+    shutil.copytree(config.PARAMS_DIR, params)
+    monkeypatch.setattr(variants, "PARAMS_DIR", params)
+    path = params / "reference.yaml"
+    path.write_text(path.read_text() + (
+        "  - name: obs6-single\n    kind: directional\n    gaps: [single]\n"
+        "    statement: \"As the prefix alone, {b} beats {a}.\"\n    if_supported: post-norm's prefix is better\n"
+        "    if_refuted: pre-norm's prefix is better\n"))
+    write_study(outputs, grow_gaps=[0.03, 0.035, 0.04], joint_gaps=[0.001, -0.001, 0.0005],
+                single_gaps=[0.05, 0.06, 0.055])
+    judged = report.build_report("tiny").claims
+    assert judged[-1].claim == "obs6-single" and judged[-1].statement == "As the prefix alone, post-single beats pre-single."
+    assert judged[-1].status == claims.SUPPORTED and "+0.0550" in judged[-1].sentence
+    assert judged[-1].variants == ("pre-single", "post-single")
+
+
+@pytest.mark.parametrize("claim, needle", [
+    ("  - name: bad\n    kind: directional\n    gaps: [nowhere]\n    statement: x\n",
+     "claim 'bad' reads gap 'nowhere', which is missing from gaps"),
+    ("  - name: bad\n    kind: interaction\n    gaps: [grow]\n    statement: x\n",
+     "claim 'bad': a claim of kind interaction reads 2 gaps"),
+    ("  - name: bad\n    kind: vote\n    gaps: [grow]\n    statement: x\n",
+     "claim 'bad': kind='vote' is not allowed; allowed values: equivalence, directional"),
+    ("  - name: bad\n    kind: directional\n    gaps: [grow]\n    statement: \"{c} wins\"\n",
+     "claim 'bad': its statement names a field it does not have"),
+    ("  - name: bad\n    kind: all_of\n    gaps: []\n    parts: [{key: x, claim: nowhere, label: X}]\n    statement: x\n",
+     "claim 'bad': part 'nowhere' is not another declared claim"),
+    ("  - name: headline-grow\n    kind: directional\n    gaps: [grow]\n    statement: x\n",
+     "claim 'headline-grow' is declared twice"),
+])
+def test_a_bad_claim_declaration_is_named_at_load(tmp_path, monkeypatch, claim, needle):
+    params = tmp_path / "params"
+    shutil.copytree(config.PARAMS_DIR, params)
+    monkeypatch.setattr(variants, "PARAMS_DIR", params)
+    path = params / "reference.yaml"
+    path.write_text(path.read_text() + claim)
+    with pytest.raises(config.ParamError, match=re.escape(needle)):
+        variants.load_reference()

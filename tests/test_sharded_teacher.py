@@ -92,6 +92,8 @@ def test_accelerate_launch_builds_the_cache_and_trains_a_run(outputs):
     for key in ("tokens", "active_layer_tokens", "steps", "depth"):
         assert two[key] == one_process[key], key
     assert two["val_ce"] == pytest.approx(one_process["val_ce"], abs=1e-3)
+    # rank 0 gave the run its executed notebook, in a kernel outside the launched job
+    assert "executed notebook:" in proc.stdout and (outputs / "runs" / "tiny" / "two" / "run.ipynb").is_file()
 
 
 SLOW_RANK_1 = """
@@ -168,6 +170,11 @@ def test_papermill_processes_parameter_trains_on_two_forked_ranks(outputs):
     streams = "".join(o.text for c in nbformat.read(out, as_version=4).cells for o in c.get("outputs", [])
                       if o.output_type == "stream")
     assert "nb: 100%" in streams, streams[-2000:]
+    # papermill wrote this notebook elsewhere: the run directory got its own executed copy, which read the run back
+    recorded = outputs / "runs" / "tiny" / "nb" / "run.ipynb"
+    streams = "".join(o.text for c in nbformat.read(recorded, as_version=4).cells for o in c.get("outputs", [])
+                      if o.output_type == "stream")
+    assert "is finished (summary.json); not re-running" in streams, streams[-2000:]
 
 
 def test_interrupting_the_caller_stops_the_ranks_it_launched(tmp_path, monkeypatch):

@@ -19,68 +19,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tiny_study import (COMMAND, METRIC_COLUMNS, PROFILE, REPO, RUN_NAMES, RUNS, STUDY_TIMEOUT, check_ok, kill_tree,
+                        make_outputs, read_summary, run_study, study_env)
+
 pytestmark = pytest.mark.integration
-
-REPO = Path(__file__).resolve().parents[1]
-PROFILE = "tiny"
-RUNS = ("post-grow", "post-joint-matched")
-COMMAND = [sys.executable, "-m", "normgrow.study", "--profile", PROFILE, "--seeds", "0", "--runs", *RUNS]
-RUN_NAMES = [f"{r}-s0" for r in RUNS]
-METRIC_COLUMNS = ("val_ce", "val_kd_ce", "tokens", "active_layer_tokens", "trainable_layer_tokens",
-                  "val_ce_p0", "val_ce_p1", "val_ce_p2", "val_kd_ce_p2")
-STUDY_TIMEOUT = 900
-
-
-def repo_tiny_cache_complete() -> bool:
-    saved = os.environ.pop("NORMGROW_OUTPUTS", None)
-    try:
-        from normgrow.config import load_profile
-        from normgrow.teacher import open_cache
-        open_cache(load_profile(PROFILE))
-        return True
-    except FileNotFoundError:
-        return False
-    finally:
-        if saved is not None:
-            os.environ["NORMGROW_OUTPUTS"] = saved
-
-
-def make_outputs(root: Path, cache_root: Path) -> Path:
-    """A fresh outputs tree whose teacher/ and data/ are symlinks to cache_root's (a complete tiny cache, read only)."""
-    root.mkdir(parents=True)
-    for name in ("teacher", "data"):
-        (root / name).symlink_to(cache_root / name, target_is_directory=True)
-    return root
-
-
-def study_env(root: Path) -> dict:
-    env = dict(os.environ, NORMGROW_OUTPUTS=str(root), PYTHONUNBUFFERED="1")
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "lib"), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    return env
-
-
-def run_study(root: Path, timeout: float = STUDY_TIMEOUT) -> tuple[subprocess.CompletedProcess, float]:
-    """Run the study to completion; on timeout kill its whole tree (kernels included) and fail with its output."""
-    t0 = time.time()
-    proc = subprocess.Popen(COMMAND, cwd=REPO, env=study_env(root), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        kill_tree(proc)
-        out, err = proc.communicate()
-        pytest.fail(f"the study did not finish within {timeout} s (hung notebook?):\n{out[-3000:]}\n{err[-3000:]}")
-    return subprocess.CompletedProcess(COMMAND, proc.returncode, out, err), time.time() - t0
-
-
-def check_ok(proc: subprocess.CompletedProcess) -> None:
-    assert proc.returncode == 0, f"study failed (rc {proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
-
-
-def read_summary(root: Path) -> pd.DataFrame:
-    path = root / "study" / PROFILE / "summary.csv"
-    assert path.is_file(), f"no {path}"
-    return pd.read_csv(path).set_index("run_name").sort_index()
 
 
 def run_state(root: Path) -> dict:
@@ -125,26 +67,6 @@ def test_other_processes_are_refused_as_other_settings(finished_study, monkeypat
     for run in load_study(seeds=[0], variants=list(RUNS)):
         assert conflicting_run(PROFILE, run, None) is None
         assert "(profile.train.processes)" in conflicting_run(PROFILE, run, None, processes=2)
-
-
-def kill_tree(proc: subprocess.Popen) -> None:
-    """SIGKILL the runner's process group and every descendant (Jupyter kernels run in sessions of their own)."""
-    import psutil
-    try:
-        descendants = psutil.Process(proc.pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        descendants = []
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:  # the group is gone already
-        pass
-    for child in descendants:
-        try:
-            child.kill()
-        except psutil.NoSuchProcess:
-            pass
-    proc.wait(timeout=30)
-    psutil.wait_procs(descendants, timeout=30)
 
 
 def test_killed_study_resumes_to_the_same_numbers(finished_study, tmp_path, share_cache):
@@ -254,3 +176,25 @@ def test_jobs_default_to_one_and_small_students_run_two():
     from normgrow.study import study_jobs
     assert study_jobs("paper") == 1
     assert study_jobs("tiny") == study_jobs("quick") == study_jobs("cpu") == 2
+
+
+def test_a_run_started_from_the_command_line_keeps_its_executed_notebook(tmp_path, share_cache):
+    """``python -m normgrow run`` trains without a notebook, then executes run_variant.ipynb on the finished run into
+    the run directory: the notebook reads the run back (summary.json untouched) and a second command leaves it."""
+    root = make_outputs(tmp_path / "outputs", share_cache)
+    command = [sys.executable, "-m", "normgrow", "run", "--profile", PROFILE, "--norm", "pre", "--schedule", "joint",
+               "--overrides", "{train.stages: [1], train.stage_tokens: [2048], train.eval_every: 4}"]
+    proc = subprocess.run(command, cwd=REPO, env=study_env(root), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = next((root / "runs" / PROFILE).iterdir())
+    notebook = run / "run.ipynb"
+    assert f"executed notebook: {notebook}" in proc.stdout
+    summary_mtime = (run / "summary.json").stat().st_mtime_ns
+    import nbformat
+    streams = "".join(o.text for c in nbformat.read(notebook, as_version=4).cells for o in c.get("outputs", [])
+                      if o.output_type == "stream")
+    assert f"{run} is finished (summary.json); not re-running" in streams
+    notebook_mtime = notebook.stat().st_mtime_ns
+    again = subprocess.run(command, cwd=REPO, env=study_env(root), capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and "executed notebook" not in again.stdout
+    assert (run / "summary.json").stat().st_mtime_ns == summary_mtime and notebook.stat().st_mtime_ns == notebook_mtime

@@ -149,7 +149,7 @@ def test_study_seeds_take_lists_and_ranges(capsys):
      "depth_margin.of='matched' must name a gap with a nonzero reference value; allowed values: joint, grow"),
     ("{multiple: 3, of: grow}", "0.1", "depth_margin=0.1 must be a mapping with exactly the keys multiple, of"),
     ("equivalence_margin: 0.02", "alpha: 0.05",
-     "needs exactly the keys gaps, equivalence_margin, depth_margin \\(got alpha, depth_margin, gaps\\)"),
+     "needs exactly the keys gaps, equivalence_margin, depth_margin, claims \\(got alpha, claims, depth_margin, gaps\\)"),
 ])
 def test_reference_margins_fail_at_load(tmp_path, monkeypatch, old, new, match):
     from normgrow import variants

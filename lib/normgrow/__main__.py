@@ -44,7 +44,7 @@ def _cache(args: argparse.Namespace) -> None:
 
 
 def _run(args: argparse.Namespace) -> None:
-    from .train import make_run_spec, run_variant
+    from .train import make_run_spec, record_notebook, run_variant
 
     spec = make_run_spec(profile=args.profile, norm=args.norm, schedule=args.schedule, freeze_prefix=args.freeze_prefix,
                          match_active_layer_tokens=args.match_active_layer_tokens, seed=args.seed,
@@ -52,6 +52,9 @@ def _run(args: argparse.Namespace) -> None:
     summary = run_variant(spec)
     if _main_process():
         print(f"{summary['run_name']}: val_ce {summary['val_ce']:.4f} after {summary['tokens']:,} tokens")
+        notebook = record_notebook(spec)
+        if notebook is not None:
+            print(f"executed notebook: {notebook}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -64,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="write into an existing non-empty folder (overwrites the exported files; deletes nothing)")
     export.set_defaults(func=_export)
     cache = sub.add_parser("cache", help="build (or check) a profile's teacher cache, on teacher.processes ranks")
-    run = sub.add_parser("run", help="one run of the study, as notebooks/run_variant.ipynb does it")
+    run = sub.add_parser("run", help="one run of the study, as notebooks/run_variant.ipynb does it (its executed notebook lands in the run directory)")
     from .config import available_profiles
     from .growth import SCHEDULES
     from .placements import PLACEMENTS

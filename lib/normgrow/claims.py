@@ -1,5 +1,7 @@
-"""Claims: each claim of docs/STUDY.md judged from this study's numbers (never written in advance), as one Claim
-record that the report and the diagnostics (observations 4 and 5) share.
+"""Claims: each claim params/reference.yaml declares (the headline three and observations 1-5 of docs/STUDY.md)
+judged from this study's numbers (never written in advance), as one Claim record that the report, the diagnostics
+(observations 4 and 5, kind measured) and the gates share. A declaration names its kind (how it is judged: JUDGES),
+the gaps it reads and its statement; adding a claim is one declaration there and its test.
 
 A directional claim is judged from the interval of its gap: excludes zero in the claimed direction -> supported;
 includes zero -> not resolved at this number of seeds; excludes zero in the other direction -> not supported; a
@@ -26,7 +28,7 @@ from .stats import (ALPHA, LEVEL, SEEDS_LIMIT, crossover_table, difference_in_ga
                     paired_differences, paired_gap, seeds_needed, tost, undertrained)
 from .formats import gap_interval, signed
 from .rundir import study_diagnostics
-from .variants import GapSpec, Reference, Variant
+from .variants import ClaimSpec, Reference, Variant
 
 # Status words of a judged claim and the value of its "supported" field (the diagnostics.json convention).
 SUPPORTED, NOT_RESOLVED, NOT_SUPPORTED, NOT_TESTABLE = "supported", "not resolved", "not supported", "not testable"
@@ -87,137 +89,105 @@ def _missing(runs: pd.DataFrame, variants) -> list[str]:
     return [v for v in variants if v not in present]
 
 
-def _directional(claim: str, statement: str, runs: pd.DataFrame, stats: dict, label: str, direction: int,
-                 variants, yes: str, no: str, level: float) -> dict:
-    """A claim that a quantity is > 0 (direction +1): the sentence states the status and why, from the numbers."""
+def _directional(spec: ClaimSpec, statement: str, runs: pd.DataFrame, stats: dict, label: str, variants,
+                 level: float) -> Claim:
+    """A claim that a quantity is > 0: the sentence states the status and why, from the numbers."""
     missing = _missing(runs, variants)
     evidence = {k: stats.get(k) for k in ("n", "mean", "ci_low", "ci_high", "seeds")}
     if missing:
-        return Claim(claim, statement, NOT_TESTABLE,
-                      f"Not testable: no finished runs of {', '.join(missing)}.", evidence, variants)
-    status = judge(stats, direction)
+        return Claim(spec.name, statement, NOT_TESTABLE,
+                     f"Not testable: no finished runs of {', '.join(missing)}.", evidence, variants)
+    status = judge(stats, +1)
     where = f"{label} = {gap_interval(stats, level)}"
     if status == SUPPORTED:
-        text = f"Supported: {where}; the interval excludes zero in the claimed direction ({yes})."
+        text = f"Supported: {where}; the interval excludes zero in the claimed direction ({spec.if_supported})."
     elif status == NOT_SUPPORTED:
-        text = f"Not supported: {where}; the interval excludes zero in the opposite direction ({no})."
+        text = f"Not supported: {where}; the interval excludes zero in the opposite direction ({spec.if_refuted})."
     elif stats["n"] < 2:
         text = f"Not resolved: {where}, so the sign cannot be judged; run more seeds."
     else:
         text = f"Not resolved at {stats['n']} seeds: {where}; the interval includes zero."
-    return Claim(claim, statement, status, text, evidence, variants)
+    return Claim(spec.name, statement, status, text, evidence, variants)
 
 
-def _combine(parts: list[dict]) -> str:
+def _gap_claim(spec: ClaimSpec, reference: Reference, runs: pd.DataFrame, metric: str, level: float) -> Claim:
+    """directional: the gap a - b is > 0."""
+    gap = reference.gaps[spec.gaps[0]]
+    return _directional(spec, reference.statement(spec), runs, paired_gap(runs, gap.a, gap.b, metric, level=level),
+                        f"{gap.a} - {gap.b}", (gap.a, gap.b), level)
+
+
+def _interaction_claim(spec: ClaimSpec, reference: Reference, runs: pd.DataFrame, metric: str,
+                       level: float) -> Claim:
+    """interaction: (first a - b) - (second a - b) is > 0, paired by seed over the four variants."""
+    one, two = (reference.gaps[name] for name in spec.gaps)
+    return _directional(spec, reference.statement(spec), runs, difference_in_gaps(runs, one, two, metric, level),
+                        f"({one.a} - {one.b}) - ({two.a} - {two.b})", (one.a, one.b, two.a, two.b), level)
+
+
+def _ratio_claim(spec: ClaimSpec, reference: Reference, runs: pd.DataFrame, metric: str, level: float) -> Claim:
+    """ratio: the interaction claim, with the ratio of the two mean gaps as context (the reference states a ratio;
+    it is only bounded when the second gap is resolved from zero, so the verdict is the difference's)."""
+    c = _interaction_claim(spec, reference, runs, metric, level)
+    if c.status == NOT_TESTABLE:
+        return c
+    first, second = spec.gaps
+    one, two = reference.gaps[first], reference.gaps[second]
+    ratio = gap_ratio(gap_table(runs, reference.gaps, (metric,), level), metric, first, second)
+    if np.isfinite(ratio["ratio"]):
+        note = (f" Ratio of mean gaps: {first} {signed(ratio['first_mean'])} / {second} "
+                f"{signed(ratio['second_mean'])} = {ratio['ratio']:.1f}x (reference +{one.reference} / "
+                f"+{two.reference} = ~{ratio['reference_ratio']:.0f}x)"
+                + ("" if ratio["second_resolved"] else f"; the {second} gap's interval includes zero, so the ratio "
+                   "is unbounded and only the difference above is meaningful") + ".")
+    else:
+        note = f" The ratio of mean gaps is undefined ({second} gap mean is zero or missing)."
+    return dataclasses.replace(c, sentence=c.sentence + note, evidence=c.evidence | {"ratio": ratio["ratio"]})
+
+
+def _all_of(spec: ClaimSpec, statement: str, parts: list[Claim]) -> Claim:
+    """all_of: supported when every part is; refuted when one is; else not testable / not resolved."""
     statuses = [p.status for p in parts]
-    if NOT_SUPPORTED in statuses:
-        return NOT_SUPPORTED
-    if NOT_TESTABLE in statuses:
-        return NOT_TESTABLE
-    if all(s == SUPPORTED for s in statuses):
-        return SUPPORTED
-    return NOT_RESOLVED
+    status = (NOT_SUPPORTED if NOT_SUPPORTED in statuses else NOT_TESTABLE if NOT_TESTABLE in statuses
+              else SUPPORTED if all(s == SUPPORTED for s in statuses) else NOT_RESOLVED)
+    needs = "both parts" if len(parts) == 2 else f"all {len(parts)} parts"
+    sentence = f"{status.capitalize()} (the claim needs {needs} supported). " + " ".join(
+        f"{part.label}: {claim.sentence}" for part, claim in zip(spec.parts, parts))
+    return Claim(spec.name, statement, status, sentence, {part.key: claim.evidence for part, claim in
+                                                          zip(spec.parts, parts)},
+                 tuple(v for claim in parts for v in claim.variants))
 
 
-def evaluate_claims(runs: pd.DataFrame, reference: Reference, metric: str = "val_ce",
-                    level: float = LEVEL) -> list[Claim]:
-    """The headline comparison and observations 1-3 of docs/STUDY.md, each judged from this study's numbers;
-    reference from variants.load_reference (which variants each gap compares, the reference's numbers, the
-    equivalence margin)."""
-    gaps = reference.gaps
-    g = {name: paired_gap(runs, s.a, s.b, metric, level=level) for name, s in gaps.items()}
-    joint, grow = gaps["joint"], gaps["grow"]
-    claims = [_joint_claim(runs, joint, g["joint"], reference.equivalence_margin, metric, level)]
-
-    # Headline (b): grow gap favours post-norm.
-    claims.append(_directional(
-        "headline-grow", f"Grown by appending blocks, post-norm beats pre-norm (reference {grow.a} - {grow.b} = "
-        f"{grow.reference}).", runs, g["grow"], f"{grow.a} - {grow.b}", +1, (grow.a, grow.b),
-        "post-norm is better when grown", "pre-norm is better when grown", level))
-
-    # Headline (c): the placement matters more under growth than jointly (difference of the two gaps, paired).
-    did = difference_in_gaps(runs, grow, joint, metric, level)
-    ratio = gap_ratio(gap_table(runs, gaps, (metric,), level), metric)
-    c = _directional(
-        "headline-ratio", f"The grow gap is much larger than the joint gap (reference about "
-        f"{ratio['reference_ratio']:.0f}x).", runs, did, f"({grow.a} - {grow.b}) - ({joint.a} - {joint.b})", +1,
-        (grow.a, grow.b, joint.a, joint.b),
-        "post-norm's advantage is larger under growth", "post-norm's advantage is smaller under growth", level)
-    if c.status != NOT_TESTABLE:
-        if np.isfinite(ratio["ratio"]):
-            note = (f" Ratio of mean gaps: grow {signed(ratio['grow_mean'])} / joint {signed(ratio['joint_mean'])} = "
-                    f"{ratio['ratio']:.1f}x (reference +{grow.reference} / +{joint.reference} = "
-                    f"~{ratio['reference_ratio']:.0f}x)"
-                    + ("" if ratio["joint_resolved"] else "; the joint gap's interval includes zero, so the ratio is "
-                       "unbounded and only the difference above is meaningful") + ".")
-        else:
-            note = " The ratio of mean gaps is undefined (joint gap mean is zero or missing)."
-        c = dataclasses.replace(c, sentence=c.sentence + note, evidence=c.evidence | {"ratio": ratio["ratio"]})
-    claims.append(c)
-
-    # Observation 1: compute-matched joint still worse than grow.
-    claims.append(_directional(
-        "obs1-matched", "A post-norm joint run given post-grow's active-layer-token budget is still worse than "
-        "post-grow: compute alone does not explain the gain.", runs, g["matched"],
-        f"{gaps['matched'].a} - {gaps['matched'].b}", +1, (gaps["matched"].a, gaps["matched"].b),
-        "the matched joint run is worse",
-        "the matched joint run is better: compute explains the gain", level))
-
-    # Observation 2: phase-wise crossover of pre-grow vs post-grow.
-    claims.append(_crossover_claim(runs, grow, metric, level))
-
-    # Observation 3: single-block and freeze controls.
-    statement = ("Single-block and freeze controls place the change at block appending, not at the quality of the "
-                 "shallow blocks nor at retraining of the prefix.")
-    single = _directional(
-        "obs3-single", "Post-norm's advantage when grown exceeds its advantage as the shallow prefix alone.", runs,
-        difference_in_gaps(runs, grow, gaps["single"], metric, level),
-        f"({grow.a} - {grow.b}) - ({gaps['single'].a} - {gaps['single'].b})", +1,
-        (grow.a, grow.b, gaps["single"].a, gaps["single"].b),
-        "post-norm fares better relative to pre-norm when grown than as the shallow prefix alone",
-        "post-norm fares better relative to pre-norm as the shallow prefix alone than when grown", level)
-    freeze = _directional(
-        "obs3-freeze", "With the prefix frozen while new blocks train, post-norm still beats pre-norm.", runs,
-        g["freeze"], f"{gaps['freeze'].a} - {gaps['freeze'].b}", +1, (gaps["freeze"].a, gaps["freeze"].b),
-        "the gain does not need prefix retraining", "pre-norm is better with a frozen prefix", level)
-    status = _combine([single, freeze])
-    claims.append(Claim("obs3-controls", statement, status,
-                         f"{status.capitalize()} (the claim needs both controls supported). Single-block control: "
-                         f"{single.sentence} Freeze control: {freeze.sentence}",
-                         {"single": single.evidence, "freeze": freeze.evidence},
-                         single.variants + freeze.variants))
-    claims.extend([single, freeze])
-    return claims
-
-
-def _joint_claim(runs: pd.DataFrame, spec: GapSpec, s: dict, margin: float, metric: str, level: float) -> Claim:
-    """Headline (a): jointly trained, the placements are equivalent within margin (see the module docstring). s is
-    the joint gap's paired_gap; the equivalence test runs on the same paired differences."""
-    eq = tost(paired_differences(runs, spec.a, spec.b, metric), margin)
-    statement = (f"Jointly trained, pre-norm and post-norm are indistinguishable: their gap lies within "
-                 f"+-{margin:g} nats (reference gap {spec.reference_text}).")
+def _equivalence_claim(spec: ClaimSpec, reference: Reference, runs: pd.DataFrame, metric: str,
+                       level: float) -> Claim:
+    """equivalence: the gap lies within +-equivalence_margin (see the module docstring); the TOST runs on the same
+    paired differences as the gap's interval."""
+    gap, margin = reference.gaps[spec.gaps[0]], reference.equivalence_margin
+    s = paired_gap(runs, gap.a, gap.b, metric, level=level)
+    eq = tost(paired_differences(runs, gap.a, gap.b, metric), margin)
+    statement = reference.statement(spec)
     evidence = {k: s.get(k) for k in ("n", "mean", "ci_low", "ci_high", "seeds")} | {
         "equivalence_margin": margin, "tost_p_lower": eq["p_lower"], "tost_p_upper": eq["p_upper"], "tost_p": eq["p"]}
-    variants = (spec.a, spec.b)
+    variants = (gap.a, gap.b)
     missing = _missing(runs, variants)
     if missing:
-        return Claim("headline-joint", statement, NOT_TESTABLE,
+        return Claim(spec.name, statement, NOT_TESTABLE,
                      f"Not testable: no finished runs of {', '.join(missing)}.", evidence, variants)
-    where = f"{spec.a} - {spec.b} = {gap_interval(s, level)}"
+    where = f"{gap.a} - {gap.b} = {gap_interval(s, level)}"
     if s["n"] < 2:
-        return Claim("headline-joint", statement, NOT_RESOLVED,
+        return Claim(spec.name, statement, NOT_RESOLVED,
                      f"Not resolved: {where}, so equivalence cannot be tested; run more seeds.", evidence, variants)
     test = (f"equivalence test (TOST) against +-{margin:g} nats: one-sided p {eq['p_lower']:.3g} (gap > "
             f"-{margin:g}) and {eq['p_upper']:.3g} (gap < +{margin:g})")
     resolved = s["ci_low"] > 0 or s["ci_high"] < 0
     if eq["equivalent"]:
         also = (" The interval excludes zero: a difference smaller than the margin is resolved." if resolved else "")
-        return Claim("headline-joint", statement, SUPPORTED,
+        return Claim(spec.name, statement, SUPPORTED,
                      f"Supported (equivalent within +-{margin:g} nats): {where}; {test}: both reject at alpha "
                      f"{ALPHA:g}.{also}", evidence, variants)
     if resolved:
         better = "post-norm" if s["mean"] > 0 else "pre-norm"
-        return Claim("headline-joint", statement, NOT_SUPPORTED,
+        return Claim(spec.name, statement, NOT_SUPPORTED,
                      f"Not supported: {where}; the interval excludes zero, so the joint runs differ ({better} is "
                      f"better); {test}.", evidence, variants)
     room = margin - abs(s["mean"])
@@ -228,25 +198,27 @@ def _joint_claim(runs: pd.DataFrame, spec: GapSpec, s: dict, margin: float, metr
         more = f"at this spread more than {SEEDS_LIMIT:,} paired seeds would be needed to show it"
     else:
         more = f"at this spread about {need} paired seeds would show it if the mean stayed at {signed(s['mean'])}"
-    return Claim("headline-joint", statement, NOT_RESOLVED,
+    return Claim(spec.name, statement, NOT_RESOLVED,
                  f"Not shown equivalent (too few seeds / spread too large): {where}; {test}: neither a difference nor "
                  f"equivalence is shown; {more}.", evidence, variants)
 
 
-def _crossover_claim(runs: pd.DataFrame, grow: GapSpec, metric: str, level: float) -> Claim:
-    statement = ("The pre/post ranking crosses over during the curriculum: post-norm takes the lead once blocks are "
-                 "appended.")
+def _crossover_claim(spec: ClaimSpec, reference: Reference, runs: pd.DataFrame, metric: str,
+                     level: float) -> Claim:
+    """crossover: the gap's a (pre-norm) leads at the first stage end and its b (post-norm) at the last, each
+    resolved (the stage-end intervals of crossover_table)."""
+    grow, statement = reference.gaps[spec.gaps[0]], reference.statement(spec)
     variants = (grow.a, grow.b)
     missing = _missing(runs, variants)
     if missing:
-        return Claim("obs2-crossover", statement, NOT_TESTABLE,
-                      f"Not testable: no finished runs of {', '.join(missing)}.", {}, variants)
+        return Claim(spec.name, statement, NOT_TESTABLE,
+                     f"Not testable: no finished runs of {', '.join(missing)}.", {}, variants)
     table = crossover_table(runs, grow.a, grow.b, metric=metric, level=level)
     evidence = {"stages": [{k: r[k] for k in ("stage", "depth", "gap_mean", "gap_ci_low", "gap_ci_high", "n_pairs")}
                            for r in table.to_dict("records")]}
     if len(table) < 2:
-        return Claim("obs2-crossover", statement, NOT_TESTABLE,
-                      "Not testable: the grown runs have fewer than two stages.", evidence, variants)
+        return Claim(spec.name, statement, NOT_TESTABLE,
+                     "Not testable: the grown runs have fewer than two stages.", evidence, variants)
     per_stage = "; ".join(f"stage {r['stage']} (depth {r['depth']}): {grow.a} - {grow.b} = "
                           f"{gap_interval({'n': r['n_pairs'], 'mean': r['gap_mean'], 'ci_low': r['gap_ci_low'], 'ci_high': r['gap_ci_high']}, level)}"
                           for r in table.to_dict("records"))
@@ -270,7 +242,25 @@ def _crossover_claim(runs: pd.DataFrame, grow: GapSpec, metric: str, level: floa
     else:
         status, why = NOT_RESOLVED, "the final-stage interval includes zero"
     words = {SUPPORTED: "Supported", NOT_SUPPORTED: "Not supported", NOT_RESOLVED: "Not resolved"}[status]
-    return Claim("obs2-crossover", statement, status, f"{words}: {why}. {per_stage}.", evidence, variants)
+    return Claim(spec.name, statement, status, f"{words}: {why}. {per_stage}.", evidence, variants)
+
+
+JUDGES = {"equivalence": _equivalence_claim, "directional": _gap_claim, "interaction": _interaction_claim,
+          "ratio": _ratio_claim, "crossover": _crossover_claim}
+"""The judge of each kind of params/reference.yaml judged here (variants.CLAIM_KINDS); all_of combines judged
+claims, and measured claims are judged by diagnostics.py."""
+
+
+def evaluate_claims(runs: pd.DataFrame, reference: Reference, metric: str = "val_ce",
+                    level: float = LEVEL) -> list[Claim]:
+    """Every claim params/reference.yaml declares that this study's runs judge (all but the measured ones), in the
+    file's order, each from this study's numbers; reference from variants.load_reference (the claims, the gaps they
+    read, the reference's numbers, the equivalence margin)."""
+    judged = {c.name: JUDGES[c.kind](c, reference, runs, metric, level) for c in reference.claims if c.kind in JUDGES}
+    for c in reference.claims:
+        if c.kind == "all_of":
+            judged[c.name] = _all_of(c, reference.statement(c), [judged[p.claim] for p in c.parts])
+    return [judged[c.name] for c in reference.claims if c.name in judged]
 
 
 def gate_claims(claims: list[Claim], regime: pd.DataFrame) -> list[Claim]:

@@ -35,6 +35,7 @@ import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PARAMS_DIR = REPO_ROOT / "params"
+NOTEBOOKS = REPO_ROOT / "notebooks"
 OUTPUTS_DIR = REPO_ROOT / "outputs"
 
 

@@ -51,7 +51,7 @@ from .model import NORMS, Student, StudentConfig, load_checkpoint
 from .rundir import (DIAGNOSTICS, SUMMARY, finished_runs, is_finished, phase_checkpoints, read_identity, study_diagnostics)
 from .train import rows_to_batch
 from .utils import atomic_write_json, read_json, stable_hash
-from .variants import GapSpec, collect_runs, load_gaps
+from .variants import GapSpec, collect_runs, load_gaps, load_reference
 from .vocab import VocabMap
 
 VERSION = 2
@@ -426,11 +426,16 @@ def _of_variant(runs: dict[str, dict], variant: str) -> dict[str, dict]:
     return {n: d for n, d in runs.items() if d.get("variant") == variant}
 
 
+def _statement(claim: str) -> str:
+    """The statement params/reference.yaml declares for a measured claim (observations 4 and 5 are judged here)."""
+    reference = load_reference()
+    return reference.statement(reference.claim(claim))
+
+
 def claim4(runs: dict[str, dict], grow: GapSpec, class_counts: dict[str, int]) -> Claim:
     """Observation 4 from the grow gap's variants (grow.a pre-norm, grow.b post-norm), see the evidence text.
     class_counts: positions per group in the fixed batch (groups with none are left out of the evidence)."""
-    statement = ("Boundary diagnostics: post-norm keeps residual scales stable at the boundary; pre-norm shows scale "
-                 "drift concentrated on structural tokens (first position/BOS, special tokens, separators).")
+    statement = _statement("obs4-boundary")
     variants = (grow.a, grow.b)
     pre = {n: d for n, d in _of_variant(runs, grow.a).items() if len(d["checkpoints"]) > 1}
     post = {n: d for n, d in _of_variant(runs, grow.b).items() if len(d["checkpoints"]) > 1}
@@ -483,8 +488,7 @@ def claim4(runs: dict[str, dict], grow: GapSpec, class_counts: dict[str, int]) -
 
 def claim5(runs: dict[str, dict], grow: GapSpec) -> Claim:
     """Observation 5 from the pre-norm grown runs (grow.a), with the post-norm ones (grow.b) for context."""
-    statement = ("On a fixed batch, the final block of the pre-norm grown student is nearly an identity map (its "
-                 "update is tiny relative to its input, compared with the other blocks).")
+    statement = _statement("obs5-identity")
     variants = (grow.a,)
     pre = _of_variant(runs, grow.a)
     if not pre:

@@ -93,6 +93,22 @@ class Ranks:
             self.barrier()
 
 
+@contextmanager
+def outside_launch():
+    """os.environ without the variables a launcher (accelerate launch, torchrun) set for this process, for the time
+    of the block: a process started there (the kernel of train.record_notebook) is a job of its own that starts its
+    own ranks, instead of a rank that tries to join this job's process group."""
+    names = [k for k in os.environ if k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                                            "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE",
+                                            "MASTER_ADDR", "MASTER_PORT")
+             or k.startswith(("TORCHELASTIC_", "ACCELERATE_"))]
+    saved = {k: os.environ.pop(k) for k in names}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
+
+
 def launched_world() -> int:
     """The world size a launcher (accelerate launch, torchrun) started this process in; 1 when none did."""
     return int(os.environ["WORLD_SIZE"]) if "LOCAL_RANK" in os.environ and "WORLD_SIZE" in os.environ else 1

@@ -480,7 +480,7 @@ def report_html(rep: Report, figs: dict | None = None) -> str:
     page.figure(figs["variants"], div_id="fig-variants")
     ratio = rep.ratio
     ratio_text = f"{ratio['ratio']:.1f}x" if np.isfinite(ratio["ratio"]) else "undefined"
-    caveat = "" if ratio["joint_resolved"] else "; the joint gap's interval includes zero, so the ratio is unbounded"
+    caveat = "" if ratio["second_resolved"] else "; the joint gap's interval includes zero, so the ratio is unbounded"
     page.add("</section><section id='gaps'><h2>Paired gaps (a - b by seed)</h2>",
              f"<p>Grow gap / joint gap (val_ce, ratio of means): {ratio_text} (reference "
              f"~{ratio['reference_ratio']:.0f}x){caveat}.</p>", f"<p class='note'>{e(GAP_RESOLUTION)}</p>",

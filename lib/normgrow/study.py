@@ -32,14 +32,12 @@ from pathlib import Path
 import psutil
 from tqdm.auto import tqdm
 
-from .config import PARAMS_DIR, REPO_ROOT, ParamError, load_profile, read_yaml, with_processes, writable_outputs_dir
+from .config import NOTEBOOKS, PARAMS_DIR, ParamError, load_profile, read_yaml, with_processes, writable_outputs_dir
 from .rundir import (NOTEBOOK, RunDirError, identity_differences, is_finished, read_finished, read_identity, read_metrics,
                      run_path, runner_lock, seeded_name, study_dir)
 from .train import make_run_spec
-from .utils import descendants, stop_processes
+from .utils import descendants, execute_notebook, stop_processes
 from .variants import Variant, load_variants
-
-NOTEBOOKS = REPO_ROOT / "notebooks"
 
 
 @dataclass(frozen=True)
@@ -173,13 +171,6 @@ def study_jobs(profile: str, path: Path | None = None) -> int:
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ParamError(f"{path}: jobs.{profile}={n!r} must be an integer >= 1")
     return n
-
-
-def execute_notebook(notebook: Path, output: Path, parameters: dict) -> None:
-    import papermill as pm
-    output.parent.mkdir(parents=True, exist_ok=True)
-    pm.execute_notebook(str(notebook), str(output), parameters=parameters, cwd=str(NOTEBOOKS),
-                        kernel_name="python3", progress_bar=False, log_output=False)
 
 
 def _error_line(err: Exception) -> str:

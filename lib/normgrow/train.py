@@ -63,18 +63,19 @@ import torch
 from torch import nn
 
 from . import distill
-from .config import ParamError, Profile, check_seed, load_profile, with_processes
+from .config import NOTEBOOKS, ParamError, Profile, check_seed, load_profile, with_processes
 from .data import loss_mask, loss_mask_np
 from .growth import GROWS, GROWTH_KEYS, SCHEDULES, Phase, plan_phases
 from .growth_ops import GROWTH_OPS
 from .model import NORMS, Student, StudentConfig, save_student
 from .placements import PLACEMENTS
-from .ranks import Ranks, check_processes, on_ranks, progress_bar
-from .rundir import (CHECKPOINTS, CONFIG, FINAL, GROWTH_EVAL, LAST, LOCK, METRICS, NUMERICS_VERSION, SUMMARY, PhaseSummary,
+from .ranks import Ranks, check_processes, on_ranks, outside_launch, progress_bar
+from .rundir import (CHECKPOINTS, CONFIG, FINAL, GROWTH_EVAL, LAST, LOCK, METRICS, NOTEBOOK, NUMERICS_VERSION, SUMMARY,
+                     PhaseSummary,
                      RunDirError, RunLock, Summary, check_name, identity_differences, is_finished, phase_checkpoint,
                      phase_checkpoints, read_identity, read_summary, run_path, runs_root, write_summary)
 from .tracking import RunTrackers, check_trackers
-from .utils import atomic_write_json, dtype_name, resolve_device, resolve_dtype, stable_hash
+from .utils import atomic_write_json, dtype_name, execute_notebook, resolve_device, resolve_dtype, stable_hash
 from .vocab import VocabMap
 
 
@@ -101,6 +102,12 @@ class RunSpec:
         return {"profile": self.profile.to_dict(), "norm": self.norm, "schedule": self.schedule,
                 "freeze_prefix": self.freeze_prefix, "match_active_layer_tokens": self.match_active_layer_tokens,
                 "seed": self.seed, "run_name": self.run_name, "numerics": NUMERICS_VERSION}
+
+    def notebook_parameters(self) -> dict:
+        """The parameters with which run_variant.ipynb makes this very spec (processes are in the overrides)."""
+        return {"profile": self.profile.name, "norm": self.norm, "schedule": self.schedule,
+                "freeze_prefix": self.freeze_prefix, "match_active_layer_tokens": self.match_active_layer_tokens,
+                "seed": self.seed, "run_name": self.run_name, "overrides": self.overrides}
 
 
 def derive_run_name(norm: str, schedule: str, freeze_prefix: bool, match: str | None, seed: int,
@@ -753,6 +760,21 @@ def run_variant(spec: RunSpec, progress: bool = True) -> dict:
     cache = ensure_cache(prof, progress=progress)
     summary = on_ranks(tp.processes, device, train_ranks, spec, cache, phases, progress)
     return (summary if summary is not None else read_summary(spec.dir)).to_json()
+
+
+def record_notebook(spec: RunSpec) -> Path | None:
+    """Give a finished run its executed notebook, ``<run>/run.ipynb``, when it has none; the path written, or None.
+
+    A run started by the study runner has it already (papermill writes its output there from the first cell on); one
+    started from ``python -m normgrow run``, from JupyterLab or by papermill into another path gets it here:
+    run_variant.ipynb executed on the same parameters, which finds the run finished and draws it (seconds, no
+    training). So every run directory holds its notebook, whichever way the run was started."""
+    path = spec.dir / NOTEBOOK
+    if path.exists() or not is_finished(spec.dir):
+        return None
+    with outside_launch():  # under accelerate launch, the kernel is not one more rank of this job
+        execute_notebook(NOTEBOOKS / "run_variant.ipynb", path, spec.notebook_parameters())
+    return path
 
 
 def train_ranks(ranks: Ranks, spec: RunSpec, cache, phases: list[Phase], progress: bool) -> Summary:

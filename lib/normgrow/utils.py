@@ -1,5 +1,5 @@
 """Small shared helpers: content hashing, atomic writes, disk-full errors, device / dtype resolution, stopping
-processes."""
+processes, executing a notebook."""
 from __future__ import annotations
 
 import errno
@@ -171,3 +171,12 @@ def stop_processes(processes: list, timeout: float = 5.0) -> None:
             process.kill()
         except psutil.NoSuchProcess:
             pass
+
+
+def execute_notebook(notebook: Path, output: Path, parameters: dict) -> None:
+    """Execute notebook with papermill into output, in the notebook's folder (its relative paths hold) and on the
+    python3 kernel; no progress bar or cell output on the terminal (callers report their own progress)."""
+    import papermill as pm
+    output.parent.mkdir(parents=True, exist_ok=True)
+    pm.execute_notebook(str(notebook), str(output), parameters=parameters, cwd=str(notebook.parent),
+                        kernel_name="python3", progress_bar=False, log_output=False)

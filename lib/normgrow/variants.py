@@ -84,9 +84,33 @@ class GapSpec:
     meaning: str
 
 
-REFERENCE_KEYS = ("gaps", "equivalence_margin", "depth_margin")
-CLAIM_GAPS = ("joint", "grow", "matched", "single", "freeze")  # the gaps claims.evaluate_claims judges
+REFERENCE_KEYS = ("gaps", "equivalence_margin", "depth_margin", "claims")
 DEPTH_MARGIN_KEYS = ("multiple", "of")
+CLAIM_KINDS = ("equivalence", "directional", "interaction", "ratio", "crossover", "all_of", "measured")
+"""How a claim of params/reference.yaml is judged (the file explains each; claims.JUDGES and diagnostics.py judge)."""
+GAPS_PER_KIND = {"equivalence": 1, "directional": 1, "interaction": 2, "ratio": 2, "crossover": 1, "all_of": 0,
+                 "measured": 1}
+
+
+@dataclass(frozen=True)
+class ClaimPart:
+    """One claim an all_of claim needs: its name, the key of its evidence there and its label in the sentence."""
+    key: str
+    claim: str
+    label: str
+
+
+@dataclass(frozen=True)
+class ClaimSpec:
+    """A claim declared in params/reference.yaml: how it is judged (kind), the gaps it reads (by name), its statement
+    (a template, see the file), what a supported / refuted verdict means and, for all_of, its parts."""
+    name: str
+    kind: str
+    gaps: tuple[str, ...]
+    statement: str
+    if_supported: str = ""
+    if_refuted: str = ""
+    parts: tuple[ClaimPart, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -100,10 +124,24 @@ class Reference:
     equivalence_margin: float
     depth_multiple: float
     depth_of: str
+    claims: tuple[ClaimSpec, ...] = ()
 
     @property
     def depth_margin(self) -> float:
         return self.depth_multiple * abs(self.gaps[self.depth_of].reference)
+
+    def claim(self, name: str) -> ClaimSpec:
+        return next(c for c in self.claims if c.name == name)
+
+    def statement(self, spec: ClaimSpec) -> str:
+        """The claim's statement with its gaps' fields filled in (params/reference.yaml names them)."""
+        first = self.gaps[spec.gaps[0]] if spec.gaps else None
+        fields = {"margin": self.equivalence_margin}
+        if first is not None:
+            fields |= {"a": first.a, "b": first.b, "reference": first.reference, "reference_text": first.reference_text}
+        if len(spec.gaps) == 2 and first.reference is not None and self.gaps[spec.gaps[1]].reference:
+            fields["reference_ratio"] = first.reference / self.gaps[spec.gaps[1]].reference
+        return spec.statement.format(**fields)
 
 
 def _positive(path, key: str, value) -> float:
@@ -114,9 +152,9 @@ def _positive(path, key: str, value) -> float:
 
 
 def load_reference() -> Reference:
-    """params/reference.yaml, validated: exactly the REFERENCE_KEYS; every gap's a and b a variant; the CLAIM_GAPS
-    present (removing one is an error here, not a KeyError in the claims); both margins finite and > 0;
-    depth_margin.of a gap with a nonzero reference value."""
+    """params/reference.yaml, validated: exactly the REFERENCE_KEYS; every gap's a and b a variant; every claim's
+    gaps present (removing one is an error here naming the claim, not a KeyError in the claims: _claims); both
+    margins finite and > 0; depth_margin.of a gap with a nonzero reference value."""
     path = PARAMS_DIR / "reference.yaml"
     raw = read_yaml(path) or {}
     if set(raw) != set(REFERENCE_KEYS):
@@ -132,10 +170,7 @@ def load_reference() -> Reference:
             if v not in variants:
                 raise ParamError(f"{path}: gap {spec.name!r} names {v!r}, which is not a run file of params/runs")
         gaps[spec.name] = spec
-    for needed in CLAIM_GAPS:
-        if needed not in gaps:
-            raise ParamError(f"{path}: gap {needed!r} is missing; the claims (claims.evaluate_claims) judge the gaps "
-                             f"{', '.join(CLAIM_GAPS)}")
+    claims = _claims(path, raw["claims"], gaps)
     depth = raw["depth_margin"]
     if not isinstance(depth, dict) or set(depth) != set(DEPTH_MARGIN_KEYS):
         raise ParamError(f"{path}: depth_margin={depth!r} must be a mapping with exactly the keys "
@@ -144,8 +179,53 @@ def load_reference() -> Reference:
     if depth["of"] not in with_reference:
         raise ParamError(f"{path}: depth_margin.of={depth['of']!r} must name a gap with a nonzero reference value; "
                          f"allowed values: {', '.join(with_reference)}")
-    return Reference(gaps, _positive(path, "equivalence_margin", raw["equivalence_margin"]),
-                     _positive(path, "depth_margin.multiple", depth["multiple"]), depth["of"])
+    reference = Reference(gaps, _positive(path, "equivalence_margin", raw["equivalence_margin"]),
+                          _positive(path, "depth_margin.multiple", depth["multiple"]), depth["of"], claims)
+    for c in claims:
+        try:
+            reference.statement(c)
+        except (KeyError, ValueError, IndexError) as e:
+            raise ParamError(f"{path}: claim {c.name!r}: its statement names a field it does not have ({e}); "
+                             "fields: a, b, reference, reference_text, margin, reference_ratio") from None
+    return reference
+
+
+def _claims(path, raw, gaps: dict[str, GapSpec]) -> tuple[ClaimSpec, ...]:
+    """The claims section, validated: known keys and kinds, unique names, every gap a claim reads present (the error
+    names the claim and the gap), the right number of gaps for its kind, the parts of an all_of claim declared
+    (load_reference then fills every statement once, so a field the template lacks fails there)."""
+    if not isinstance(raw, list) or not raw:
+        raise ParamError(f"{path}: claims must be a non-empty list of claims")
+    keys = {f.name for f in fields(ClaimSpec)}
+    claims: list[ClaimSpec] = []
+    for item in raw:
+        if not isinstance(item, dict) or not {"name", "kind", "gaps", "statement"} <= set(item) <= keys:
+            raise ParamError(f"{path}: a claim needs name, kind, gaps and statement, and may give if_supported, "
+                             f"if_refuted, parts (got {item!r})")
+        name, kind = item["name"], item["kind"]
+        if kind not in CLAIM_KINDS:
+            raise ParamError(f"{path}: claim {name!r}: kind={kind!r} is not allowed; allowed values: "
+                             f"{', '.join(CLAIM_KINDS)}")
+        for gap in item["gaps"]:
+            if gap not in gaps:
+                raise ParamError(f"{path}: claim {name!r} reads gap {gap!r}, which is missing from gaps "
+                                 f"(declared: {', '.join(gaps)})")
+        if len(item["gaps"]) != GAPS_PER_KIND[kind]:
+            raise ParamError(f"{path}: claim {name!r}: a claim of kind {kind} reads {GAPS_PER_KIND[kind]} gaps "
+                             f"(got {item['gaps']})")
+        parts = tuple(ClaimPart(**p) for p in item.get("parts") or ())
+        if (kind == "all_of") != bool(parts):
+            raise ParamError(f"{path}: claim {name!r}: parts belong to an all_of claim, which needs them")
+        claims.append(ClaimSpec(name, kind, tuple(item["gaps"]), item["statement"], item.get("if_supported", ""),
+                                item.get("if_refuted", ""), parts))
+    names = [c.name for c in claims]
+    for c in claims:
+        if names.count(c.name) > 1:
+            raise ParamError(f"{path}: claim {c.name!r} is declared twice")
+        for part in c.parts:
+            if part.claim not in names or part.claim == c.name:
+                raise ParamError(f"{path}: claim {c.name!r}: part {part.claim!r} is not another declared claim")
+    return tuple(claims)
 
 
 def load_gaps() -> dict[str, GapSpec]:

@@ -1,0 +1,30 @@
+"""Every committed study is still counted the same: its tables, recomputed by today's code from its committed runs
+(summary.json, metrics.jsonl, config.json) and diagnostics.json, equal the committed files byte for byte. The
+baselines come from the committed baselines.json, so a clone without the teacher cache checks the same thing."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from normgrow import report
+
+ROOT = Path(__file__).resolve().parents[1]
+STUDIES = sorted(p.name for p in (ROOT / "outputs" / "study").iterdir() if (p / "claims.csv").is_file())
+TABLES = ("summary", "variant_stats", "gaps", "crossover", "claims", "regime", "depth")
+
+
+@pytest.mark.slow  # builds every table of each committed study (about 20 s)
+@pytest.mark.parametrize("profile", STUDIES)
+def test_a_committed_study_recomputes_to_its_committed_tables(profile, monkeypatch, tmp_path):
+    committed = ROOT / "outputs" / "study" / profile
+    monkeypatch.delenv("NORMGROW_OUTPUTS", raising=False)  # the repository's committed outputs
+    monkeypatch.setattr(report, "baselines", lambda name: json.loads((committed / "baselines.json").read_text()))
+    files = report.write_report(report.build_report(profile), out_dir=tmp_path)
+    changed = [name for name in TABLES if files[name].read_text() != (committed / f"{name}.csv").read_text()]
+    assert not changed, f"outputs/study/{profile}: today's code counts {changed} differently"
+
+
+def test_there_is_a_committed_study_to_check():
+    assert STUDIES, "no committed study under outputs/study/"
