@@ -4,9 +4,9 @@ import time
 import statistics
 import torch
 from normgrow.config import load_profile, DistillParams
-from normgrow.model import Student, StudentConfig
-from normgrow import distill
-from normgrow.train import make_optimizer
+from normgrow.student.model import Student, StudentConfig
+from normgrow.train import distill
+from normgrow.train.run import make_optimizer
 from normgrow.utils import resolve_dtype
 torch.set_num_threads(1)
 p = load_profile("cpu")

@@ -55,8 +55,8 @@ TINY_OVERRIDES = {"data.seq_len": 16, "cache.k": 4, "train.stages": [1, 2, 3], "
 
 
 def install(monkeypatch_or_none=None):
-    """Route normgrow.teacher.ensure_cache to the fake cache (for tests and for the kill/resume subprocess)."""
-    import normgrow.teacher as teacher
+    """Route normgrow.data.teacher.ensure_cache to the fake cache (for tests and for the kill/resume subprocess)."""
+    import normgrow.data.teacher as teacher
     cache = fake_cache()
     if monkeypatch_or_none is None:
         teacher.ensure_cache = lambda profile, progress=True: cache
@@ -81,7 +81,7 @@ import sys, time
 sys.path.insert(0, {tests!r})
 import fakes
 fakes.install()
-import normgrow.train as train
+import normgrow.train.run as train
 slow = train.Batches.__call__
 def slowed(self, step):
     time.sleep(0.15)

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from normgrow import bench
-from normgrow.model import StudentConfig
-from normgrow.train import run_profile
-from normgrow.vocab import corpus_ids
+from normgrow.student.model import StudentConfig
+from normgrow.train.run import run_profile
+from normgrow.data.vocab import corpus_ids
 
 pytestmark = pytest.mark.slow  # processes, subprocesses or model conversions: not in make test-fast
 

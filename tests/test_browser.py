@@ -122,7 +122,7 @@ def test_diagnostics_page_offline(browser, finished_study):
 
 @needs_chromium
 def test_exported_run_notebook_draws_offline(browser, finished_study, tmp_path):
-    from normgrow.render import export_notebook
+    from normgrow.viz.render import export_notebook
     root, _, _ = finished_study
     out = export_notebook(root / "runs" / "tiny" / "post-grow-s0" / "run.ipynb", tmp_path / "run.html")
     seen = open_offline(browser, out, "run_variant_post-grow-s0.png")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from normgrow import report
+from normgrow.viz import report
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDIES = sorted(p.name for p in (ROOT / "outputs" / "study").iterdir() if (p / "claims.csv").is_file())

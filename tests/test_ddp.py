@@ -11,11 +11,12 @@ import torch
 
 import fakes
 from fakes import kill_mid_phase
-from normgrow import ranks, rundir, train
+from normgrow.runs import rundir
+from normgrow.train import ranks, run as train
 from normgrow.config import ParamError
-from normgrow.model import load_student
-from normgrow.ranks import Ranks
-from normgrow.train import Batches, make_run_spec, run_variant
+from normgrow.student.model import load_student
+from normgrow.train.ranks import Ranks
+from normgrow.train.run import Batches, make_run_spec, run_variant
 
 pytestmark = pytest.mark.slow  # processes, subprocesses or model conversions: not in make test-fast
 

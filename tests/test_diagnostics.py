@@ -8,12 +8,12 @@ import time
 
 import pytest
 
-from normgrow.variants import load_gaps
+from normgrow.runs.variants import load_gaps
 import torch
 
 from fakes import fake_cache
-from normgrow import diagnostics as D
-from normgrow.model import Student, StudentConfig, save_student
+from normgrow.analysis import diagnostics as D
+from normgrow.student.model import Student, StudentConfig, save_student
 
 META = {"bos_id": 1, "special_ids": [0, 1, 2], "separator_ids": [3, 4, 5, 6]}
 
@@ -186,7 +186,7 @@ def test_diagnose_run_caches_and_claims(tmp_path, batch):
     rows = D.drift_rows(runs)
     assert len(rows) == 2 * len(D.GROUPS)
 
-    from normgrow import diagplots
+    from normgrow.viz import diagplots
     study = D.study_result("fake", batch["meta"], runs)
     figs = diagplots.static_figures(study)
     assert figs and all(hasattr(f, "to_html") for f in figs.values())
@@ -271,14 +271,14 @@ def test_committed_diagnostics_are_shown_without_a_cache_or_checkpoints(tmp_path
     # the disk estimate takes the vocabulary a finished run recorded when there is no cache to read it from
     summary = root / "pre-grow-s0" / "summary.json"
     summary.write_text(json.dumps(json.loads(summary.read_text()) | {"vocab": {"size": 321}}))
-    monkeypatch.setattr("normgrow.teacher.open_cache", lambda prof: no_cache(prof, 0))
+    monkeypatch.setattr("normgrow.data.teacher.open_cache", lambda prof: no_cache(prof, 0))
     assert D.run_disk_estimate("tiny")["vocab_size"] == 321
 
 
 def test_residual_sum_cosine_for_the_blocks_with_an_output_norm(batch):
     """Mix-LN at placement depth 8: blocks 0-1 are post-norm (floor(0.25 * 8) = 2), block 2 pre-norm; the cosine
     with the residual sum is measured, and drawn, for the first two only."""
-    from normgrow.diagplots import block_figure
+    from normgrow.viz.diagplots import block_figure
     torch.manual_seed(0)
     model = Student(StudentConfig(vocab_size=64, n_layers=3, d_model=16, n_heads=2, n_kv_heads=1, head_dim=8, d_ff=32,
                                   norm="mix", init_std=0.2, placement_depth=8)).eval()

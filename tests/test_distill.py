@@ -3,9 +3,9 @@ import torch
 import torch.nn.functional as F
 
 from normgrow.config import DistillParams
-from normgrow.distill import (chunked_head_loss, distill_loss, distill_loss_chunked, eval_sums, flatten_batch,
+from normgrow.train.distill import (chunked_head_loss, distill_loss, distill_loss_chunked, eval_sums, flatten_batch,
                               masked_mean, next_token_ce, teacher_entropy, topk_soft_ce)
-from normgrow.model import Student, StudentConfig
+from normgrow.student.model import Student, StudentConfig
 from distill_batches import D, N, V, gen, make_batch
 
 def student_logits(seed=1, n=N):

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from normgrow.config import DistillParams
-from normgrow.distill import distill_loss, distill_loss_chunked
+from normgrow.train.distill import distill_loss, distill_loss_chunked
 
 from distill_batches import D, N, V, gen, make_batch
 

@@ -9,9 +9,9 @@ import pytest
 
 import fakes
 from normgrow import grid
-from normgrow.claims import NOT_JUDGED, NOT_TESTABLE
+from normgrow.analysis.claims import NOT_JUDGED, NOT_TESTABLE
 from normgrow.config import ParamError
-from normgrow.train import make_run_spec, run_variant
+from normgrow.train.run import make_run_spec, run_variant
 
 OVERRIDES = dict(fakes.TINY_OVERRIDES, **{"train.stage_tokens": [128, 128, 128]})  # 3 steps per phase
 
@@ -144,7 +144,7 @@ def test_tiny_grid_trained_and_judged(grids, outputs):
     assert svg.startswith("<svg") and svg.count("<circle") == 2 * 3 and "at_joint_lr (pre-post)" in svg
     cells = pd.read_csv(files["runs"])
     assert (cells["status"] == "finished").all() and len(cells) == 36
-    from normgrow import report  # the study's report shows the map of every grid of its profile
+    from normgrow.viz import report  # the study's report shows the map of every grid of its profile
     page = report.report_html(report.build_report("tiny"))
     assert "Where does it hold? Grid g" in page and "fig-grid-g" in page
 

@@ -4,11 +4,11 @@ import pytest
 import torch
 
 import fakes
-from normgrow.growth_ops import GROWTH_OPS
-from normgrow.model import Student, StudentConfig
-from normgrow.placements import PLACEMENTS
-from normgrow.train import evaluate
-from normgrow.vocab import VocabMap
+from normgrow.student.growth_ops import GROWTH_OPS
+from normgrow.student.model import Student, StudentConfig
+from normgrow.student.placements import PLACEMENTS
+from normgrow.train.run import evaluate
+from normgrow.data.vocab import VocabMap
 
 CACHE = fakes.fake_cache()
 

@@ -10,8 +10,9 @@ import sys
 import numpy as np
 import pytest
 
-from normgrow import config, data, teacher
-from normgrow.data import CacheDamagedError, publish, reuse_or_clear, temp_build_dir, verify_cache
+from normgrow import config
+from normgrow.data import corpus as data, teacher
+from normgrow.data.corpus import CacheDamagedError, publish, reuse_or_clear, temp_build_dir, verify_cache
 from normgrow.utils import atomic_write_json, disk_full_errors
 
 KEY = "k0"

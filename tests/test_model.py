@@ -3,7 +3,7 @@ import copy
 import pytest
 import torch
 
-from normgrow.model import Student, StudentConfig, load_checkpoint, load_student, save_student
+from normgrow.student.model import Student, StudentConfig, load_checkpoint, load_student, save_student
 
 V = 128
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from normgrow.model import MLP, Attention, RMSNorm, RotaryEmbedding, Student, StudentConfig, init_weights
+from normgrow.student.model import MLP, Attention, RMSNorm, RotaryEmbedding, Student, StudentConfig, init_weights
 
 V = 64
 
@@ -87,8 +87,8 @@ def test_pre_and_post_are_bit_identical_to_the_string_branches(norm, tie):
 
 
 def test_registry():
-    from normgrow.model import NORMS
-    from normgrow.placements import PLACEMENTS
+    from normgrow.student.model import NORMS
+    from normgrow.student.placements import PLACEMENTS
     assert NORMS == tuple(PLACEMENTS) == ("pre", "post", "mix", "peri", "deepnorm", "lns")
     assert [n for n, p in PLACEMENTS.items() if p.exports_to_qwen3] == ["pre"]
     assert [n for n, p in PLACEMENTS.items() if not p.final_norm] == ["post", "deepnorm"]

@@ -1,4 +1,4 @@
-"""normgrow.render and the diagnostics plots: number formats, tables, the notebook renderer and offline export (an
+"""normgrow.viz.render and the diagnostics plots: number formats, tables, the notebook renderer and offline export (an
 executed notebook of the session's tiny study), and the widget's choices."""
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from normgrow.claims import SUPPORTED, Claim
+from normgrow.analysis.claims import SUPPORTED, Claim
 
-from normgrow import diagplots, formats, render
+from normgrow.viz import diagplots, formats, render
 
 
 def test_fmt_by_column_kind():

@@ -1,4 +1,4 @@
-"""normgrow.report on synthetic run directories with known numbers (fast: no training, no teacher)."""
+"""normgrow.viz.report on synthetic run directories with known numbers (fast: no training, no teacher)."""
 from __future__ import annotations
 
 import json
@@ -11,9 +11,12 @@ import pandas as pd
 import plotly.graph_objects as go
 import pytest
 
-from normgrow import claims, config, report, stats, variants
-from normgrow.rundir import unfinished_runs
-from normgrow.variants import collect_runs, load_gaps
+from normgrow import config
+from normgrow.analysis import claims, stats
+from normgrow.runs import variants
+from normgrow.viz import report
+from normgrow.runs.rundir import unfinished_runs
+from normgrow.runs.variants import collect_runs, load_gaps
 from synthetic_runs import write_metrics, write_run
 
 # Student t 0.975 quantiles (scipy.stats.t.ppf(0.975, df)); df=2 has the closed form 0.95 * sqrt(2 / (1 - 0.95^2)).
@@ -178,7 +181,7 @@ def test_empty_profile_gives_empty_report(outputs):
 
 
 def test_unigram_val_ce():
-    from normgrow.data import unigram_val_ce
+    from normgrow.data.corpus import unigram_val_ce
     train = np.array([[0, 1, 2, 3], [0, 0, 1, 1]])  # counts 3, 3, 1, 1 of 8
     val = np.array([[0, 1, 2, 3]])
     starts = np.array([[True, False, True, False]])  # the target at position 1 is a new document's BOS: masked

@@ -10,10 +10,11 @@ import pytest
 import torch
 
 import fakes
-from normgrow import rundir, train
+from normgrow.runs import rundir
+from normgrow.train import run as train
 from normgrow.config import ParamError, load_profile
-from normgrow.rundir import RunDirError, RunLock
-from normgrow.train import NonFiniteError, derive_run_name, make_run_spec, run_variant
+from normgrow.runs.rundir import RunDirError, RunLock
+from normgrow.train.run import NonFiniteError, derive_run_name, make_run_spec, run_variant
 
 
 def spec(run_name="pre-grow-s0", **kw):
@@ -186,7 +187,7 @@ def test_full_disk_is_named_and_leaves_no_temporary_file(tmp_path, monkeypatch, 
     """torch.save on a full disk raises OSError(ENOSPC) or, from its zip writer, a RuntimeError that does not say why:
     both become 'no space left on device' with the file, and the temporary file is removed."""
     import shutil
-    from normgrow import model as model_module
+    from normgrow.student import model as model_module
     student = model_module.Student(model_module.StudentConfig(vocab_size=8, n_layers=1, d_model=8, n_heads=2,
                                                               n_kv_heads=1, head_dim=4, d_ff=16))
 

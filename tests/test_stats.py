@@ -1,4 +1,4 @@
-"""normgrow.stats' tests of resolution: the t CDF, the equivalence test (TOST) and the seeds a gap needs, checked
+"""normgrow.analysis.stats' tests of resolution: the t CDF, the equivalence test (TOST) and the seeds a gap needs, checked
 against scipy's values (scipy.stats 1.17, not a dependency: the numbers are written here) and hand computations."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from normgrow import stats
+from normgrow.analysis import stats
 
 MARGIN = 0.02
 WIDE = [0.03, -0.03, 0.01]  # 3 seeds, spread 0.03: the mean is inside the margin, its interval is not

@@ -1,4 +1,4 @@
-"""Teacher loading, corpus, and the top-k teacher cache (normgrow.teacher / normgrow.data).
+"""Teacher loading, corpus, and the top-k teacher cache (normgrow.data.teacher / normgrow.data.corpus).
 
 Unit tests use tiny randomly initialised Llama / Qwen3 checkpoints saved to a temp folder with the real SmolLM2
 tokenizer; one integration test uses the bundled teacher and corpus. Outputs go to a temp dir; only the one-off GGUF
@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from normgrow import config, data, teacher
+from normgrow import config
+from normgrow.data import corpus as data, teacher
 from normgrow.config import ParamError, TeacherParams, load_profile
 
 REAL_MODELS = config.REPO_ROOT / "outputs" / "teacher" / "models"

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from normgrow import config, data, teacher
+from normgrow import config
+from normgrow.data import corpus as data, teacher
 from normgrow.config import ParamError, TeacherParams, load_profile
 from tiny_teachers import corpus_texts, save_folder_teacher, tiny_llama, train_tokenizer, write_corpus, write_gguf
 

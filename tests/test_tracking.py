@@ -8,11 +8,11 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import fakes
-from normgrow import tracking
+from normgrow.train import tracking
 from normgrow.config import ParamError, load_profile
-from normgrow.rundir import GROWTH_EVAL, identity_differences, read_identity
-from normgrow.stats import eval_curve
-from normgrow.train import make_run_spec, run_variant
+from normgrow.runs.rundir import GROWTH_EVAL, identity_differences, read_identity
+from normgrow.analysis.stats import eval_curve
+from normgrow.train.run import make_run_spec, run_variant
 
 
 def run(name: str, **overrides) -> dict:
@@ -95,7 +95,7 @@ def test_a_tracked_run_gives_accelerate_s_process_state_back(outputs, monkeypatc
     assert not PartialState._shared_state
     run("tracked")
     assert not PartialState._shared_state
-    import normgrow.train as train
+    import normgrow.train.run as train
 
     def broken(self, step):
         raise RuntimeError("no batch")

@@ -10,10 +10,10 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 import fakes
 from normgrow.config import ParamError
-from normgrow.growth import plan_phases
-from normgrow.model import load_student
-from normgrow.tracking import TENSORBOARD_DIR
-from normgrow.train import derive_run_name, lr_for_run, make_run_spec, run_variant
+from normgrow.train.growth import plan_phases
+from normgrow.student.model import load_student
+from normgrow.train.tracking import TENSORBOARD_DIR
+from normgrow.train.run import derive_run_name, lr_for_run, make_run_spec, run_variant
 from fakes import kill_mid_phase
 
 
@@ -153,7 +153,7 @@ def test_finished_run_with_other_parameters_is_refused(outputs):
 
 def test_unfinished_run_with_other_parameters_is_refused(outputs):
     spec = make_run_spec(profile="tiny", norm="pre", schedule="grow", run_name="mine", overrides=fakes.TINY_OVERRIDES)
-    from normgrow.train import prepare_run_dir
+    from normgrow.train.run import prepare_run_dir
     prepare_run_dir(spec, "fake")
     with pytest.raises(ParamError, match="different parameters"):
         run(norm="post", schedule="grow", run_name="mine")
@@ -220,8 +220,8 @@ def test_keep_carries_the_old_parameters_adamw_state_exactly():
     """optimizer_on_grow keep: after growth the old parameters' exp_avg, exp_avg_sq and step are those before it
     (torch.equal) and the appended block's parameters have no state; reset: no parameter has state."""
     from normgrow.config import TrainParams
-    from normgrow.model import Student, StudentConfig
-    from normgrow.train import make_optimizer
+    from normgrow.student.model import Student, StudentConfig
+    from normgrow.train.run import make_optimizer
     torch.manual_seed(0)
     model = Student(StudentConfig(vocab_size=fakes.VOCAB, n_layers=1, d_model=16, n_heads=2, n_kv_heads=1,
                                   head_dim=8, d_ff=32))

@@ -152,7 +152,7 @@ def test_study_seeds_take_lists_and_ranges(capsys):
      "needs exactly the keys gaps, equivalence_margin, depth_margin, claims \\(got alpha, claims, depth_margin, gaps\\)"),
 ])
 def test_reference_margins_fail_at_load(tmp_path, monkeypatch, old, new, match):
-    from normgrow import variants
+    from normgrow.runs import variants
     shutil.copytree(config.PARAMS_DIR, tmp_path / "params")
     monkeypatch.setattr(variants, "PARAMS_DIR", tmp_path / "params")
     reference = variants.load_reference()
@@ -170,7 +170,7 @@ def test_step_budget_is_checked_before_any_work(tmp_path, monkeypatch):
     Batches with a bare MemoryError, leaving one behind)."""
     from types import SimpleNamespace
 
-    from normgrow import train
+    from normgrow.train import run as train
     monkeypatch.setenv("NORMGROW_OUTPUTS", str(tmp_path / "outputs"))
     with pytest.raises(ParamError, match=r"train.batch_size=100000000 is more rows per step than the training split "
                                          r"has: 256 \(data.train_tokens=16384 // data.seq_len=64\)"):
@@ -195,7 +195,7 @@ def test_step_budget_is_checked_before_any_work(tmp_path, monkeypatch):
     ("", r"zz.yaml: a run file is a mapping .*\(got an empty file\)"),
 ])
 def test_bad_run_files_are_named(tmp_path, monkeypatch, text, match):
-    from normgrow import variants
+    from normgrow.runs import variants
     shutil.copytree(config.PARAMS_DIR, tmp_path / "params")
     monkeypatch.setattr(variants, "PARAMS_DIR", tmp_path / "params")
     (tmp_path / "params" / "runs" / "zz.yaml").write_text(text)

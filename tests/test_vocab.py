@@ -7,9 +7,9 @@ import torch
 
 import fakes
 from normgrow.config import DistillParams, ParamError, TeacherParams
-from normgrow.distill import distill_loss, distill_loss_chunked
-from normgrow.train import make_run_spec, run_variant
-from normgrow.vocab import VocabMap
+from normgrow.train.distill import distill_loss, distill_loss_chunked
+from normgrow.train.run import make_run_spec, run_variant
+from normgrow.data.vocab import VocabMap
 
 from distill_batches import D, N, V, gen, make_batch
 
@@ -127,7 +127,8 @@ def test_learning_rate_per_placement(tmp_path, monkeypatch):
 @pytest.mark.parametrize("flags", [{"avx2", "fma"}, {"avx2", "avx512f", "avx512bw", "avx512vl", "avx512dq"}, set()])
 def test_auto_dtype_is_float32_on_a_cpu_without_native_bf16(monkeypatch, flags):
     """AVX2 only, plain AVX512 (bf16 emulated, oneDNN would say yes) and unreadable flags all give float32."""
-    from normgrow import teacher, utils
+    from normgrow import utils
+    from normgrow.data import teacher
     monkeypatch.setattr(utils.platform, "machine", lambda: "x86_64")
     monkeypatch.setattr(utils, "cpu_flags", lambda: frozenset(flags))
     assert not utils.bf16_supported(torch.device("cpu"))
@@ -138,7 +139,8 @@ def test_auto_dtype_is_float32_on_a_cpu_without_native_bf16(monkeypatch, flags):
 
 @pytest.mark.parametrize("flag", ["avx512_bf16", "amx_bf16"])
 def test_auto_dtype_is_bf16_on_a_cpu_with_native_bf16(monkeypatch, flag):
-    from normgrow import teacher, utils
+    from normgrow import utils
+    from normgrow.data import teacher
     monkeypatch.setattr(utils.platform, "machine", lambda: "x86_64")
     monkeypatch.setattr(utils, "cpu_flags", lambda: frozenset({"avx2", "avx512f", flag}))
     assert utils.resolve_dtype("auto", torch.device("cpu")) == torch.bfloat16

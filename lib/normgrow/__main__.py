@@ -16,7 +16,7 @@ import yaml
 
 
 def _export(args: argparse.Namespace) -> None:
-    from .export import export_student
+    from .student.export import export_student
 
     print(export_student(args.src, args.out_dir, force=args.force)["message"])
 
@@ -36,7 +36,7 @@ def _main_process() -> bool:
 
 def _cache(args: argparse.Namespace) -> None:
     from .config import load_profile
-    from .teacher import ensure_cache
+    from .data.teacher import ensure_cache
 
     cache = ensure_cache(load_profile(args.profile, _overrides(args.overrides)))
     if _main_process():
@@ -44,7 +44,7 @@ def _cache(args: argparse.Namespace) -> None:
 
 
 def _run(args: argparse.Namespace) -> None:
-    from .train import make_run_spec, record_notebook, run_variant
+    from .train.run import make_run_spec, record_notebook, run_variant
 
     spec = make_run_spec(profile=args.profile, norm=args.norm, schedule=args.schedule, freeze_prefix=args.freeze_prefix,
                          match_active_layer_tokens=args.match_active_layer_tokens, seed=args.seed,
@@ -69,8 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     cache = sub.add_parser("cache", help="build (or check) a profile's teacher cache, on teacher.processes ranks")
     run = sub.add_parser("run", help="one run of the study, as notebooks/run_variant.ipynb does it (its executed notebook lands in the run directory)")
     from .config import available_profiles
-    from .growth import SCHEDULES
-    from .placements import PLACEMENTS
+    from .train.growth import SCHEDULES
+    from .student.placements import PLACEMENTS
     for p in (cache, run):
         p.add_argument("--profile", required=True, help=f"a file of params/profiles: {', '.join(available_profiles())}")
         p.add_argument("--overrides", help="YAML mapping of dotted profile keys, e.g. '{train.processes: 2}'")

@@ -54,12 +54,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import distill
+from .train import distill
 from .config import PARAMS_DIR, outputs_dir, read_yaml
-from .growth import plan_phases
-from .model import Student, StudentConfig
-from .train import DistillStep, _autocast, _choice, compile_enabled, make_optimizer, rows_to_batch, run_profile
-from .variants import load_variants
+from .train.growth import plan_phases
+from .student.model import Student, StudentConfig
+from .train.run import DistillStep, _autocast, _choice, compile_enabled, make_optimizer, rows_to_batch, run_profile
+from .runs.variants import load_variants
 from .utils import TRAIN_DTYPES, cpu_flags, dtype_name, resolve_dtype
 
 CANDIDATES = ("normgrow", "normgrow_v1", "normgrow_compiled", "hf_cached", "hf_online")
@@ -110,7 +110,7 @@ def mfu_label(dtype: torch.dtype) -> str:
 # ----------------------------------------------------------------------------------------------- data
 def synthetic_batch(batch: int, seq_len: int, k: int, vocab: int, seed: int = 0) -> dict:
     """A [B, L] batch of the cache's shapes: random tokens, distinct top-k ids, a sorted top-k and its tail."""
-    from .data import loss_mask
+    from .data.corpus import loss_mask
     g = torch.Generator().manual_seed(seed)
     tokens = torch.randint(vocab, (batch, seq_len), generator=g)
     doc_start = torch.zeros(batch, seq_len, dtype=torch.bool)
@@ -140,13 +140,13 @@ def load_batch(profile, data: str = "auto", cache=None, vocab_size: int | None =
     """The bench's batch (module docstring). data: auto (the cache, else synthetic, saying so) | cache | synthetic.
     cache: an opened teacher cache (default: teacher.open_cache(profile)). vocab_size: the student's vocabulary of a
     synthetic batch. teacher_vocab_size: the teacher's, when the caller has the teacher (default: its config)."""
-    from .vocab import VocabMap
+    from .data.vocab import VocabMap
     _choice("data", data, ("auto", "cache", "synthetic"))
     B, L, k = profile.train.batch_size, profile.data.seq_len, profile.cache.k
     if data in ("auto", "cache"):
         try:
             if cache is None:
-                from .teacher import open_cache
+                from .data.teacher import open_cache
                 cache = open_cache(profile)
             if cache.train.tokens.shape[0] < B:
                 raise ValueError(f"the cache holds {cache.train.tokens.shape[0]} < train.batch_size={B} sequences")
@@ -189,7 +189,7 @@ def _teacher_vocab_size(profile) -> int:
     """The teacher's vocabulary (its config; the model is not loaded)."""
     from transformers import AutoConfig
 
-    from .teacher import resolve_source
+    from .data.teacher import resolve_source
     return int(AutoConfig.from_pretrained(resolve_source(profile.teacher, progress=False)).vocab_size)
 
 
@@ -218,7 +218,7 @@ def build_candidates(profile, batch: BenchBatch, names, dtype: torch.dtype, teac
     """({name: Candidate} for the requested names, info: the profile's student config, hf_online's teacher and its
     forward times). teacher is loaded only for hf_online when None. profile: as train.run_profile gives it for the
     pre-norm joint run."""
-    from .export import to_qwen3
+    from .student.export import to_qwen3
 
     tp, P = profile.train, profile.distill
     for name in names:
@@ -268,7 +268,7 @@ def build_candidates(profile, batch: BenchBatch, names, dtype: torch.dtype, teac
         candidates["hf_cached"] = Candidate(hf_cached, hf, proto.cfg, "student")
     if "hf_online" in names:
         if teacher is None:
-            from .teacher import load_teacher
+            from .data.teacher import load_teacher
             teacher, _ = load_teacher(profile.teacher, progress=False)
         teacher.eval()
         full = Student(config(batch.teacher_vocab_size))

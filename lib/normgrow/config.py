@@ -235,10 +235,10 @@ class Profile:
 def choices() -> dict[str, tuple]:
     """Allowed values, by dotted key. Each list lives in the module that branches on it (imported here on first use:
     distill.py imports this module); the two train.* lists live here because train.py imports this module too."""
-    from .distill import LOSSES, TAILS
-    from .growth_ops import GROWTH_OPS
+    from .train.distill import LOSSES, TAILS
+    from .student.growth_ops import GROWTH_OPS
     from .utils import DTYPES, TRAIN_DTYPES
-    from .vocab import VOCABS
+    from .data.vocab import VOCABS
     return {"teacher.dtype": ("auto",) + tuple(DTYPES), "teacher.sanity": ("enforce", "warn"), "student.vocab": VOCABS, "student.new_block_init": tuple(GROWTH_OPS),
             "train.lr_schedule": ("per_stage", "global"), "train.optimizer_on_grow": ("reset", "keep"),
             "train.dtype": TRAIN_DTYPES, "train.compile": ("auto", "on", "off"), "distill.loss": LOSSES, "distill.tail": TAILS}
@@ -465,7 +465,7 @@ def _check_cross(p: Profile) -> None:
     if any(not isinstance(n, int) or isinstance(n, bool) or n <= 0 for n in steps) or list(steps) != sorted(set(steps)):
         raise ParamError(f"train.eval_after_growth={list(steps)!r} must be increasing positive step counts "
                          "(e.g. [8, 32, 64]), or [] for none")
-    from .tracking import TRACKERS
+    from .train.tracking import TRACKERS
     unknown = [n for n in t.trackers if n not in TRACKERS]
     if unknown or len(set(t.trackers)) != len(t.trackers):
         raise ParamError(f"train.trackers={list(t.trackers)!r}: each at most once, of {', '.join(TRACKERS)} "

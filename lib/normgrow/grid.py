@@ -38,18 +38,18 @@ from pathlib import Path
 
 import pandas as pd
 
-from .claims import NOT_JUDGED, NOT_JUDGED_DEPTH, NOT_TESTABLE, judge
+from .analysis.claims import NOT_JUDGED, NOT_JUDGED_DEPTH, NOT_TESTABLE, judge
 from .config import PARAMS_DIR, ParamError, load_profile, outputs_dir, read_yaml, with_processes, writable_outputs_dir
-from .growth import SCHEDULES
-from .model import NORMS
-from .rundir import (GRID_RUN_PREFIX, NAME, RunDirError, Summary, check_name, is_finished, read_finished, run_path,
+from .train.growth import SCHEDULES
+from .student.model import NORMS
+from .runs.rundir import (GRID_RUN_PREFIX, NAME, RunDirError, Summary, check_name, is_finished, read_finished, run_path,
                      runner_lock, seeded_name)
-from .stats import LEVEL, mean_ci, paired_differences, regime_check, runs_frame, with_flatness, depth_check, baselines
+from .analysis.stats import LEVEL, mean_ci, paired_differences, regime_check, runs_frame, with_flatness, depth_check, baselines
 from .study import (Job, directory_conflict, ensure_teacher_cache, execute_runs, finished_jobs, report_failures,
                     study_jobs)
-from .train import lr_for_run, make_run_spec
+from .train.run import lr_for_run, make_run_spec
 from .utils import atomic_write_json, atomic_write_text, stable_hash
-from .variants import StudyRuns, Variant, load_reference, load_variants
+from .runs.variants import StudyRuns, Variant, load_reference, load_variants
 
 GRIDS_DIR = PARAMS_DIR / "grids"
 GRID_KEYS = ("placements", "seeds", "settings")
@@ -295,7 +295,7 @@ def forest_figure(frame: pd.DataFrame, reference: dict[str, float]):
     reference's values marked; the marker's colour is the row's verdict."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
-    from .render import STATUS_COLORS, style_figure
+    from .viz.render import STATUS_COLORS, style_figure
     judged = frame[frame["n_seeds"].notna()]
     labels = [f"{s} ({a}-{b})" for s, a, b in zip(judged["setting"], judged["a"], judged["b"])]
     fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.04,
@@ -322,7 +322,7 @@ def forest_svg(frame: pd.DataFrame, reference: dict[str, float]) -> str:
     """The forest figure as a static SVG (README shows it; plotly's image export needs a browser): the same rows,
     intervals, zero and reference lines and verdict colours as forest_figure, drawn by hand."""
     import html
-    from .render import STATUS_COLORS
+    from .viz.render import STATUS_COLORS
     rows = frame[frame["n_seeds"].notna()].reset_index(drop=True)
     panels = (("grow", "grow_gap", "grow gap: a-grow - b-grow"), ("interaction", "interaction",
                                                                   "interaction: grow gap - joint gap"))
@@ -370,7 +370,7 @@ def forest_svg(frame: pd.DataFrame, reference: dict[str, float]) -> str:
 
 def grid_report_html(plan: GridPlan, frame: pd.DataFrame) -> str:
     import html
-    from .render import Page, table
+    from .viz.render import Page, table
     e = html.escape
     ref = reference_marks()
     page = Page(f"normgrow grid: {plan.grid.name} ({plan.profile})")
@@ -407,7 +407,7 @@ def grid_dir(profile: str, grid: str) -> Path:
 
 def write_grid(plan: GridPlan, command: str = "", level: float = LEVEL) -> dict[str, Path]:
     """grid.csv, runs.csv, grid.json, report.html and forest.svg in grid_dir (module docstring)."""
-    from .render import write_text
+    from .viz.render import write_text
     from .sweep import git_commit
     out = grid_dir(plan.profile, plan.grid.name)
     out.mkdir(parents=True, exist_ok=True)

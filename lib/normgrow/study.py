@@ -33,11 +33,11 @@ import psutil
 from tqdm.auto import tqdm
 
 from .config import NOTEBOOKS, PARAMS_DIR, ParamError, load_profile, read_yaml, with_processes, writable_outputs_dir
-from .rundir import (NOTEBOOK, RunDirError, identity_differences, is_finished, read_finished, read_identity, read_metrics,
+from .runs.rundir import (NOTEBOOK, RunDirError, identity_differences, is_finished, read_finished, read_identity, read_metrics,
                      run_path, runner_lock, seeded_name, study_dir)
-from .train import make_run_spec
+from .train.run import make_run_spec
 from .utils import descendants, execute_notebook, stop_processes
-from .variants import Variant, load_variants
+from .runs.variants import Variant, load_variants
 
 
 @dataclass(frozen=True)
@@ -244,7 +244,7 @@ def _run_steps(running: dict[str, Path]) -> str:
 def _show_cache_build(bar) -> None:
     """Teacher tokens done / total of the cache build in progress (the progress files of its ranks, in its temp
     directory)."""
-    from .teacher import PROGRESS_FILES, teacher_root
+    from .data.teacher import PROGRESS_FILES, teacher_root
     try:
         latest = max(teacher_root().glob(".tmp-*/"), key=lambda p: p.stat().st_mtime, default=None)
         ranks = [json.loads(p.read_text()) for p in latest.glob(PROGRESS_FILES)] if latest is not None else []
@@ -289,7 +289,7 @@ def finished_jobs(names: list[str], profile: str, failed: dict[str, str]) -> set
 def ensure_teacher_cache(prof, out_dir: Path, processes: int | None = None) -> str:
     """The key of the profile's teacher cache, built first (notebooks/00_teacher.ipynb, executed into out_dir) when
     it is not complete."""
-    from .teacher import open_cache
+    from .data.teacher import open_cache
     try:
         key = open_cache(prof).key
         print(f"teacher cache: complete, reused (outputs/teacher/{key})")

@@ -52,11 +52,11 @@ import yaml
 from tqdm.auto import tqdm
 
 from .config import PARAMS_DIR, REPO_ROOT, ParamError, load_profile, outputs_dir, read_yaml, writable_outputs_dir
-from .rundir import SWEEP_RUN_PREFIX, RunDirError, is_finished, runner_lock
-from .growth import SCHEDULES
-from .model import NORMS
-from .train import RunSpec, lr_for_run, make_run_spec, run_variant
-from .variants import load_variants
+from .runs.rundir import SWEEP_RUN_PREFIX, RunDirError, is_finished, runner_lock
+from .train.growth import SCHEDULES
+from .student.model import NORMS
+from .train.run import RunSpec, lr_for_run, make_run_spec, run_variant
+from .runs.variants import load_variants
 from .utils import atomic_write_json, atomic_write_text
 
 SWEEP_FILE = PARAMS_DIR / "sweep.yaml"

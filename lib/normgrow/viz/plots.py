@@ -12,9 +12,9 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from . import rundir
-from .rundir import METRICS
-from .placements import PLACEMENTS
+from ..runs import rundir
+from ..runs.rundir import METRICS
+from ..student.placements import PLACEMENTS
 from .render import faint, split_variant, style_figure
 
 VAL_KINDS = ("eval", "phase_end", rundir.GROWTH_EVAL)  # the curves draw the evaluations after growth too

@@ -1,7 +1,7 @@
 """Plotly figures, tables and ipywidgets controls for the boundary diagnostics (notebooks/diagnostics.ipynb calls
-these); ``export_html`` writes diagnostics.html in the report's style (normgrow.render).
+these); ``export_html`` writes diagnostics.html in the report's style (normgrow.viz.render).
 
-Every function takes the study dict of ``normgrow.diagnostics.diagnose_study`` (or the diagnostics.json it writes).
+Every function takes the study dict of ``normgrow.analysis.diagnostics.diagnose_study`` (or the diagnostics.json it writes).
 Choices, and why:
 
 - Variants, not runs: a study has ~30 runs (10 variants x 3 seeds), too many lines for one panel. A variant is drawn
@@ -27,8 +27,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .diagnostics import GROUPS
-from .placements import PLACEMENTS
+from ..analysis.diagnostics import GROUPS
+from ..student.placements import PLACEMENTS
 from .render import (Page, claims_html, details, faint, split_variant, style_figure, table,
                      variant_style, write_text)
 
@@ -53,7 +53,7 @@ def counterpart(study: dict, name: str) -> str | None:
     """The run of the same seed whose variant differs from this run's only in its placement (post-norm for pre-norm,
     pre-norm for every other placement), from the run files' parameters (variants.load_variants): the overlay of the
     widget. None when the run has no recorded variant or the study holds no such run."""
-    from .variants import load_variants
+    from ..runs.variants import load_variants
     run = study["runs"].get(name)
     variants = load_variants()
     mine = variants.get(variant_of(name, run)) if run else None

@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .config import DistillParams
+from ..config import DistillParams
 
 TAILS = ("bucket", "renormalize")
 LOSSES = ("ce", "kl")

@@ -21,7 +21,7 @@ import importlib.util
 import os
 from pathlib import Path
 
-from .config import ParamError
+from ..config import ParamError
 
 TRACKERS = ("tensorboard", "wandb", "trackio")
 """Allowed values of train.trackers (config.choices)."""

@@ -59,7 +59,7 @@ from torch import Tensor, nn
 
 from .growth_ops import GROWTH_OPS
 from .placements import PLACEMENTS
-from .utils import disk_full_errors
+from ..utils import disk_full_errors
 
 NORMS = tuple(PLACEMENTS)
 ATTENTION_KERNELS = ("auto", "autocast")

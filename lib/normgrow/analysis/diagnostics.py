@@ -43,16 +43,16 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .formats import sig
+from ..viz.formats import sig
 from .claims import NOT_SUPPORTED, NOT_TESTABLE, SUPPORTED, Claim
-from .config import load_profile
-from .distill import eval_sums
-from .model import NORMS, Student, StudentConfig, load_checkpoint
-from .rundir import (DIAGNOSTICS, SUMMARY, finished_runs, is_finished, phase_checkpoints, read_identity, study_diagnostics)
-from .train import rows_to_batch
-from .utils import atomic_write_json, read_json, stable_hash
-from .variants import GapSpec, collect_runs, load_gaps, load_reference
-from .vocab import VocabMap
+from ..config import load_profile
+from ..train.distill import eval_sums
+from ..student.model import NORMS, Student, StudentConfig, load_checkpoint
+from ..runs.rundir import (DIAGNOSTICS, SUMMARY, finished_runs, is_finished, phase_checkpoints, read_identity, study_diagnostics)
+from ..train.run import rows_to_batch
+from ..utils import atomic_write_json, read_json, stable_hash
+from ..runs.variants import GapSpec, collect_runs, load_gaps, load_reference
+from ..data.vocab import VocabMap
 
 VERSION = 2
 CLASSES = ("first", "special", "separator", "content")
@@ -166,7 +166,7 @@ def group_masks(classes: Tensor) -> dict[str, Tensor]:
 def fixed_batch(profile, n: int = DEFAULT_N, cache=None) -> dict:
     """The first n validation sequences of the profile's teacher cache, with targets, loss mask, teacher top-k and
     token classes (float32-ready CPU tensors), plus "meta": {n, cache_key, fingerprint, class_counts}."""
-    from .teacher import open_cache
+    from ..data.teacher import open_cache
     if cache is None:
         prof = load_profile(profile) if isinstance(profile, str) else profile
         cache = open_cache(prof)
@@ -377,7 +377,7 @@ def run_disk_estimate(profile, cache=None) -> dict:
     prof = load_profile(profile) if isinstance(profile, str) else profile
     try:
         if cache is None:
-            from .teacher import open_cache
+            from ..data.teacher import open_cache
             cache = open_cache(prof)
         vocab_size = VocabMap.for_cache(cache, prof.student.vocab).size
     except FileNotFoundError:

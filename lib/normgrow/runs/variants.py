@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields
 
-from .config import PARAMS_DIR, ParamError, read_yaml
+from ..config import PARAMS_DIR, ParamError, read_yaml
 from .rundir import (NUMERICS_VERSION, RunDirError, Summary, finished_runs, identity_differences, read_finished,
                      seeded_name)
 
@@ -244,7 +244,7 @@ class StudyRuns:
 
 def collect_runs(profile: str) -> StudyRuns:
     """Assign every finished study run of a profile (see the module docstring)."""
-    from .train import run_profile  # train imports torch; only what a run records is needed here
+    from ..train.run import run_profile  # train imports torch; only what a run records is needed here
     variants = load_variants()
     by_key = {v.key(): v.name for v in variants.values()}
     summaries, unassigned, expected, damaged = {}, {}, {}, {}

@@ -7,7 +7,7 @@ A placement that exports to Qwen3 (placements.py, exports_to_qwen3: pre)
 any other -> no transformers architecture computes it (post-norm's norm after the residual sum, Mix-LN, Peri-LN's
              output norms, DeepNorm's alpha, LayerNorm-Scaling's 1/sqrt(l)), so the export is a normgrow
              checkpoint: OUT_DIR/student.pt (save_student format) + OUT_DIR/config.json (StudentConfig), loadable
-             with normgrow.model.load_student(OUT_DIR).
+             with normgrow.student.model.load_student(OUT_DIR).
 
 The teacher's tokenizer is copied into OUT_DIR (find_tokenizer: the checkpoint's "tokenizer_dir" entry, else the
 teacher cache the run was trained on, named by teacher_key in the run's config.json / summary.json, else a tokenizer
@@ -25,10 +25,10 @@ from pathlib import Path
 
 import torch
 
-from .rundir import CHECKPOINTS, CONFIG, METRICS, SUMMARY, RunDirError, read_identity, runs_base
+from ..runs.rundir import CHECKPOINTS, CONFIG, METRICS, SUMMARY, RunDirError, read_identity, runs_base
 from .model import Student, load_checkpoint, resolve_checkpoint, save_student
 from .placements import PLACEMENTS
-from .utils import atomic_write_json, disk_full_errors
+from ..utils import atomic_write_json, disk_full_errors
 
 # normgrow parameter name prefix -> transformers Qwen3ForCausalLM name prefix (first match wins).
 QWEN3_NAMES = (
@@ -124,7 +124,7 @@ def check_destination(out_dir: Path, force: bool = False) -> None:
 
 def find_tokenizer(ckpt_path: Path, extra: dict) -> str | None:
     """The tokenizer folder of the checkpoint's teacher, or None (see the module docstring for the order)."""
-    from .teacher import teacher_root
+    from ..data.teacher import teacher_root
     if extra.get("tokenizer_dir"):
         return str(extra["tokenizer_dir"])
     folder = ckpt_path.parent
@@ -176,10 +176,10 @@ def _write_export(model: Student, extra: dict, ckpt_path: Path, out_dir: Path) -
     else:
         save_student(out_dir / "student.pt", model, extra)
         atomic_write_json(out_dir / "config.json", {**asdict(model.cfg), "format": "normgrow"})
-        info.update(format="normgrow", architecture="normgrow.model.Student",
+        info.update(format="normgrow", architecture="normgrow.student.model.Student",
                     message=f"norm={model.cfg.norm!r} is not a transformers architecture (Qwen3 and its relatives "
                             f"are pre-norm); wrote a normgrow checkpoint to {out_dir / 'student.pt'} - load it with "
-                            f"normgrow.model.load_student({str(out_dir)!r})")
+                            f"normgrow.student.model.load_student({str(out_dir)!r})")
     vocab = extra.get("vocab") or {}
     if vocab.get("teacher_ids") is not None:  # student.vocab: corpus (vocab.py): model ids are not tokenizer ids
         atomic_write_json(out_dir / "normgrow_vocab.json", vocab)

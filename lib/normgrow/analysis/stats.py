@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .rundir import RunDirError, read_metrics, run_path
-from .variants import GapSpec, StudyRuns, Variant
+from ..runs.rundir import RunDirError, read_metrics, run_path
+from ..runs.variants import GapSpec, StudyRuns, Variant
 
 LEVEL = 0.95
 ALPHA = 0.05
@@ -447,9 +447,9 @@ def baselines(profile: str) -> dict:
     """{"teacher_val_ce", "unigram_val_ce"} on the profile's validation positions (the levels that frame a student's
     val_ce) with where each comes from ("teacher_source", "unigram_source"), or {} when there is no teacher cache for
     it (not built, or runs without a profile file)."""
-    from .config import ParamError, load_profile
-    from .data import unigram_val_ce
-    from .teacher import open_cache
+    from ..config import ParamError, load_profile
+    from ..data.corpus import unigram_val_ce
+    from ..data.teacher import open_cache
     try:
         cache = open_cache(load_profile(profile))
     except (FileNotFoundError, ParamError):
@@ -458,7 +458,7 @@ def baselines(profile: str) -> dict:
     return {"teacher_val_ce": cache.report["val_ce"], "teacher_source": f"{where}/teacher.json (val_ce)",
             "unigram_val_ce": unigram_val_ce(cache.train.tokens, cache.val.tokens, cache.val.doc_start,
                                              cache.meta["vocab_size"]),
-            "unigram_source": f"normgrow.data.unigram_val_ce: unigram fitted on {where}/train tokens, scored on "
+            "unigram_source": f"normgrow.data.corpus.unigram_val_ce: unigram fitted on {where}/train tokens, scored on "
                               f"{where}/val"}
 
 

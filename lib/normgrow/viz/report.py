@@ -18,15 +18,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .claims import (NOT_JUDGED, NOT_JUDGED_DEPTH, NOT_TESTABLE, SUPPORTED, Claim, depth_gate, evaluate_claims, gate_claims,
+from ..analysis.claims import (NOT_JUDGED, NOT_JUDGED_DEPTH, NOT_TESTABLE, SUPPORTED, Claim, depth_gate, evaluate_claims, gate_claims,
                      read_diagnostics)
-from .config import outputs_dir
-from .rundir import run_path, study_dir, unfinished_runs
-from .stats import (ALPHA, DEPTH_FIELDS, FLAT_LIMIT, FLAT_TAIL, LEVEL, REGIME_FIELDS, SEEDS_LIMIT, UNIGRAM_MARGIN,
+from ..config import outputs_dir
+from ..runs.rundir import run_path, study_dir, unfinished_runs
+from ..analysis.stats import (ALPHA, DEPTH_FIELDS, FLAT_LIMIT, FLAT_TAIL, LEVEL, REGIME_FIELDS, SEEDS_LIMIT, UNIGRAM_MARGIN,
                     baselines, crossover_table, depth_check, gap_ratio, gap_table, regime_check, runs_frame,
                     undertrained, variant_stats, with_flatness)
-from .utils import atomic_write_json, atomic_write_text
-from .variants import GapSpec, collect_runs, load_reference, load_variants
+from ..utils import atomic_write_json, atomic_write_text
+from ..runs.variants import GapSpec, collect_runs, load_reference, load_variants
 
 
 @dataclass
@@ -128,7 +128,7 @@ def build_report(profile: str, level: float = LEVEL) -> Report:
 
 
 # --------------------------------------------------------------------------------------------------------- figures
-# Rendering: the figures and page of the report; the look (style, tables, number formats) is normgrow.render's.
+# Rendering: the figures and page of the report; the look (style, tables, number formats) is normgrow.viz.render's.
 
 def crossover_figure(rep: Report):
     """Validation CE at each stage end (mean and CI over seeds) of the grow gap's variants, and their paired gap."""
@@ -236,7 +236,7 @@ def lr_figure(rep: Report):
     from plotly.subplots import make_subplots
 
     from .render import NORM_COLOR, style_figure
-    from .sweep import sweep_dir
+    from ..sweep import sweep_dir
     path = sweep_dir(rep.profile) / "sweep.json"
     if not path.is_file():
         return None
@@ -449,7 +449,7 @@ def report_html(rep: Report, figs: dict | None = None) -> str:
              _regime_html(rep), "<section id='claims'><h2>Claims</h2>")
     page.add(claims_html([c.to_json() for c in rep.claims]))
     for grid_csv in sorted((outputs_dir() / "grid" / rep.profile).glob("*/grid.csv")):
-        from .grid import forest_figure, reference_marks
+        from ..grid import forest_figure, reference_marks
         frame = pd.read_csv(grid_csv)
         name = grid_csv.parent.name
         page.add(f"</section><section id='grid-{e(name)}'><h2>Where does it hold? Grid {e(name)}</h2>"

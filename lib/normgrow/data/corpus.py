@@ -58,9 +58,9 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-from . import config
-from .config import DataParams, ParamError
-from .utils import atomic_write_json, disk_full_errors, file_sha256, read_json, stable_hash
+from .. import config
+from ..config import DataParams, ParamError
+from ..utils import atomic_write_json, disk_full_errors, file_sha256, read_json, stable_hash
 
 CLEAN_VERSION = 2  # bump when cleaning / document segmentation changes (part of the data key)
 PACK_VERSION = 2  # bump when the packing of documents into rows changes (part of the data key); 2: S on every row

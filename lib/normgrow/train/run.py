@@ -63,20 +63,20 @@ import torch
 from torch import nn
 
 from . import distill
-from .config import NOTEBOOKS, ParamError, Profile, check_seed, load_profile, with_processes
-from .data import loss_mask, loss_mask_np
+from ..config import NOTEBOOKS, ParamError, Profile, check_seed, load_profile, with_processes
+from ..data.corpus import loss_mask, loss_mask_np
 from .growth import GROWS, GROWTH_KEYS, SCHEDULES, Phase, plan_phases
-from .growth_ops import GROWTH_OPS
-from .model import NORMS, Student, StudentConfig, save_student
-from .placements import PLACEMENTS
+from ..student.growth_ops import GROWTH_OPS
+from ..student.model import NORMS, Student, StudentConfig, save_student
+from ..student.placements import PLACEMENTS
 from .ranks import Ranks, check_processes, on_ranks, outside_launch, progress_bar
-from .rundir import (CHECKPOINTS, CONFIG, FINAL, GROWTH_EVAL, LAST, LOCK, METRICS, NOTEBOOK, NUMERICS_VERSION, SUMMARY,
+from ..runs.rundir import (CHECKPOINTS, CONFIG, FINAL, GROWTH_EVAL, LAST, LOCK, METRICS, NOTEBOOK, NUMERICS_VERSION, SUMMARY,
                      PhaseSummary,
                      RunDirError, RunLock, Summary, check_name, identity_differences, is_finished, phase_checkpoint,
                      phase_checkpoints, read_identity, read_summary, run_path, runs_root, write_summary)
 from .tracking import RunTrackers, check_trackers
-from .utils import atomic_write_json, dtype_name, execute_notebook, resolve_device, resolve_dtype, stable_hash
-from .vocab import VocabMap
+from ..utils import atomic_write_json, dtype_name, execute_notebook, resolve_device, resolve_dtype, stable_hash
+from ..data.vocab import VocabMap
 
 
 @dataclass(frozen=True)
@@ -747,7 +747,7 @@ def run_variant(spec: RunSpec, progress: bool = True) -> dict:
 
     On train.processes > 1 ranks (ranks.py: forked here, or started by accelerate launch); rank 0 holds the run
     directory's lock throughout, so a second job on the same run stops with the holder's pid."""
-    from .teacher import ensure_cache  # heavy import, only once parameters are valid
+    from ..data.teacher import ensure_cache  # heavy import, only once parameters are valid
 
     prof, tp = spec.profile, spec.profile.train
     budget = None

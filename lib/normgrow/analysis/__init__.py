@@ -1,0 +1,1 @@
+"""Statistics and gates, the claims judged, the boundary diagnostics."""

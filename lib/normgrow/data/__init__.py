@@ -1,0 +1,1 @@
+"""The corpus, the teacher and its top-k cache, the corpus vocabulary."""

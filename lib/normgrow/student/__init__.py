@@ -1,0 +1,1 @@
+"""The student: the model, its norm placements, growth operators and export."""

@@ -1,0 +1,1 @@
+"""The pages and figures: the report, page rendering, number formats, curves, diagnostics figures."""
