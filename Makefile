@@ -33,7 +33,8 @@ test: $(STAMP)
 	$(VENV)/bin/ruff check lib tests scripts
 	$(PY) -m pytest -q --durations=15
 
-# The edit-test loop: every test not marked integration (bundled teacher) or slow (processes, model conversions).
+# The edit-test loop: every test not marked integration (bundled teacher) or slow (processes, model conversions,
+# several runs trained).
 test-fast: $(STAMP)
 	$(VENV)/bin/ruff check lib tests scripts
 	$(PY) -m pytest -q -m "not integration and not slow"

@@ -20,10 +20,11 @@ def fresh_outputs() -> Path:
     return root
 
 
-from normgrow.train import ranks  # noqa: E402
+from normgrow import ranks  # noqa: E402
 from normgrow.config import load_profile  # noqa: E402
 from normgrow.data.teacher import ensure_cache  # noqa: E402
-from normgrow.train.run import make_run_spec, run_variant  # noqa: E402
+from normgrow.train.spec import make_run_spec  # noqa: E402
+from normgrow.train.run import run_variant  # noqa: E402
 
 # (name, processes, forked): the 2-process jobs once forked (the CPU way) and once launched by the caller (the GPU
 # way, ranks._launch: fresh processes that import everything and reopen the cache)

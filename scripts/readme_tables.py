@@ -7,7 +7,7 @@ import sys
 import pandas as pd
 
 from normgrow.config import outputs_dir
-from normgrow.runs.rundir import study_dir
+from normgrow.rundir import study_dir
 
 
 def f(x, d=3):

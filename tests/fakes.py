@@ -82,13 +82,14 @@ sys.path.insert(0, {tests!r})
 import fakes
 fakes.install()
 import normgrow.train.run as train
+from normgrow.train.spec import make_run_spec
 slow = train.Batches.__call__
 def slowed(self, step):
     time.sleep(0.15)
     return slow(self, step)
 train.Batches.__call__ = slowed
-train.run_variant(train.make_run_spec(profile="tiny", norm="pre", schedule="grow",
-                                      overrides=fakes.TINY_OVERRIDES | {extra!r}, run_name="pre-grow-s0"), progress=False)
+train.run_variant(make_run_spec(profile="tiny", norm="pre", schedule="grow",
+                                overrides=fakes.TINY_OVERRIDES | {extra!r}, run_name="pre-grow-s0"), progress=False)
 """
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from normgrow.runs.rundir import NUMERICS_VERSION
-from normgrow.train.run import run_profile
-from normgrow.runs.variants import Variant, load_variants
+from normgrow.rundir import NUMERICS_VERSION
+from normgrow.train.spec import run_profile
+from normgrow.analysis.variants import Variant, load_variants
 
 
 def write_run(root, variant, seed, val_ce, phase_ce=None, val_kd_ce=None, profile="tiny", schedule=None,

@@ -9,7 +9,7 @@ import torch
 
 from normgrow import bench
 from normgrow.student.model import StudentConfig
-from normgrow.train.run import run_profile
+from normgrow.train.spec import run_profile
 from normgrow.data.vocab import corpus_ids
 
 pytestmark = pytest.mark.slow  # processes, subprocesses or model conversions: not in make test-fast

@@ -11,12 +11,14 @@ import torch
 
 import fakes
 from fakes import kill_mid_phase
-from normgrow.runs import rundir
-from normgrow.train import ranks, run as train
+from normgrow import rundir
+from normgrow import ranks
+from normgrow.train import run as train
 from normgrow.config import ParamError
 from normgrow.student.model import load_student
-from normgrow.train.ranks import Ranks
-from normgrow.train.run import Batches, make_run_spec, run_variant
+from normgrow.ranks import Ranks
+from normgrow.train.spec import make_run_spec
+from normgrow.train.run import Batches, run_variant
 
 pytestmark = pytest.mark.slow  # processes, subprocesses or model conversions: not in make test-fast
 

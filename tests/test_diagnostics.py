@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from normgrow.runs.variants import load_gaps
+from normgrow.analysis.variants import load_gaps
 import torch
 
 from fakes import fake_cache

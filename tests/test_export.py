@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from normgrow.__main__ import main
-from normgrow.student.export import export_student, to_qwen3
+from normgrow.export import export_student, to_qwen3
 from normgrow.student.model import Student, StudentConfig, load_student, save_student
 from normgrow.student.placements import PLACEMENTS
 
@@ -157,7 +157,7 @@ def test_export_finds_the_runs_tokenizer(study_run, tmp_path):
                                                 "206. PytorchStreamWriter failed writing file data/0: file write "
                                                 "failed")])
 def test_export_disk_full(tmp_path, monkeypatch, error):
-    import normgrow.student.export as export
+    import normgrow.export as export
 
     def full(*a, **k):
         raise error

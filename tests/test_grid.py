@@ -11,7 +11,8 @@ import fakes
 from normgrow import grid
 from normgrow.analysis.claims import NOT_JUDGED, NOT_TESTABLE
 from normgrow.config import ParamError
-from normgrow.train.run import make_run_spec, run_variant
+from normgrow.train.spec import make_run_spec
+from normgrow.train.run import run_variant
 
 OVERRIDES = dict(fakes.TINY_OVERRIDES, **{"train.stage_tokens": [128, 128, 128]})  # 3 steps per phase
 
@@ -118,6 +119,7 @@ def test_unknown_grid_lists_the_grids(grids):
         grid.load_grid("h")
 
 
+@pytest.mark.slow  # trains several runs or starts a process (over 10 s): not in make test-fast
 def test_tiny_grid_trained_and_judged(grids, outputs):
     write_grid(grids, "g", GRID.replace("  - {name: mix, placements: [pre, mix], about: Mix-LN}\n", ""))
     plan = grid.plan_grid("tiny", grid.load_grid("g"), overrides=OVERRIDES)

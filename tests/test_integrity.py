@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from normgrow import config
-from normgrow.data import corpus as data, teacher
-from normgrow.data.corpus import CacheDamagedError, publish, reuse_or_clear, temp_build_dir, verify_cache
+from normgrow.data import cache as cache_dirs, teacher
+from normgrow.data.cache import CacheDamagedError, publish, reuse_or_clear, temp_build_dir, verify_cache
 from normgrow.utils import atomic_write_json, disk_full_errors
 
 KEY = "k0"
@@ -31,7 +31,7 @@ def build(root, key=KEY):
 
 def test_publish_records_size_and_sha256(tmp_path):
     d = build(tmp_path)
-    sums = json.loads((d / data.CHECKSUMS).read_text())
+    sums = json.loads((d / cache_dirs.CHECKSUMS).read_text())
     assert sorted(sums) == ["meta.json", "train/tokens.npy", "train/topk_logp.npy"]
     f = d / "train" / "topk_logp.npy"
     assert sums["train/topk_logp.npy"] == {"bytes": f.stat().st_size, "sha256": hashlib.sha256(f.read_bytes()).hexdigest()}
@@ -71,16 +71,16 @@ def test_truncated_and_garbled_arrays_are_named(tmp_path):
 def test_older_cache_without_checksums(tmp_path):
     """Built before checksums.json: opens with the size check only; the builders record checksums once."""
     d = build(tmp_path)
-    (d / data.CHECKSUMS).unlink()
+    (d / cache_dirs.CHECKSUMS).unlink()
     garble(d / "train" / "tokens.npy")  # undetectable without a record ...
     verify_cache(d)
-    assert not (d / data.CHECKSUMS).exists()  # ... and a plain open writes nothing
+    assert not (d / cache_dirs.CHECKSUMS).exists()  # ... and a plain open writes nothing
     assert reuse_or_clear(d, KEY)  # the builder records them ...
     garble(d / "train" / "topk_logp.npy")
     with pytest.raises(CacheDamagedError, match="topk_logp.npy: content differs"):
         verify_cache(d)  # ... so damage after that is caught
     truncate(d / "train" / "topk_logp.npy")
-    (d / data.CHECKSUMS).unlink()
+    (d / cache_dirs.CHECKSUMS).unlink()
     with pytest.raises(CacheDamagedError, match="its header needs"):
         verify_cache(d)  # truncation is caught from the .npy header alone
 
@@ -101,7 +101,7 @@ def test_real_tiny_cache_opens_without_side_effects(tmp_path, monkeypatch, finis
     prof = config.load_profile("tiny")
     real = finished_study[0] / "teacher"
     key = teacher._resolve_key(prof)[3]  # 0550ade468b3792a where the teacher pass runs in float32 (no native bf16)
-    assert data.is_complete(real / key, key), f"no complete tiny cache at {real / key}"
+    assert cache_dirs.is_complete(real / key, key), f"no complete tiny cache at {real / key}"
     shutil.copytree(real / key, tmp_path / "outputs" / "teacher" / key)
     monkeypatch.setenv("NORMGROW_OUTPUTS", str(tmp_path / "outputs"))
     monkeypatch.setattr(teacher, "MODELS_DIR", tmp_path / "models")  # a fresh tree: nothing converted

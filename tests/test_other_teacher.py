@@ -17,8 +17,9 @@ from normgrow.analysis import diagnostics
 from normgrow.data import teacher
 from normgrow.__main__ import main
 from normgrow.config import load_profile
-from normgrow.runs.rundir import phase_checkpoints, run_path
-from normgrow.train.run import make_run_spec, run_variant
+from normgrow.rundir import phase_checkpoints, run_path
+from normgrow.train.spec import make_run_spec
+from normgrow.train.run import run_variant
 from tiny_teachers import SPECIALS, corpus_texts, save_folder_teacher, write_corpus
 
 pytestmark = pytest.mark.slow  # processes, subprocesses or model conversions: not in make test-fast

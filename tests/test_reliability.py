@@ -14,10 +14,10 @@ import pandas as pd
 import pytest
 
 from normgrow import config, study
-from normgrow.runs import variants
+from normgrow.analysis import variants
 from normgrow.viz import report
 from normgrow.config import ParamError
-from normgrow.runs.rundir import RunDirError, runner_lock
+from normgrow.rundir import RunDirError, runner_lock
 from synthetic_runs import write_run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -94,7 +94,7 @@ def test_an_empty_a_file_or_an_unwritable_outputs_root_is_refused(monkeypatch, t
 
 
 def test_a_second_runner_on_the_same_outputs_is_refused_naming_the_first(outputs):
-    holder = subprocess.Popen([sys.executable, "-c", "import time; from normgrow.runs.rundir import runner_lock; "
+    holder = subprocess.Popen([sys.executable, "-c", "import time; from normgrow.rundir import runner_lock; "
                                "runner_lock().acquire(); print('locked', flush=True); time.sleep(60)"],
                               env=dict(os.environ, PYTHONPATH=str(REPO / "lib")), stdout=subprocess.PIPE, text=True)
     try:
@@ -118,7 +118,7 @@ def test_a_second_runner_on_the_same_outputs_is_refused_naming_the_first(outputs
 
 
 def test_a_torn_last_line_of_metrics_costs_that_line_only(outputs, capsys):
-    from normgrow.runs.rundir import read_metrics
+    from normgrow.rundir import read_metrics
     from normgrow.analysis.stats import eval_curve
     run_dir = write_run(outputs, "post-grow", 0, 5.0)
     path = run_dir / "metrics.jsonl"
@@ -134,7 +134,7 @@ def test_a_torn_last_line_of_metrics_costs_that_line_only(outputs, capsys):
 
 
 def test_a_record_written_again_for_a_step_replaces_the_earlier_one(outputs):
-    from normgrow.runs.rundir import read_metrics
+    from normgrow.rundir import read_metrics
     run_dir = write_run(outputs, "post-grow", 0, 5.0)
     path = run_dir / "metrics.jsonl"
     path.write_text(path.read_text() + json.dumps({"kind": "eval", "step": 0, "tokens": 0, "val_ce": 1.5}) + "\n")

@@ -13,7 +13,8 @@ import pytest
 
 from normgrow.analysis.claims import SUPPORTED, Claim
 
-from normgrow.viz import diagplots, formats, render
+from normgrow.viz import diagplots, render
+from normgrow.analysis import formats
 
 
 def test_fmt_by_column_kind():

@@ -13,10 +13,10 @@ import pytest
 
 from normgrow import config
 from normgrow.analysis import claims, stats
-from normgrow.runs import variants
+from normgrow.analysis import variants
 from normgrow.viz import report
-from normgrow.runs.rundir import unfinished_runs
-from normgrow.runs.variants import collect_runs, load_gaps
+from normgrow.rundir import unfinished_runs
+from normgrow.analysis.variants import collect_runs, load_gaps
 from synthetic_runs import write_metrics, write_run
 
 # Student t 0.975 quantiles (scipy.stats.t.ppf(0.975, df)); df=2 has the closed form 0.95 * sqrt(2 / (1 - 0.95^2)).

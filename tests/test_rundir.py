@@ -10,11 +10,12 @@ import pytest
 import torch
 
 import fakes
-from normgrow.runs import rundir
+from normgrow import rundir
 from normgrow.train import run as train
 from normgrow.config import ParamError, load_profile
-from normgrow.runs.rundir import RunDirError, RunLock
-from normgrow.train.run import NonFiniteError, derive_run_name, make_run_spec, run_variant
+from normgrow.rundir import RunDirError, RunLock
+from normgrow.train.spec import derive_run_name, make_run_spec
+from normgrow.train.run import NonFiniteError, run_variant
 
 
 def spec(run_name="pre-grow-s0", **kw):

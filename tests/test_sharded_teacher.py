@@ -16,9 +16,12 @@ import torch
 
 from normgrow.data import teacher
 from normgrow.config import load_profile
-from normgrow.train.run import make_run_spec, run_variant
+from normgrow.train.spec import make_run_spec
+from normgrow.train.run import run_variant
 
 REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow  # processes, subprocesses or model conversions: not in make test-fast
+
 SMALL = {"data.train_tokens": 2048, "data.val_tokens": 1024}  # the tiny profile's corpus and teacher, fewer tokens
 RUN = {"train.stages": [1, 2], "train.stage_tokens": [1024, 1024], "train.dtype": "float32", "train.eval_every": 2,
        "train.checkpoint_every": 2}
@@ -87,7 +90,7 @@ def test_accelerate_launch_builds_the_cache_and_trains_a_run(outputs):
         "train.eval_every: 2, train.checkpoint_every: 2, train.processes: 2}"
     proc = launch("run", "--norm", "post", "--schedule", "grow", "--run-name", "two", overrides=run)
     assert proc.stdout.count("two: val_ce") == 1
-    from normgrow.runs.rundir import read_summary
+    from normgrow.rundir import read_summary
     two = read_summary(outputs / "runs" / "tiny" / "two").to_json()
     for key in ("tokens", "active_layer_tokens", "steps", "depth"):
         assert two[key] == one_process[key], key
@@ -98,8 +101,6 @@ def test_accelerate_launch_builds_the_cache_and_trains_a_run(outputs):
 
 SLOW_RANK_1 = """
 import os
-
-pytestmark = pytest.mark.slow  # processes, subprocesses or model conversions: not in make test-fast
 if os.environ.get("LOCAL_RANK") == "1":  # rank 1 of a launched job loads the teacher 5 s later than rank 0
     import time
     import normgrow.data.teacher
@@ -130,7 +131,7 @@ def test_ranks_the_caller_launches_build_the_cache_and_train_a_run(outputs, monk
     """The GPU way of a notebook or the study (ranks.py: a CUDA caller cannot fork, so it runs accelerate launch on a
     pickled job), taken here on CPU: the cache equals the one-process cache byte for byte, and the run ends with the
     one-process run's tokens and val_ce within 1e-3 nats."""
-    from normgrow.train import ranks
+    from normgrow import ranks
     reference = teacher.ensure_cache(load_profile("tiny", SMALL), progress=False)
     one_process = run_variant(make_run_spec(profile="tiny", norm="post", schedule="grow", run_name="one",
                                             overrides=SMALL | RUN), progress=False)
@@ -143,14 +144,14 @@ def test_ranks_the_caller_launches_build_the_cache_and_train_a_run(outputs, monk
     for key in ("tokens", "active_layer_tokens", "steps", "depth"):
         assert two[key] == one_process[key], key
     assert two["val_ce"] == pytest.approx(one_process["val_ce"], abs=1e-3)
-    from normgrow.runs.rundir import read_identity
+    from normgrow.rundir import read_identity
     assert read_identity(outputs / "runs" / "tiny" / "two")["profile"]["train"]["processes"] == 2
 
 
 def test_a_rank_the_caller_launched_fails_with_its_traceback(monkeypatch):
     """A failure in a launched rank reaches the caller as RankError with that rank's traceback (json.loads stands in
     for a failing job: any importable function pickles, and it fails on the Ranks it is given)."""
-    from normgrow.train import ranks
+    from normgrow import ranks
     monkeypatch.setattr(ranks, "_forks", lambda device: False)
     with pytest.raises(ranks.RankError, match=r"(?s)rank [01] of 2 failed first:.*TypeError: the JSON object must be"):
         ranks.on_ranks(2, torch.device("cpu"), json.loads)
@@ -187,7 +188,7 @@ def test_interrupting_the_caller_stops_the_ranks_it_launched(tmp_path, monkeypat
     import psutil
 
     import fakes
-    from normgrow.train import ranks
+    from normgrow import ranks
     monkeypatch.setattr(ranks, "_forks", lambda device: False)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO / "tests"), os.environ.get("PYTHONPATH", "")]))
 
@@ -206,4 +207,4 @@ def test_interrupting_the_caller_stops_the_ranks_it_launched(tmp_path, monkeypat
     finally:
         signal.signal(signal.SIGINT, previous)
     assert sorted(p.name for p in tmp_path.glob("rank*")) == ["rank0", "rank1"]  # both ranks had started
-    assert [p.cmdline() for p in psutil.Process().children(recursive=True) if "normgrow.train.ranks" in p.cmdline()] == []
+    assert [p.cmdline() for p in psutil.Process().children(recursive=True) if "normgrow.ranks" in p.cmdline()] == []

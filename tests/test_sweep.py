@@ -179,7 +179,8 @@ def test_jobs_hand_the_unfinished_candidates_to_the_executor(outputs, monkeypatc
     """--jobs N: the candidates not yet finished go to study.execute_runs as run_variant.ipynb parameters (executed
     here in-process instead of in worker kernels), then every row is read back."""
     from normgrow import study
-    from normgrow.train.run import make_run_spec, run_variant
+    from normgrow.train.spec import make_run_spec
+    from normgrow.train.run import run_variant
     plan = sweep.make_plan("tiny", ["pre"], [1e-3, 3e-3], seeds=[0], overrides=OVERRIDES, schedules=["joint"])
     run_variant(plan.specs[0], progress=False)  # finished before the sweep: not handed over again
     handed = []

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from normgrow import config
-from normgrow.data import corpus as data, teacher
+from normgrow.data import cache as cache_dirs, corpus as data, teacher
 from normgrow.config import ParamError, TeacherParams, load_profile
 
 REAL_MODELS = config.REPO_ROOT / "outputs" / "teacher" / "models"
@@ -199,6 +199,7 @@ def test_reuse_without_loading_teacher(tiny_llama, corpus_files, monkeypatch):
     assert teacher.open_cache(p).key == first.key
 
 
+@pytest.mark.slow  # trains several runs or starts a process (over 10 s): not in make test-fast
 def test_key_invalidation(tiny_llama, corpus_files, smol_tokenizer, tmp_path):
     base = _profile(tiny_llama, corpus_files)
     c0 = teacher.ensure_cache(base, progress=False)
@@ -272,7 +273,7 @@ def test_interrupted_write_is_detected_and_rebuilt(tiny_llama, corpus_files, mon
             marker.unlink()
         np.save(good.dir / "train" / "topk_logp.npy", np.zeros((1,), np.float32))  # garbage contents
         if corrupt == "damaged":
-            with pytest.raises(data.CacheDamagedError, match=r"train/topk_logp.npy: .* recorded at build time.*"
+            with pytest.raises(cache_dirs.CacheDamagedError, match=r"train/topk_logp.npy: .* recorded at build time.*"
                                                              r"Delete it \(rm -rf"):
                 teacher.open_cache(p)
         else:
@@ -284,8 +285,8 @@ def test_interrupted_write_is_detected_and_rebuilt(tiny_llama, corpus_files, mon
 
 def _rewrite_checksums(d: Path) -> None:
     """What someone who alters a cache and covers it up does: checksums.json made to match the altered files."""
-    (d / data.CHECKSUMS).unlink()
-    data._record_checksums(d)
+    (d / cache_dirs.CHECKSUMS).unlink()
+    cache_dirs._record_checksums(d)
 
 
 def test_foreign_cache_under_this_key_is_named(tiny_llama, corpus_files):
@@ -307,12 +308,12 @@ def test_foreign_cache_under_this_key_is_named(tiny_llama, corpus_files):
             (mine.dir / "meta.json").write_text(json.dumps(meta))
             _rewrite_checksums(mine.dir)
         for opening in (lambda: teacher.open_cache(p), lambda: teacher.ensure_cache(p, progress=False)):
-            with pytest.raises(data.CacheMismatchError, match=named + r".*Nothing was deleted"):
+            with pytest.raises(cache_dirs.CacheMismatchError, match=named + r".*Nothing was deleted"):
                 opening()
     report = json.loads((mine.dir / "teacher.json").read_text())
     (mine.dir / "teacher.json").write_text(json.dumps(report | {"key": mine.key, "k": 4}))
     _rewrite_checksums(mine.dir)
-    with pytest.raises(data.CacheMismatchError, match=r"train/topk_ids.npy: the array is int32\[\d+, 32, 6\], "
+    with pytest.raises(cache_dirs.CacheMismatchError, match=r"train/topk_ids.npy: the array is int32\[\d+, 32, 6\], "
                                                       r"expected int32\[\d+, 32, 4\]"):
         teacher.open_cache(p)
     assert (mine.dir / "COMPLETE").exists()
@@ -336,7 +337,7 @@ def test_altered_arrays_with_rewritten_checksums_are_named(tiny_llama, corpus_fi
         else:
             f.write_text(json.dumps(json.loads(f.read_text()) | {"val_ce": 0.0}))
         _rewrite_checksums(cache.dir)
-        with pytest.raises(data.CacheMismatchError, match=named):
+        with pytest.raises(cache_dirs.CacheMismatchError, match=named):
             teacher.open_cache(p)
         for kept_file, content in kept.items():
             kept_file.write_bytes(content)
@@ -351,7 +352,7 @@ def test_complete_marker_of_another_key_is_named_and_kept(tiny_llama, corpus_fil
     (cache.dir / "COMPLETE").write_text("0123456789abcdef\n")
     named = rf"COMPLETE names the cache key 0123456789abcdef, but .* of key {cache.key} belongs.*Nothing was deleted"
     for opening in (lambda: teacher.open_cache(p), lambda: teacher.ensure_cache(p, progress=False)):
-        with pytest.raises(data.CacheMismatchError, match=named):
+        with pytest.raises(cache_dirs.CacheMismatchError, match=named):
             opening()
     assert (cache.dir / "train" / "topk_logp.npy").exists()
 

@@ -10,9 +10,10 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 import fakes
 from normgrow.train import tracking
 from normgrow.config import ParamError, load_profile
-from normgrow.runs.rundir import GROWTH_EVAL, identity_differences, read_identity
+from normgrow.rundir import GROWTH_EVAL, identity_differences, read_identity
 from normgrow.analysis.stats import eval_curve
-from normgrow.train.run import make_run_spec, run_variant
+from normgrow.train.spec import make_run_spec
+from normgrow.train.run import run_variant
 
 
 def run(name: str, **overrides) -> dict:
@@ -51,6 +52,7 @@ def test_no_trackers_writes_no_event_file(outputs):
     assert not (outputs / "runs" / "tiny" / "untracked" / tracking.TENSORBOARD_DIR).exists()
 
 
+@pytest.mark.slow  # trains several runs or starts a process (over 10 s): not in make test-fast
 def test_evaluations_after_growth_leave_the_training_bitwise_unchanged(outputs):
     """Two extra evaluations 1 and 2 steps after each growth: the same losses, gradient norms and final numbers to the
     last bit, the extra records marked growth_eval, and the regime's flatness curve the same as without them; the
@@ -87,6 +89,7 @@ def test_unknown_or_missing_trackers_are_refused_before_any_work(outputs, monkey
     assert not (outputs / "runs").exists()
 
 
+@pytest.mark.slow  # trains several runs or starts a process (over 10 s): not in make test-fast
 def test_a_tracked_run_gives_accelerate_s_process_state_back(outputs, monkeypatch):
     """A single-process run that leaves accelerate's process state behind makes the ranks a later data-parallel run
     forks from the same process (a notebook, this test session) read rank 0 of 1 from it, and both take the run's

@@ -13,7 +13,8 @@ from normgrow.config import ParamError
 from normgrow.train.growth import plan_phases
 from normgrow.student.model import load_student
 from normgrow.train.tracking import TENSORBOARD_DIR
-from normgrow.train.run import derive_run_name, lr_for_run, make_run_spec, run_variant
+from normgrow.train.spec import derive_run_name, lr_for_run, make_run_spec
+from normgrow.train.run import run_variant
 from fakes import kill_mid_phase
 
 
@@ -127,6 +128,12 @@ def test_matched_joint_gets_the_donor_budget(outputs):
     assert matched["tokens"] < donor["tokens"]
 
 
+def test_a_donor_named_with_the_run_s_seed_is_named_once():
+    assert derive_run_name("post", "joint", False, "post-grow-s0", 0) == "post-joint-match-post-grow-s0"
+    assert derive_run_name("post", "joint", False, "post-grow", 0) == "post-joint-match-post-grow-s0"
+    assert derive_run_name("post", "joint", False, "post-grow-s1", 0) == "post-joint-match-post-grow-s1-s0"
+
+
 def test_unfinished_donor_is_refused(outputs):
     (outputs / "runs" / "tiny" / "post-grow-s0").mkdir(parents=True)
     with pytest.raises(ParamError, match="is not finished"):
@@ -161,6 +168,7 @@ def test_unfinished_run_with_other_parameters_is_refused(outputs):
 
 @pytest.mark.parametrize("extra", [{}, {"student.new_block_init": "gated", "student.gate_ramp_steps": 4}],
                          ids=["random", "gated"])
+@pytest.mark.slow  # trains several runs or starts a process (over 10 s): not in make test-fast
 def test_resume_after_sigkill_matches_uninterrupted_run(outputs, tmp_path, extra):
     """gated: the run resumes from step 4 or 6 of phase 1 (steps 4-8), whose mask ramps over all 4 of its steps
     (0.75 for the step after 6): the resumed run computes the mask from the step, as the uninterrupted one did."""
@@ -244,6 +252,7 @@ def test_keep_carries_the_old_parameters_adamw_state_exactly():
     assert not make_optimizer(model, reset, opt).state
 
 
+@pytest.mark.slow  # trains several runs or starts a process (over 10 s): not in make test-fast
 @pytest.mark.parametrize("norm", ["mix", "peri", "deepnorm", "lns"])
 def test_every_schedule_trains_the_other_placements(outputs, norm):
     """joint, grow (gated), single, freeze and matched runs finish with finite losses; a grown run records the

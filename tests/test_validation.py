@@ -152,7 +152,7 @@ def test_study_seeds_take_lists_and_ranges(capsys):
      "needs exactly the keys gaps, equivalence_margin, depth_margin, claims \\(got alpha, claims, depth_margin, gaps\\)"),
 ])
 def test_reference_margins_fail_at_load(tmp_path, monkeypatch, old, new, match):
-    from normgrow.runs import variants
+    from normgrow.analysis import variants
     shutil.copytree(config.PARAMS_DIR, tmp_path / "params")
     monkeypatch.setattr(variants, "PARAMS_DIR", tmp_path / "params")
     reference = variants.load_reference()
@@ -170,21 +170,21 @@ def test_step_budget_is_checked_before_any_work(tmp_path, monkeypatch):
     Batches with a bare MemoryError, leaving one behind)."""
     from types import SimpleNamespace
 
-    from normgrow.train import run as train
+    from normgrow.train import spec
     monkeypatch.setenv("NORMGROW_OUTPUTS", str(tmp_path / "outputs"))
     with pytest.raises(ParamError, match=r"train.batch_size=100000000 is more rows per step than the training split "
                                          r"has: 256 \(data.train_tokens=16384 // data.seq_len=64\)"):
-        train.make_run_spec("tiny", overrides={"train.batch_size": 100_000_000})
+        spec.make_run_spec("tiny", overrides={"train.batch_size": 100_000_000})
     big = {"train.device": "cpu", "data.train_tokens": 8192 * 64, "train.batch_size": 8192}
-    batch, activations = train.step_memory(load_profile("tiny", big))
+    batch, activations = spec.step_memory(load_profile("tiny", big))
     assert (batch, activations) == (21 + 12 * 8, 4 * (4 * 32 + 3 * 64) * 3)  # k 8, d_model 32, d_ff 64, depth 3
     need = 8192 * 64 * (batch + activations)
-    monkeypatch.setattr(train.psutil, "virtual_memory", lambda: SimpleNamespace(total=need - 1))
+    monkeypatch.setattr(spec.psutil, "virtual_memory", lambda: SimpleNamespace(total=need - 1))
     with pytest.raises(ParamError, match=r"train.batch_size=8192: one step needs at least 1.9 GiB \(8192 rows x 64 "
                                          r"positions x \(117 bytes of batch arrays \+ 3840 bytes of activations\)"):
-        train.make_run_spec("tiny", overrides=big)
-    monkeypatch.setattr(train.psutil, "virtual_memory", lambda: SimpleNamespace(total=need))
-    assert train.make_run_spec("tiny", overrides=big).profile.train.batch_size == 8192
+        spec.make_run_spec("tiny", overrides=big)
+    monkeypatch.setattr(spec.psutil, "virtual_memory", lambda: SimpleNamespace(total=need))
+    assert spec.make_run_spec("tiny", overrides=big).profile.train.batch_size == 8192
     assert not (tmp_path / "outputs").exists()
 
 
@@ -195,7 +195,7 @@ def test_step_budget_is_checked_before_any_work(tmp_path, monkeypatch):
     ("", r"zz.yaml: a run file is a mapping .*\(got an empty file\)"),
 ])
 def test_bad_run_files_are_named(tmp_path, monkeypatch, text, match):
-    from normgrow.runs import variants
+    from normgrow.analysis import variants
     shutil.copytree(config.PARAMS_DIR, tmp_path / "params")
     monkeypatch.setattr(variants, "PARAMS_DIR", tmp_path / "params")
     (tmp_path / "params" / "runs" / "zz.yaml").write_text(text)

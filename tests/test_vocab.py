@@ -8,7 +8,8 @@ import torch
 import fakes
 from normgrow.config import DistillParams, ParamError, TeacherParams
 from normgrow.train.distill import distill_loss, distill_loss_chunked
-from normgrow.train.run import make_run_spec, run_variant
+from normgrow.train.spec import make_run_spec
+from normgrow.train.run import run_variant
 from normgrow.data.vocab import VocabMap
 
 from distill_batches import D, N, V, gen, make_batch

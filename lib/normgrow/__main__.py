@@ -16,7 +16,7 @@ import yaml
 
 
 def _export(args: argparse.Namespace) -> None:
-    from .student.export import export_student
+    from .export import export_student
 
     print(export_student(args.src, args.out_dir, force=args.force)["message"])
 
@@ -44,7 +44,8 @@ def _cache(args: argparse.Namespace) -> None:
 
 
 def _run(args: argparse.Namespace) -> None:
-    from .train.run import make_run_spec, record_notebook, run_variant
+    from .train.run import record_notebook, run_variant
+    from .train.spec import make_run_spec
 
     spec = make_run_spec(profile=args.profile, norm=args.norm, schedule=args.schedule, freeze_prefix=args.freeze_prefix,
                          match_active_layer_tokens=args.match_active_layer_tokens, seed=args.seed,

@@ -58,8 +58,9 @@ from .train import distill
 from .config import PARAMS_DIR, outputs_dir, read_yaml
 from .train.growth import plan_phases
 from .student.model import Student, StudentConfig
-from .train.run import DistillStep, _autocast, _choice, compile_enabled, make_optimizer, rows_to_batch, run_profile
-from .runs.variants import load_variants
+from .train.run import DistillStep, _autocast, compile_enabled, make_optimizer, rows_to_batch
+from .train.spec import _choice, run_profile
+from .analysis.variants import load_variants
 from .utils import TRAIN_DTYPES, cpu_flags, dtype_name, resolve_dtype
 
 CANDIDATES = ("normgrow", "normgrow_v1", "normgrow_compiled", "hf_cached", "hf_online")
@@ -216,9 +217,9 @@ def _finish(model: nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tens
 def build_candidates(profile, batch: BenchBatch, names, dtype: torch.dtype, teacher=None,
                      seed: int = 0) -> tuple[dict[str, Candidate], dict]:
     """({name: Candidate} for the requested names, info: the profile's student config, hf_online's teacher and its
-    forward times). teacher is loaded only for hf_online when None. profile: as train.run_profile gives it for the
+    forward times). teacher is loaded only for hf_online when None. profile: as spec.run_profile gives it for the
     pre-norm joint run."""
-    from .student.export import to_qwen3
+    from .export import to_qwen3
 
     tp, P = profile.train, profile.distill
     for name in names:

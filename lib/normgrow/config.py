@@ -33,6 +33,8 @@ from typing import Any
 
 import yaml
 
+from .train.distill import LOSSES, TAILS, DistillParams  # the distill section: the losses' parameters
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PARAMS_DIR = REPO_ROOT / "params"
 NOTEBOOKS = REPO_ROOT / "notebooks"
@@ -181,14 +183,14 @@ class TrainParams:
     batch_size: int = 16  # sequences per step
     # Peak learning rate: one float for every placement, or {pre: X, post: Y, ...} (post-norm wants a lower one;
     # `python -m normgrow.sweep` measures it), which needs only the placements the profile runs. make_run_spec
-    # resolves it for the run's norm (train.lr_for_run).
+    # resolves it for the run's norm (spec.lr_for_run).
     lr: Any = 3e-3
     min_lr_ratio: float = 0.1
     warmup_steps: int = 10
     weight_decay: float = 0.1
     betas: tuple = (0.9, 0.95)
     grad_clip: float = 1.0
-    lr_schedule: str = "per_stage"  # per_stage (warmup + cosine restarted at each growth) | global (train.py)
+    lr_schedule: str = "per_stage"  # per_stage (warmup + cosine restarted at each growth) | global (train/run.py)
     optimizer_on_grow: str = "reset"  # reset (fresh AdamW state) | keep (old params keep their moments)
     eval_every: int = 50  # steps
     eval_tokens: int = 0  # validation tokens per evaluation; 0 = the whole validation split
@@ -199,22 +201,14 @@ class TrainParams:
     checkpoint_every: int = 50  # steps (phase ends are always checkpointed)
     dtype: str = "auto"  # autocast dtype: auto (bf16 where supported) | bfloat16 | float32
     device: str = "auto"
-    # Data-parallel processes of one run (train.py, "Data parallel"): each trains on its rows of the same global batch
+    # Data-parallel processes of one run (train/run.py, "Data parallel"): each trains on its rows of the same global batch
     # of batch_size sequences. 1 = no process group at all.
     processes: int = 1
-    # torch.compile of the student's blocks: auto (on for CUDA; on CPU only where measured faster, train.py) | on | off
+    # torch.compile of the student's blocks: auto (on for CUDA; on CPU only where measured faster, train/run.py) | on | off
     compile: str = "auto"
     # Trackers that mirror metrics.jsonl (tracking.py): tensorboard (event files in <run>/tensorboard/), wandb
     # (offline), trackio; [] for metrics.jsonl alone. Not part of a run's identity.
     trackers: tuple = ("tensorboard",)
-
-
-@dataclass(frozen=True)
-class DistillParams:
-    loss: str = "ce"  # ce (soft-target cross-entropy) | kl (forward KL; same gradient, reported without H(p))
-    temperature: float = 1.0
-    tail: str = "bucket"  # bucket (tail mass is one extra class) | renormalize (top-k only)
-    ce_weight: float = 0.0  # weight of next-token CE in the mix; KD gets 1 - ce_weight
 
 
 @dataclass(frozen=True)
@@ -233,9 +227,9 @@ class Profile:
 
 @functools.cache
 def choices() -> dict[str, tuple]:
-    """Allowed values, by dotted key. Each list lives in the module that branches on it (imported here on first use:
-    distill.py imports this module); the two train.* lists live here because train.py imports this module too."""
-    from .train.distill import LOSSES, TAILS
+    """Allowed values, by dotted key. Each list lives in the module that branches on it (imported here on first use;
+    the losses' at the top of this module, with their parameters); the train.* lists live here because
+    train/run.py imports this module too."""
     from .student.growth_ops import GROWTH_OPS
     from .utils import DTYPES, TRAIN_DTYPES
     from .data.vocab import VOCABS
@@ -358,7 +352,7 @@ def profile_from_dict(raw: dict, name: str) -> Profile:
 
 def _check_lr(lr: Any) -> Any:
     """train.lr: a positive float, or a mapping of placement -> positive float or mapping of schedule -> positive
-    float (the names are checked against the run's norm and schedule in train.lr_for_run, where they are defined)."""
+    float (the names are checked against the run's norm and schedule in spec.lr_for_run, where they are defined)."""
     if isinstance(lr, dict) and lr:
         return {str(k): _check_lr(v) for k, v in lr.items()}
     value = _coerce("train.lr", lr, float)

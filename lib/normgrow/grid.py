@@ -9,8 +9,8 @@ every seed; every arm takes its lr from the profile's train.lr (per placement an
 ``python -m normgrow.sweep``), so a setting whose placement has no lr there needs that sweep first.
 
 Choices:
-  - A run is one set of recorded parameters (train.RunSpec.identity without its name), trained once. A run keeps at
-    their defaults the settings it never reads (train.unread_keys: a joint run does not read the growth operator),
+  - A run is one set of recorded parameters (spec.RunSpec.identity without its name), trained once. A run keeps at
+    their defaults the settings it never reads (spec.unread_keys: a joint run does not read the growth operator),
     so runs that a setting does not change are the same identity as the default's and are shared: with the study's
     own run (``pre-joint-s0``) when the study has that variant, else between settings (the first setting in the file
     that needs it names it: ``grid-<setting>-<norm>-<schedule>-s<seed>``). A directory that holds other settings
@@ -39,17 +39,17 @@ from pathlib import Path
 import pandas as pd
 
 from .analysis.claims import NOT_JUDGED, NOT_JUDGED_DEPTH, NOT_TESTABLE, judge
-from .config import PARAMS_DIR, ParamError, load_profile, outputs_dir, read_yaml, with_processes, writable_outputs_dir
+from .config import PARAMS_DIR, ParamError, load_profile, read_yaml, with_processes, writable_outputs_dir
 from .train.growth import SCHEDULES
 from .student.model import NORMS
-from .runs.rundir import (GRID_RUN_PREFIX, NAME, RunDirError, Summary, check_name, is_finished, read_finished, run_path,
+from .rundir import (GRID_RUN_PREFIX, NAME, RunDirError, Summary, check_name, grid_dir, is_finished, read_finished, run_path,
                      runner_lock, seeded_name)
 from .analysis.stats import LEVEL, mean_ci, paired_differences, regime_check, runs_frame, with_flatness, depth_check, baselines
 from .study import (Job, directory_conflict, ensure_teacher_cache, execute_runs, finished_jobs, report_failures,
                     study_jobs)
-from .train.run import lr_for_run, make_run_spec
+from .train.spec import lr_for_run, make_run_spec
 from .utils import atomic_write_json, atomic_write_text, stable_hash
-from .runs.variants import StudyRuns, Variant, load_reference, load_variants
+from .analysis.variants import StudyRuns, Variant, load_reference, load_variants
 
 GRIDS_DIR = PARAMS_DIR / "grids"
 GRID_KEYS = ("placements", "seeds", "settings")
@@ -284,92 +284,9 @@ def grid_frame(plan: GridPlan, level: float = LEVEL) -> pd.DataFrame:
 
 # ------------------------------------------------------------------------------------------------------ the page
 
-def reference_marks() -> dict[str, float]:
-    """The reference's grow gap and interaction (grow gap - joint gap), pre - post (params/reference.yaml)."""
-    gaps = load_reference().gaps
-    return {"grow": gaps["grow"].reference, "interaction": gaps["grow"].reference - (gaps["joint"].reference or 0.0)}
-
-
-def forest_figure(frame: pd.DataFrame, reference: dict[str, float]):
-    """A row per setting: the grow gap and the interaction (a - b, nats) with their intervals, zero and the
-    reference's values marked; the marker's colour is the row's verdict."""
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-    from .viz.render import STATUS_COLORS, style_figure
-    judged = frame[frame["n_seeds"].notna()]
-    labels = [f"{s} ({a}-{b})" for s, a, b in zip(judged["setting"], judged["a"], judged["b"])]
-    fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.04,
-                        subplot_titles=("grow gap: a-grow - b-grow", "interaction: grow gap - joint gap"))
-    for col, (quantity, verdict) in enumerate((("grow", "grow_verdict"), ("interaction", "interaction_verdict")), 1):
-        mean = judged["grow_gap" if quantity == "grow" else "interaction"]
-        colours = [STATUS_COLORS.get(v, "#000") for v in judged[verdict]]
-        fig.add_trace(go.Scatter(
-            x=mean, y=labels, mode="markers", marker=dict(size=10, color=colours), showlegend=False,
-            error_x=dict(type="data", symmetric=False, array=judged[f"{quantity}_ci_high"] - mean,
-                         arrayminus=mean - judged[f"{quantity}_ci_low"], thickness=1.5),
-            customdata=list(zip(judged[verdict], judged["n_seeds"])),
-            hovertemplate="%{y}: %{x:.4f}<br>%{customdata[0]} (%{customdata[1]} seeds)<extra></extra>"), 1, col)
-        fig.add_vline(x=0, line=dict(color="#444", width=1), row=1, col=col)
-        if reference.get(quantity) is not None:
-            fig.add_vline(x=reference[quantity], line=dict(color="#888", dash="dash"), row=1, col=col,
-                          annotation_text="reference", annotation_position="top")
-    fig.update_yaxes(autorange="reversed")
-    fig.update_xaxes(title_text="nats/token (> 0: b better)")
-    return style_figure(fig, height=120 + 34 * len(judged))
-
-
-def forest_svg(frame: pd.DataFrame, reference: dict[str, float]) -> str:
-    """The forest figure as a static SVG (README shows it; plotly's image export needs a browser): the same rows,
-    intervals, zero and reference lines and verdict colours as forest_figure, drawn by hand."""
-    import html
-    from .viz.render import STATUS_COLORS
-    rows = frame[frame["n_seeds"].notna()].reset_index(drop=True)
-    panels = (("grow", "grow_gap", "grow gap: a-grow - b-grow"), ("interaction", "interaction",
-                                                                  "interaction: grow gap - joint gap"))
-    label_w, panel_w, gap, row_h, top = 250, 330, 30, 26, 46
-    height = top + row_h * len(rows) + 62
-    values = [v for q, col, _ in panels for c in (col, f"{q}_ci_low", f"{q}_ci_high") for v in rows[c]
-              if pd.notna(v)] + [0.0] + [v for v in reference.values() if v is not None]
-    lo, hi = min(values), max(values)
-    pad = 0.05 * (hi - lo or 1.0)
-    lo, hi = lo - pad, hi + pad
-    out = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{label_w + 2 * panel_w + gap + 10}' height='{height}' "
-           "font-family='sans-serif' font-size='12'>", "<rect width='100%' height='100%' fill='white'/>"]
-    for i, r in rows.iterrows():
-        y = top + row_h * i + row_h / 2
-        out.append(f"<text x='{label_w - 8}' y='{y + 4}' text-anchor='end'>{html.escape(f'{r.setting} ({r.a}-{r.b})')}"
-                   "</text>")
-    for k, (quantity, col, title) in enumerate(panels):
-        x0 = label_w + k * (panel_w + gap)
-        x = lambda v, x0=x0: x0 + (v - lo) / (hi - lo) * panel_w
-        out.append(f"<text x='{x0 + panel_w / 2}' y='18' text-anchor='middle' font-weight='bold'>{title}</text>")
-        out.append(f"<rect x='{x0}' y='{top - 6}' width='{panel_w}' height='{row_h * len(rows) + 12}' fill='none' "
-                   "stroke='#ccc'/>")
-        out.append(f"<line x1='{x(0)}' x2='{x(0)}' y1='{top - 6}' y2='{top + row_h * len(rows) + 6}' stroke='#444'/>")
-        if reference.get(quantity) is not None:
-            xr = x(reference[quantity])
-            out.append(f"<line x1='{xr}' x2='{xr}' y1='{top - 6}' y2='{top + row_h * len(rows) + 6}' stroke='#888' "
-                       f"stroke-dasharray='5,4'/><text x='{xr}' y='{top - 10}' text-anchor='middle' fill='#666'>"
-                       "reference</text>")
-        for i, r in rows.iterrows():
-            y = top + row_h * i + row_h / 2
-            colour = STATUS_COLORS.get(r[f"{quantity}_verdict"], "#000")
-            if pd.notna(r[f"{quantity}_ci_low"]):
-                out.append(f"<line x1='{x(r[f'{quantity}_ci_low'])}' x2='{x(r[f'{quantity}_ci_high'])}' y1='{y}' "
-                           f"y2='{y}' stroke='{colour}' stroke-width='2'/>")
-            if pd.notna(r[col]):
-                out.append(f"<circle cx='{x(r[col])}' cy='{y}' r='5' fill='{colour}'/>")
-        axis_y = top + row_h * len(rows) + 22
-        out.append(f"<text x='{x0}' y='{axis_y}'>{lo:+.2f}</text><text x='{x0 + panel_w}' y='{axis_y}' "
-                   f"text-anchor='end'>{hi:+.2f}</text><text x='{x0 + panel_w / 2}' y='{axis_y + 14}' "
-                   "text-anchor='middle' fill='#666'>nats/token (&lt; 0: a better, &gt; 0: b better)</text>")
-    legend = ", ".join(f"<tspan fill='{c}'>{html.escape(s)}</tspan>" for s, c in STATUS_COLORS.items())
-    out.append(f"<text x='8' y='{height - 4}' font-size='10'>colour = verdict: {legend}</text></svg>")
-    return "\n".join(out)
-
-
 def grid_report_html(plan: GridPlan, frame: pd.DataFrame) -> str:
     import html
+    from .viz.forest import forest_figure, reference_marks
     from .viz.render import Page, table
     e = html.escape
     ref = reference_marks()
@@ -401,13 +318,10 @@ def grid_report_html(plan: GridPlan, frame: pd.DataFrame) -> str:
     return page.html()
 
 
-def grid_dir(profile: str, grid: str) -> Path:
-    return outputs_dir() / "grid" / check_name("profile", profile) / check_name("grid", grid)
-
-
 def write_grid(plan: GridPlan, command: str = "", level: float = LEVEL) -> dict[str, Path]:
     """grid.csv, runs.csv, grid.json, report.html and forest.svg in grid_dir (module docstring)."""
     from .viz.render import write_text
+    from .viz.forest import forest_svg, reference_marks
     from .sweep import git_commit
     out = grid_dir(plan.profile, plan.grid.name)
     out.mkdir(parents=True, exist_ok=True)

@@ -33,11 +33,11 @@ import psutil
 from tqdm.auto import tqdm
 
 from .config import NOTEBOOKS, PARAMS_DIR, ParamError, load_profile, read_yaml, with_processes, writable_outputs_dir
-from .runs.rundir import (NOTEBOOK, RunDirError, identity_differences, is_finished, read_finished, read_identity, read_metrics,
+from .rundir import (NOTEBOOK, RunDirError, identity_differences, is_finished, read_finished, read_identity, read_metrics,
                      run_path, runner_lock, seeded_name, study_dir)
-from .train.run import make_run_spec
+from .train.spec import make_run_spec
 from .utils import descendants, execute_notebook, stop_processes
-from .runs.variants import Variant, load_variants
+from .analysis.variants import Variant, load_variants
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ def parse_seeds(words: list[str]) -> list[int]:
     """The seeds of --seeds: each word a seed (``3``) or an inclusive range (``0-5``: seeds 0 to 5), in order, e.g.
     ["0-2", "7"] -> [0, 1, 2, 7]. A word of another form, or a range whose end is below its start, is a ParamError
     naming the word. Repeats are load_study's to drop; the range [0, 2**32) is checked with every run's parameters
-    (train.make_run_spec)."""
+    (spec.make_run_spec)."""
     seeds = []
     for word in words:
         m = re.fullmatch(r"(\d+)(?:-(\d+))?", word.strip())

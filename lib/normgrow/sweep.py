@@ -5,7 +5,7 @@ Why: pre- and post-norm may want different peak learning rates (post-norm classi
 placement's best lr differs between the joint and the grown schedule; one shared lr could hand one arm a handicap
 that the study would then read as a placement or curriculum effect. The sweep measures, per (placement, schedule),
 the lr with the lowest final validation CE, and ``--write`` stores it in the profile as
-``train.lr: {pre: {joint: X, grow: Y, single: Z}, post: {...}}`` (train.lr_for_run resolves it for each run; a
+``train.lr: {pre: {joint: X, grow: Y, single: Z}, post: {...}}`` (spec.lr_for_run resolves it for each run; a
 freeze control takes its placement's grow lr, a matched run its joint lr).
 
 Choices:
@@ -32,7 +32,7 @@ Choices:
     and schedule that were not swept keep their current value. A profile without an lr line is refused before any training.
 Outputs: outputs/sweep/<profile>/sweep.csv (one row per candidate) and sweep.json (the rows, the choice per arm,
 the grid warnings, date, profile, git commit, command line). Both describe this invocation's candidates only; a
-sweep of placements other than the study's writes them to outputs/sweep/<profile>/<norms>/ (sweep_dir).
+sweep of placements other than the study's writes them to outputs/sweep/<profile>/<norms>/ (rundir.sweep_dir, sweep_placements).
 """
 from __future__ import annotations
 
@@ -51,12 +51,13 @@ from pathlib import Path
 import yaml
 from tqdm.auto import tqdm
 
-from .config import PARAMS_DIR, REPO_ROOT, ParamError, load_profile, outputs_dir, read_yaml, writable_outputs_dir
-from .runs.rundir import SWEEP_RUN_PREFIX, RunDirError, is_finished, runner_lock
+from .config import PARAMS_DIR, REPO_ROOT, ParamError, load_profile, read_yaml, writable_outputs_dir
+from .rundir import SWEEP_RUN_PREFIX, RunDirError, is_finished, runner_lock, sweep_dir
 from .train.growth import SCHEDULES
 from .student.model import NORMS
-from .train.run import RunSpec, lr_for_run, make_run_spec, run_variant
-from .runs.variants import load_variants
+from .train.run import run_variant
+from .train.spec import RunSpec, lr_for_run, make_run_spec
+from .analysis.variants import load_variants
 from .utils import atomic_write_json, atomic_write_text
 
 SWEEP_FILE = PARAMS_DIR / "sweep.yaml"
@@ -249,12 +250,10 @@ def summarize(plan: SweepPlan, rows: list[dict], command: str) -> dict:
             "rows": rows, "chosen": chosen, "warnings": grid_warnings(chosen)}
 
 
-def sweep_dir(profile: str, norms: tuple[str, ...] | None = None) -> Path:
-    """outputs/sweep/<profile>/ for a sweep of the study's placements (study_norms; the report draws it), else
-    outputs/sweep/<profile>/<norm>-<norm>.../, so that sweeping other placements never overwrites the study's
-    sweep files."""
-    root = outputs_dir() / "sweep" / profile
-    return root if norms is None or tuple(norms) == study_norms() else root / "-".join(norms)
+def sweep_placements(norms: tuple[str, ...] | None) -> str | None:
+    """The folder of a sweep under outputs/sweep/<profile>/ (rundir.sweep_dir): None for the study's placements
+    (study_norms), else the placements joined by '-'."""
+    return None if norms is None or tuple(norms) == study_norms() else "-".join(norms)
 
 
 def write_results(result: dict, out_dir: Path) -> Path:
@@ -303,7 +302,7 @@ def lr_line_span(lines: list[str], where: str) -> tuple[int, int]:
 
 def merge_lrs(current, chosen: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
     """One lr per schedule for every placement the profile's train.lr names or the sweep chose: the chosen value where
-    swept, else the profile's current one for that arm (train.lr_for_run: a float or a per-placement value applies to
+    swept, else the profile's current one for that arm (spec.lr_for_run: a float or a per-placement value applies to
     every schedule). A float train.lr names no placement: the study's placements are written out. A schedule neither
     swept nor in the profile for a placement of the study is an error; for another placement it is left out (a
     placement swept for joint and grow runs those; lr_for_run refuses its single run, naming the sweep)."""
@@ -385,7 +384,7 @@ def sweep(plan: SweepPlan, write: bool = False, profiles_dir: Path = PROFILES_DI
             raise ParamError(f"--write: no profile file {profile_path}")
         lr_line_span(profile_path.read_bytes().decode().splitlines(keepends=True), str(profile_path))
     result = summarize(plan, run_candidates(plan, progress, jobs), command)
-    json_path = write_results(result, sweep_dir(plan.profile, plan.norms))
+    json_path = write_results(result, sweep_dir(plan.profile, sweep_placements(plan.norms)))
     print(format_table(result))
     for warning in result["warnings"]:
         print(f"warning: {warning}")

@@ -127,7 +127,7 @@ def dtype_name(dtype: torch.dtype) -> str:
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 """The dtype options by name: teacher.dtype allows 'auto' and all of them."""
 TRAIN_DTYPES = ("auto", "bfloat16", "float32")
-"""train.dtype and bench --dtype: autocast dtypes (float16 autocast would need a grad scaler, which train.py lacks)."""
+"""train.dtype and bench --dtype: autocast dtypes (float16 autocast would need a grad scaler, which train/run.py lacks)."""
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:

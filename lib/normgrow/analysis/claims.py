@@ -26,9 +26,9 @@ import pandas as pd
 
 from .stats import (ALPHA, LEVEL, SEEDS_LIMIT, crossover_table, difference_in_gaps, gap_ratio, gap_table,
                     paired_differences, paired_gap, seeds_needed, tost, undertrained)
-from ..viz.formats import gap_interval, signed
-from ..runs.rundir import study_diagnostics
-from ..runs.variants import ClaimSpec, Reference, Variant
+from .formats import gap_interval, signed
+from ..rundir import study_diagnostics
+from .variants import ClaimSpec, Reference, Variant
 
 # Status words of a judged claim and the value of its "supported" field (the diagnostics.json convention).
 SUPPORTED, NOT_RESOLVED, NOT_SUPPORTED, NOT_TESTABLE = "supported", "not resolved", "not supported", "not testable"

@@ -43,15 +43,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..viz.formats import sig
+from .formats import sig
 from .claims import NOT_SUPPORTED, NOT_TESTABLE, SUPPORTED, Claim
 from ..config import load_profile
 from ..train.distill import eval_sums
 from ..student.model import NORMS, Student, StudentConfig, load_checkpoint
-from ..runs.rundir import (DIAGNOSTICS, SUMMARY, finished_runs, is_finished, phase_checkpoints, read_identity, study_diagnostics)
+from ..rundir import (DIAGNOSTICS, SUMMARY, finished_runs, is_finished, phase_checkpoints, read_identity, study_diagnostics)
 from ..train.run import rows_to_batch
 from ..utils import atomic_write_json, read_json, stable_hash
-from ..runs.variants import GapSpec, collect_runs, load_gaps, load_reference
+from .variants import GapSpec, collect_runs, load_gaps, load_reference
 from ..data.vocab import VocabMap
 
 VERSION = 2

@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..runs.rundir import RunDirError, read_metrics, run_path
-from ..runs.variants import GapSpec, StudyRuns, Variant
+from ..rundir import RunDirError, read_metrics, run_path
+from .variants import GapSpec, StudyRuns, Variant
 
 LEVEL = 0.95
 ALPHA = 0.05

@@ -1,1 +1,1 @@
-"""The corpus, the teacher and its top-k cache, the corpus vocabulary."""
+"""The corpus, the cache directories, the teacher and its top-k cache, the corpus vocabulary."""

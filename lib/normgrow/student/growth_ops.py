@@ -34,7 +34,7 @@ class GrowthOp:
     """The interface (module docstring); a subclass sets name, preserves and new_block."""
     name: str
     preserves: frozenset[str] = frozenset()
-    reads: tuple[str, ...] = ()  # profile keys only this operator reads (train.run_profile records them only here)
+    reads: tuple[str, ...] = ()  # profile keys only this operator reads (spec.run_profile records them only here)
 
     def new_block(self, model, generator: torch.Generator | None):
         raise NotImplementedError

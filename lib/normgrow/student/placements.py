@@ -50,7 +50,7 @@ class Placement:
     output_norm: bool = False
     final_norm: bool = True
     exports_to_qwen3: bool = False
-    reads: tuple[str, ...] = ()  # profile keys only this placement reads (train.run_profile records them only here)
+    reads: tuple[str, ...] = ()  # profile keys only this placement reads (spec.run_profile records them only here)
 
     def __init__(self, cfg, index: int):
         """A block's constants from the config and its 0-based layer index; none by default."""

@@ -1,1 +1,1 @@
-"""A run: its spec and training loop, the distillation losses, schedules, data-parallel ranks, trackers."""
+"""A run: its validated spec, the training loop, the distillation losses, depth schedules, trackers."""

@@ -28,16 +28,24 @@ respect to the student is the same.
 from __future__ import annotations
 
 from contextlib import nullcontext
+from dataclasses import dataclass
 from typing import Callable, Mapping
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..config import DistillParams
-
 TAILS = ("bucket", "renormalize")
 LOSSES = ("ce", "kl")
+
+
+@dataclass(frozen=True)
+class DistillParams:
+    """A profile's distill section (config.Profile): the loss and its mix."""
+    loss: str = "ce"  # ce (soft-target cross-entropy) | kl (forward KL; same gradient, reported without H(p))
+    temperature: float = 1.0
+    tail: str = "bucket"  # bucket (tail mass is one extra class) | renormalize (top-k only)
+    ce_weight: float = 0.0  # weight of next-token CE in the mix; KD gets 1 - ce_weight
 
 
 def _check_tail(tail: str) -> None:

@@ -1,7 +1,7 @@
 """One run of the study: a student distilled from the cached teacher under a depth schedule.
 
-Entry point: ``run_variant(...)`` (what notebooks/run_variant.ipynb calls). It validates every parameter before any
-heavy work or output directory, then trains, evaluates, checkpoints and writes
+Entry point: ``run_variant(spec)`` (what notebooks/run_variant.ipynb calls, on a spec.make_run_spec that validated
+every parameter before any heavy work or output directory): it trains, evaluates, checkpoints and writes
 outputs/runs/<profile>/<run>/{config.json, metrics.jsonl, summary.json, checkpoints/}.
 
 Choices made explicit here (see growth.py for the schedules and the token accounting):
@@ -58,229 +58,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import psutil
 import torch
 from torch import nn
 
 from . import distill
-from ..config import NOTEBOOKS, ParamError, Profile, check_seed, load_profile, with_processes
+from ..config import NOTEBOOKS, ParamError
 from ..data.corpus import loss_mask, loss_mask_np
-from .growth import GROWS, GROWTH_KEYS, SCHEDULES, Phase, plan_phases
+from .growth import Phase, plan_phases
 from ..student.growth_ops import GROWTH_OPS
-from ..student.model import NORMS, Student, StudentConfig, save_student
-from ..student.placements import PLACEMENTS
-from .ranks import Ranks, check_processes, on_ranks, outside_launch, progress_bar
-from ..runs.rundir import (CHECKPOINTS, CONFIG, FINAL, GROWTH_EVAL, LAST, LOCK, METRICS, NOTEBOOK, NUMERICS_VERSION, SUMMARY,
-                     PhaseSummary,
-                     RunDirError, RunLock, Summary, check_name, identity_differences, is_finished, phase_checkpoint,
-                     phase_checkpoints, read_identity, read_summary, run_path, runs_root, write_summary)
-from .tracking import RunTrackers, check_trackers
+from ..student.model import Student, StudentConfig, save_student
+from ..ranks import Ranks, check_processes, on_ranks, outside_launch, progress_bar
+from ..rundir import (CHECKPOINTS, CONFIG, FINAL, GROWTH_EVAL, LAST, LOCK, METRICS, NOTEBOOK, PhaseSummary,
+                      RunDirError, RunLock, Summary, identity_differences, is_finished, phase_checkpoint,
+                      phase_checkpoints, read_identity, read_summary, run_path, write_summary)
+from .spec import RunSpec
+from .tracking import RunTrackers
 from ..utils import atomic_write_json, dtype_name, execute_notebook, resolve_device, resolve_dtype, stable_hash
 from ..data.vocab import VocabMap
 
-
-@dataclass(frozen=True)
-class RunSpec:
-    """A validated run: the profile plus the papermill parameters of run_variant.ipynb."""
-    profile: Profile
-    norm: str
-    schedule: str
-    freeze_prefix: bool
-    match_active_layer_tokens: str | None  # resolved run name of the budget donor
-    seed: int
-    run_name: str
-    force: bool = False
-    overrides: dict = field(default_factory=dict)
-
-    @property
-    def dir(self) -> Path:
-        return run_path(self.profile.name, self.run_name)
-
-    def identity(self) -> dict:
-        """What changes the run's numbers (see rundir): a directory must agree on all of it to be resumed or reused.
-        Overrides are in it through the profile content they change."""
-        return {"profile": self.profile.to_dict(), "norm": self.norm, "schedule": self.schedule,
-                "freeze_prefix": self.freeze_prefix, "match_active_layer_tokens": self.match_active_layer_tokens,
-                "seed": self.seed, "run_name": self.run_name, "numerics": NUMERICS_VERSION}
-
-    def notebook_parameters(self) -> dict:
-        """The parameters with which run_variant.ipynb makes this very spec (processes are in the overrides)."""
-        return {"profile": self.profile.name, "norm": self.norm, "schedule": self.schedule,
-                "freeze_prefix": self.freeze_prefix, "match_active_layer_tokens": self.match_active_layer_tokens,
-                "seed": self.seed, "run_name": self.run_name, "overrides": self.overrides}
-
-
-def derive_run_name(norm: str, schedule: str, freeze_prefix: bool, match: str | None, seed: int,
-                    overrides: dict | None = None) -> str:
-    """The default run name: the parameters in order, then '-o<hash>' when overrides change the profile (so a run
-    with other settings never lands in, or is taken for, the directory of the study's run), then '-s<seed>'."""
-    parts = [norm, schedule] + (["freeze"] if freeze_prefix else []) + ([f"match-{match}"] if match else [])
-    if overrides:
-        parts.append(f"o{stable_hash(overrides, 8)}")
-    return "-".join(parts + [f"s{seed}"])
-
-
-def _choice(name: str, value, allowed) -> None:
-    if value not in allowed:
-        raise ParamError(f"{name}={value!r} is not allowed; allowed values: {', '.join(map(str, allowed))}")
-
-
-def resolve_match_target(profile_name: str, target: str, seed: int) -> Path:
-    """The finished run whose active-layer tokens a matched run gets: NAME, or NAME-s<seed> for a seedless name.
-    Only runs of the same profile count: the name is checked like a run name, so it cannot point elsewhere."""
-    root = runs_root(profile_name)
-    check_name("match_active_layer_tokens", target)
-    for name in (target, f"{target}-s{seed}"):
-        if (root / name).is_dir():
-            if not is_finished(root / name):
-                raise ParamError(f"match_active_layer_tokens={target!r}: run {root / name} is not finished "
-                                 "(no summary.json); run it to completion first")
-            return root / name
-    finished = sorted(p.parent.name for p in root.glob(f"*/{SUMMARY}"))
-    raise ParamError(f"match_active_layer_tokens={target!r}: no run {root / target} (nor {target}-s{seed}); "
-                     f"finished runs of profile {profile_name!r}: {', '.join(finished) or 'none'}")
-
-
-def _check_keys(where: str, mapping: dict, allowed, kind: str) -> None:
-    """ParamError naming the keys of mapping that are not in allowed, and the allowed ones."""
-    unknown = sorted(set(mapping) - set(allowed))
-    if unknown:
-        raise ParamError(f"{where}={mapping!r}: unknown {kind}(s) {', '.join(unknown)}; allowed keys: "
-                         f"{', '.join(allowed)}")
-
-
-def lr_for_run(lr, norm: str, schedule: str) -> float:
-    """The peak learning rate of a run from train.lr: one float; one per placement ({pre: X, post: Y}); or one per
-    placement and schedule ({pre: {joint: X, grow: Y, single: Z}, post: {...}}), since a placement's best lr differs
-    between the joint and the grown schedule (python -m normgrow.sweep --schedules joint grow single measures each).
-    A mapping needs the run's placement and schedule only (a profile tuned for pre and post still runs those two; a
-    placement swept for joint and grow runs those); a key that is no placement or schedule is an error. A freeze
-    control trains at its placement's grow lr and a matched run at its joint lr: they are those schedules with one
-    setting changed."""
-    if not isinstance(lr, dict):
-        return lr
-    _check_keys("train.lr", lr, NORMS, "placement")
-    if norm not in lr:
-        raise ParamError(f"train.lr={lr!r} gives no learning rate for norm={norm!r} (keys given: "
-                         f"{', '.join(lr)}); add train.lr.{norm}")
-    per_norm = lr[norm]
-    if not isinstance(per_norm, dict):
-        return per_norm
-    _check_keys(f"train.lr.{norm}", per_norm, SCHEDULES, "schedule")
-    if schedule not in per_norm:
-        raise ParamError(f"train.lr.{norm}={per_norm!r} gives no learning rate for schedule={schedule!r}; sweep it: "
-                         f"python -m normgrow.sweep --norms {norm} --schedules {schedule} --write")
-    return per_norm[schedule]
-
-
-def unread_keys(prof: Profile, norm: str, schedule: str) -> list[str]:
-    """The dotted profile keys a run of this placement and schedule never reads: the growth keys (growth.GROWTH_KEYS)
-    and the growth operator's own (GrowthOp.reads) when the schedule does not grow, and every other placement's
-    own keys (Placement.reads)."""
-    unread = [k for name, cls in PLACEMENTS.items() if name != norm for k in cls.reads]
-    op = GROWTH_OPS[prof.student.new_block_init]
-    unread += [k for other in GROWTH_OPS.values() if other is not op or schedule not in GROWS for k in other.reads]
-    if schedule not in GROWS:
-        unread += GROWTH_KEYS
-    return list(dict.fromkeys(unread))
-
-
-def run_profile(profile: str, norm: str, schedule: str, overrides: dict | None = None) -> Profile:
-    """The profile a run trains with: the file, the overrides, train.lr resolved for the run's placement and
-    schedule, and every key the run never reads (unread_keys) at its default. So a run records only settings that
-    can change its numbers, and a setting that cannot (a growth operator for a joint run) leaves its identity as it
-    is: the grid (grid.py) then shares that run between settings instead of training it twice."""
-    prof = load_profile(profile, overrides)
-    sections = {"train": {"lr": lr_for_run(prof.train.lr, norm, schedule)}}
-    for key in unread_keys(prof, norm, schedule):
-        section, name = key.split(".")
-        sections.setdefault(section, {})[name] = getattr(type(getattr(prof, section))(), name)
-    return dataclasses.replace(prof, **{section: dataclasses.replace(getattr(prof, section), **values)
-                                        for section, values in sections.items()})
-
-
-def make_run_spec(profile: str = "tiny", norm: str = "pre", schedule: str = "grow", freeze_prefix: bool = False,
-                  match_active_layer_tokens: str | None = None, seed: int = 0, run_name: str = "",
-                  force: bool = False, overrides: dict | None = None, processes: int | None = None) -> RunSpec:
-    """Validate run_variant's parameters; every error names the parameter and its allowed values. processes: the
-    run's data-parallel processes and those of a teacher pass it starts (config.with_processes); None: the
-    profile's."""
-    check_name("profile", profile)
-    _choice("norm", norm, NORMS)
-    _choice("schedule", schedule, SCHEDULES)
-    for name, value in (("freeze_prefix", freeze_prefix), ("force", force)):
-        if not isinstance(value, bool):
-            raise ParamError(f"{name}={value!r} must be True or False")
-    check_seed("seed", seed)
-    if freeze_prefix and schedule != "grow":
-        raise ParamError(f"freeze_prefix=True needs schedule='grow' (got schedule={schedule!r})")
-    if match_active_layer_tokens in ("", "None", "null"):
-        match_active_layer_tokens = None
-    if match_active_layer_tokens is not None and schedule != "joint":
-        raise ParamError(f"match_active_layer_tokens needs schedule='joint' (got schedule={schedule!r})")
-    if overrides is not None and not isinstance(overrides, dict):
-        raise ParamError(f"overrides={overrides!r} must be a mapping of dotted keys, e.g. {{'train.lr': 1e-3}}")
-    overrides = with_processes(overrides, processes)
-    prof = run_profile(profile, norm, schedule, overrides)
-    if prof.train.processes > prof.train.batch_size:
-        raise ParamError(f"train.processes={prof.train.processes} must be <= train.batch_size="
-                         f"{prof.train.batch_size}: every process trains on at least one row of the global batch")
-    if len(prof.train.stages) < 2 and schedule == "grow":
-        raise ParamError(f"schedule='grow' needs at least two train.stages (got {list(prof.train.stages)})")
-    check_step_budget(prof)
-    check_trackers(prof.train.trackers)
-    match_name = None
-    if match_active_layer_tokens is not None:
-        match_name = resolve_match_target(prof.name, str(match_active_layer_tokens), seed).name
-    run_name = run_name or derive_run_name(norm, schedule, freeze_prefix, match_active_layer_tokens, seed, overrides)
-    check_name("run_name", run_name)
-    return RunSpec(prof, norm, schedule, freeze_prefix, match_name, seed, run_name, force, dict(overrides or {}))
-
-
-def step_memory(prof: Profile) -> tuple[int, int]:
-    """(batch-array bytes, activation bytes) per position of one training step: a lower bound of what a step holds.
-
-    * batch arrays, as rows_to_batch builds them: tokens and targets (int64), the loss mask (bool), the tail log mass
-      (float32) and the top-k ids (int64) and log-probs (float32): 21 + 12k bytes;
-    * activations, on CPU only (on a GPU they live in device memory, which is not checked here: asking for it would
-      start CUDA in the process that plans the runs): autograd keeps at least each block's input, its two norm
-      outputs, its attention output and its MLP's gate, up and product, in float32: 4 (4 d_model + 3 d_ff) bytes
-      per block at the final depth.
-    The head's logits are not counted: the distillation head holds at most 1,024 positions x vocabulary at a time
-    (distill.chunked_head_loss), whatever the batch. Nor are the cache arrays: they are memory-mapped, paged in as
-    read and evictable, never required to be resident at once."""
-    per_block = 4 * (4 * prof.student.d_model + 3 * prof.student.d_ff)
-    device = prof.train.device  # resolve_device's rule, without its error for a device this machine lacks
-    on_cpu = device == "cpu" or (device == "auto" and not torch.cuda.is_available())
-    return 21 + 12 * prof.cache.k, per_block * prof.train.stages[-1] if on_cpu else 0
-
-
-def check_step_budget(prof: Profile) -> None:
-    """Reject, before any allocation or directory, a step that cannot run (ParamError naming the keys):
-
-    * more rows per step than the training split has: data.train_tokens // data.seq_len rows (what ensure_data
-      packs at most). Batches draws a step's rows from consecutive epochs of the split, so a larger batch would hold
-      some rows twice in one step (and train.batch_size: 100000000 used to die in Batches with a bare MemoryError
-      after 80 s, leaving a run directory behind);
-    * a step whose memory (step_memory, a lower bound) exceeds the machine's (psutil.virtual_memory().total). No
-      safety factor: the rule refuses only a step that cannot fit; one under the total can still fail at allocation
-      (other processes, temporaries), as before."""
-    tp, dp = prof.train, prof.data
-    rows = dp.train_tokens // dp.seq_len
-    if tp.batch_size > rows:
-        raise ParamError(f"train.batch_size={tp.batch_size} is more rows per step than the training split has: "
-                         f"{rows} (data.train_tokens={dp.train_tokens} // data.seq_len={dp.seq_len}); a step "
-                         f"would hold rows twice. Lower train.batch_size to at most {rows}, or raise data.train_tokens")
-    batch, activations = step_memory(prof)
-    need, total = tp.batch_size * dp.seq_len * (batch + activations), psutil.virtual_memory().total
-    if need > total:
-        raise ParamError(f"train.batch_size={tp.batch_size}: one step needs at least {need / 2**30:.1f} GiB "
-                         f"({tp.batch_size} rows x {dp.seq_len} positions x ({batch} bytes of batch arrays + "
-                         f"{activations} bytes of activations), train.step_memory), more than this machine's "
-                         f"{total / 2**30:.1f} GiB (psutil.virtual_memory().total); lower train.batch_size")
-
-
-# ----------------------------------------------------------------------------------------------------------- data
 
 class Batches:
     """Training batches as a pure function of the step (see module docstring). Each rank reads its contiguous slice

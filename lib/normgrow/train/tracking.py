@@ -7,7 +7,7 @@ Choices:
   - ``tensorboard`` by default: local and offline, event files in ``<run>/tensorboard/`` (ignored by git like the
     checkpoints); ``make tensorboard`` opens every run of outputs/runs/. ``wandb`` (offline unless WANDB_MODE says
     otherwise: no machine here reaches a server) and ``trackio`` when installed and chosen in the profile; a chosen
-    tracker that is not installed is refused before any work (check_trackers), naming the package to install.
+    tracker that is not installed is refused before any work (missing_trackers), naming the package to install.
   - Tags: ``train/<key>`` for every number of a train record (loss, lr, grad_norm, tok_s and the loss terms),
     ``val/ce`` and ``val/kd_ce`` for evaluations, ``run/depth`` and ``run/phase`` (the phase boundaries: depth steps
     up at each growth), all against the optimizer step; the run's recorded parameters as hyperparameters.
@@ -21,21 +21,20 @@ import importlib.util
 import os
 from pathlib import Path
 
-from ..config import ParamError
-
 TRACKERS = ("tensorboard", "wandb", "trackio")
 """Allowed values of train.trackers (config.choices)."""
 TENSORBOARD_DIR = "tensorboard"  # <run>/tensorboard/
 _PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb", "trackio": "trackio"}
 
 
-def check_trackers(names) -> None:
-    """ParamError naming the package when a chosen tracker is not installed (make_run_spec: before any work)."""
+def missing_trackers(names) -> str | None:
+    """Why the chosen trackers cannot run here (one is not installed: the message names the package), or None;
+    make_run_spec refuses the run with it before any work."""
     missing = [n for n in names if importlib.util.find_spec(_PACKAGES[n]) is None]
-    if missing:
-        raise ParamError(f"train.trackers chooses {', '.join(missing)}, not installed here: pip install "
-                         f"{' '.join(_PACKAGES[n] for n in missing)} (or set train.trackers: [] to log only "
-                         "metrics.jsonl)")
+    if not missing:
+        return None
+    return (f"train.trackers chooses {', '.join(missing)}, not installed here: pip install "
+            f"{' '.join(_PACKAGES[n] for n in missing)} (or set train.trackers: [] to log only metrics.jsonl)")
 
 
 def _flat(config: dict, prefix: str = "") -> dict:

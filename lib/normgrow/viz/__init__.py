@@ -1,1 +1,1 @@
-"""The pages and figures: the report, page rendering, number formats, curves, diagnostics figures."""
+"""The pages and figures: the study report, page rendering, curves, the forest plot, diagnostics figures."""

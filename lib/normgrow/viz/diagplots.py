@@ -53,7 +53,7 @@ def counterpart(study: dict, name: str) -> str | None:
     """The run of the same seed whose variant differs from this run's only in its placement (post-norm for pre-norm,
     pre-norm for every other placement), from the run files' parameters (variants.load_variants): the overlay of the
     widget. None when the run has no recorded variant or the study holds no such run."""
-    from ..runs.variants import load_variants
+    from ..analysis.variants import load_variants
     run = study["runs"].get(name)
     variants = load_variants()
     mine = variants.get(variant_of(name, run)) if run else None

@@ -12,8 +12,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..runs import rundir
-from ..runs.rundir import METRICS
+from .. import rundir
+from ..rundir import METRICS
 from ..student.placements import PLACEMENTS
 from .render import faint, split_variant, style_figure
 

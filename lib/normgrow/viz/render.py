@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .formats import cell
+from ..analysis.formats import cell
 from ..student.placements import PLACEMENTS
 from ..analysis.claims import GATED, NOT_JUDGED, NOT_JUDGED_DEPTH, NOT_RESOLVED, NOT_SUPPORTED, NOT_TESTABLE, SUPPORTED
 
@@ -75,7 +75,7 @@ def split_variant(variant: str) -> tuple[str, str]:
     """(placement, schedule family) of a variant from its run file, never from its name (variants.load_variants:
     pre-grow-freeze.yaml says norm pre, schedule grow, freeze_prefix true -> ('pre', 'grow-freeze'); a matched run's
     family is 'joint-matched'); ('', variant) for a name that is no run file."""
-    from ..runs.variants import load_variants
+    from ..analysis.variants import load_variants
     v = load_variants().get(variant)
     if v is None:
         return "", variant

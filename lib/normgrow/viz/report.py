@@ -19,14 +19,14 @@ import numpy as np
 import pandas as pd
 
 from ..analysis.claims import (NOT_JUDGED, NOT_JUDGED_DEPTH, NOT_TESTABLE, SUPPORTED, Claim, depth_gate, evaluate_claims, gate_claims,
-                     read_diagnostics)
-from ..config import outputs_dir
-from ..runs.rundir import run_path, study_dir, unfinished_runs
+                               read_diagnostics)
+from .forest import forest_figure, reference_marks
+from ..rundir import grids_root, run_path, study_dir, sweep_dir, unfinished_runs
 from ..analysis.stats import (ALPHA, DEPTH_FIELDS, FLAT_LIMIT, FLAT_TAIL, LEVEL, REGIME_FIELDS, SEEDS_LIMIT, UNIGRAM_MARGIN,
-                    baselines, crossover_table, depth_check, gap_ratio, gap_table, regime_check, runs_frame,
-                    undertrained, variant_stats, with_flatness)
+                              baselines, crossover_table, depth_check, gap_ratio, gap_table, regime_check, runs_frame,
+                              undertrained, variant_stats, with_flatness)
 from ..utils import atomic_write_json, atomic_write_text
-from ..runs.variants import GapSpec, collect_runs, load_reference, load_variants
+from ..analysis.variants import GapSpec, collect_runs, load_reference, load_variants
 
 
 @dataclass
@@ -236,7 +236,7 @@ def lr_figure(rep: Report):
     from plotly.subplots import make_subplots
 
     from .render import NORM_COLOR, style_figure
-    from ..sweep import sweep_dir
+
     path = sweep_dir(rep.profile) / "sweep.json"
     if not path.is_file():
         return None
@@ -320,7 +320,7 @@ def _regime_html(rep: Report) -> str:
 
 
 def _ci_column(df: pd.DataFrame, prefix: str, digits: int) -> list[str]:
-    from .formats import interval
+    from ..analysis.formats import interval
     return [interval(m, lo, hi, digits) for m, lo, hi in zip(df[f"{prefix}_mean"], df[f"{prefix}_ci_low"],
                                                                df[f"{prefix}_ci_high"])]
 
@@ -448,8 +448,7 @@ def report_html(rep: Report, figs: dict | None = None) -> str:
              "<a href='#diagnostics'>diagnostics</a><a href='#runs'>runs</a></nav>",
              _regime_html(rep), "<section id='claims'><h2>Claims</h2>")
     page.add(claims_html([c.to_json() for c in rep.claims]))
-    for grid_csv in sorted((outputs_dir() / "grid" / rep.profile).glob("*/grid.csv")):
-        from ..grid import forest_figure, reference_marks
+    for grid_csv in sorted(grids_root(rep.profile).glob("*/grid.csv")):
         frame = pd.read_csv(grid_csv)
         name = grid_csv.parent.name
         page.add(f"</section><section id='grid-{e(name)}'><h2>Where does it hold? Grid {e(name)}</h2>"

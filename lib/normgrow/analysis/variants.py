@@ -8,7 +8,7 @@ with the reference study's numbers, and the margins the claims are judged with a
 ``collect_runs(profile)`` reads every finished run of outputs/runs/<profile>/ and assigns it to a variant by the
 parameters recorded in the run (summary.json: norm, schedule, freeze_prefix, the budget donor's own variant, seed),
 never by parsing its name, so a run launched by hand (``-p match_active_layer_tokens post-grow-s0`` is named
-``post-joint-match-post-grow-s0-s0``) counts where it belongs. A run is left unassigned, with the reason, when its
+``post-joint-match-post-grow-s0``) counts where it belongs. A run is left unassigned, with the reason, when its
 parameters match no variant, when its recorded settings differ from the current profile file (an ``overrides`` run,
 or a profile edited since), or when another run already holds its (variant, seed) (the study's own name wins).
 """
@@ -18,8 +18,8 @@ import math
 from dataclasses import dataclass, field, fields
 
 from ..config import PARAMS_DIR, ParamError, read_yaml
-from .rundir import (NUMERICS_VERSION, RunDirError, Summary, finished_runs, identity_differences, read_finished,
-                     seeded_name)
+from ..rundir import (NUMERICS_VERSION, RunDirError, Summary, finished_runs, identity_differences, read_finished,
+                      seeded_name)
 
 RUN_KEYS = ("norm", "schedule", "freeze_prefix", "match_active_layer_tokens")
 REQUIRED_RUN_KEYS = ("norm", "schedule")  # the others default to an unfrozen, unmatched run
@@ -244,7 +244,7 @@ class StudyRuns:
 
 def collect_runs(profile: str) -> StudyRuns:
     """Assign every finished study run of a profile (see the module docstring)."""
-    from ..train.run import run_profile  # train imports torch; only what a run records is needed here
+    from ..train.spec import run_profile  # train imports torch; only what a run records is needed here
     variants = load_variants()
     by_key = {v.key(): v.name for v in variants.values()}
     summaries, unassigned, expected, damaged = {}, {}, {}, {}

@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from ..analysis.stats import LEVEL
+from .stats import LEVEL
 
 INT_WORDS = ("tokens", "n_seeds", "n_pairs", "depth", "stage", "seed", "rank", "index", "phase", "count")
 

@@ -18,7 +18,7 @@ the resolved path lies inside outputs/, before anything is created or deleted th
 
 Identity: config.json holds everything that changes a run's numbers: the profile content after overrides (so a run
 with ``overrides: {train.lr: 0.5}`` differs from one without), the run parameters, the teacher cache key and
-NUMERICS_VERSION. A directory whose config.json differs is never resumed, counted or overwritten (train.py, study.py,
+NUMERICS_VERSION. A directory whose config.json differs is never resumed, counted or overwritten (train/run.py, study.py,
 the report). Library versions (torch, python) are recorded beside it as provenance but not compared: a patch release
 does not change what a run means, and refusing every run after an upgrade would lose more than it protects.
 """
@@ -35,8 +35,8 @@ import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from ..config import SECTIONS, ParamError, outputs_dir
-from ..utils import atomic_write_json, read_json
+from .config import SECTIONS, ParamError, outputs_dir
+from .utils import atomic_write_json, read_json
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 NUMERICS_VERSION = 2
@@ -103,6 +103,23 @@ def study_dir(profile: str) -> Path:
 def study_diagnostics(profile: str) -> Path:
     """outputs/study/<profile>/diagnostics.json: every run's diagnostics and the claims of observations 4 and 5."""
     return study_dir(profile) / DIAGNOSTICS
+
+
+def sweep_dir(profile: str, placements: str | None = None) -> Path:
+    """outputs/sweep/<profile>/ (the study's placements: the report draws it), or outputs/sweep/<profile>/<placements>/
+    for a sweep of other placements (sweep.py names it), so that it never overwrites the study's sweep files."""
+    root = outputs_dir() / "sweep" / check_name("profile", profile)
+    return root if placements is None else inside(root, root / check_name("placements", placements))
+
+
+def grids_root(profile: str) -> Path:
+    """outputs/grid/<profile>/: every grid of a profile."""
+    return inside(outputs_dir(), outputs_dir() / "grid" / check_name("profile", profile))
+
+
+def grid_dir(profile: str, grid: str) -> Path:
+    """outputs/grid/<profile>/<grid>/: a grid's tables, page and figure (grid.py)."""
+    return grids_root(profile) / check_name("grid", grid)
 
 
 def seeded_name(variant: str, seed: int) -> str:

@@ -25,10 +25,10 @@ from pathlib import Path
 
 import torch
 
-from ..runs.rundir import CHECKPOINTS, CONFIG, METRICS, SUMMARY, RunDirError, read_identity, runs_base
-from .model import Student, load_checkpoint, resolve_checkpoint, save_student
-from .placements import PLACEMENTS
-from ..utils import atomic_write_json, disk_full_errors
+from .rundir import CHECKPOINTS, CONFIG, METRICS, SUMMARY, RunDirError, read_identity, runs_base
+from .student.model import Student, load_checkpoint, resolve_checkpoint, save_student
+from .student.placements import PLACEMENTS
+from .utils import atomic_write_json, disk_full_errors
 
 # normgrow parameter name prefix -> transformers Qwen3ForCausalLM name prefix (first match wins).
 QWEN3_NAMES = (
@@ -124,7 +124,7 @@ def check_destination(out_dir: Path, force: bool = False) -> None:
 
 def find_tokenizer(ckpt_path: Path, extra: dict) -> str | None:
     """The tokenizer folder of the checkpoint's teacher, or None (see the module docstring for the order)."""
-    from ..data.teacher import teacher_root
+    from .data.teacher import teacher_root
     if extra.get("tokenizer_dir"):
         return str(extra["tokenizer_dir"])
     folder = ckpt_path.parent

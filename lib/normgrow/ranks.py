@@ -41,8 +41,8 @@ from pathlib import Path
 
 import torch
 
-from ..config import ParamError
-from ..utils import atomic_write_json, descendants, read_json, stop_processes
+from .config import ParamError
+from .utils import atomic_write_json, descendants, read_json, stop_processes
 
 RANK_TIMEOUT = datetime.timedelta(minutes=5)
 """How long a rank waits for the others at a collective before the job fails (gloo's default is 30 minutes)."""
@@ -254,7 +254,7 @@ def _launch(processes: int, cpu: bool, job: str, fn, args) -> None:
         pickle.dump((cpu, fn, args), f)
     command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(processes),
                "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-               "--main_process_port", _free_port(), "-m", "normgrow.train.ranks", job]
+               "--main_process_port", _free_port(), "-m", "normgrow.ranks", job]
     # in the caller's process group: a signal to the group (Ctrl-C in a terminal, a killed job) reaches the ranks too
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     tail = b""
@@ -283,12 +283,12 @@ def _launch(processes: int, cpu: bool, job: str, fn, args) -> None:
 
 
 def run_job(job: str) -> None:
-    """One launched rank of a job the caller launched (_launch): python -m normgrow.train.ranks <job dir>."""
+    """One launched rank of a job the caller launched (_launch): python -m normgrow.ranks <job dir>."""
     with open(Path(job, JOB_FILE), "rb") as f:
         cpu, fn, args = pickle.load(f)
     _run_rank(cpu, job, fn, args)
 
 
 if __name__ == "__main__":
-    from normgrow.train.ranks import run_job as _run_job  # the package's module, not this __main__ copy of it
+    from normgrow.ranks import run_job as _run_job  # the package's module, not this __main__ copy of it
     _run_job(sys.argv[1])
