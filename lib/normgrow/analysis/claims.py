@@ -89,13 +89,12 @@ def _missing(runs: pd.DataFrame, variants) -> list[str]:
     return [v for v in variants if v not in present]
 
 
-def _directional(spec: ClaimSpec, statement: str, runs: pd.DataFrame, stats: dict, label: str, variants,
-                 level: float) -> Claim:
+def _directional(spec: ClaimSpec, runs: pd.DataFrame, stats: dict, label: str, variants, level: float) -> Claim:
     """A claim that a quantity is > 0: the sentence states the status and why, from the numbers."""
     missing = _missing(runs, variants)
     evidence = {k: stats.get(k) for k in ("n", "mean", "ci_low", "ci_high", "seeds")}
     if missing:
-        return Claim(spec.name, statement, NOT_TESTABLE,
+        return Claim(spec.name, spec.statement, NOT_TESTABLE,
                      f"Not testable: no finished runs of {', '.join(missing)}.", evidence, variants)
     status = judge(stats, +1)
     where = f"{label} = {gap_interval(stats, level)}"
@@ -107,21 +106,21 @@ def _directional(spec: ClaimSpec, statement: str, runs: pd.DataFrame, stats: dic
         text = f"Not resolved: {where}, so the sign cannot be judged; run more seeds."
     else:
         text = f"Not resolved at {stats['n']} seeds: {where}; the interval includes zero."
-    return Claim(spec.name, statement, status, text, evidence, variants)
+    return Claim(spec.name, spec.statement, status, text, evidence, variants)
 
 
 def _gap_claim(spec: ClaimSpec, reference: Reference, runs: pd.DataFrame, metric: str, level: float) -> Claim:
     """directional: the gap a - b is > 0."""
     gap = reference.gaps[spec.gaps[0]]
-    return _directional(spec, reference.statement(spec), runs, paired_gap(runs, gap.a, gap.b, metric, level=level),
-                        f"{gap.a} - {gap.b}", (gap.a, gap.b), level)
+    return _directional(spec, runs, paired_gap(runs, gap.a, gap.b, metric, level=level), f"{gap.a} - {gap.b}",
+                        (gap.a, gap.b), level)
 
 
 def _interaction_claim(spec: ClaimSpec, reference: Reference, runs: pd.DataFrame, metric: str,
                        level: float) -> Claim:
     """interaction: (first a - b) - (second a - b) is > 0, paired by seed over the four variants."""
     one, two = (reference.gaps[name] for name in spec.gaps)
-    return _directional(spec, reference.statement(spec), runs, difference_in_gaps(runs, one, two, metric, level),
+    return _directional(spec, runs, difference_in_gaps(runs, one, two, metric, level),
                         f"({one.a} - {one.b}) - ({two.a} - {two.b})", (one.a, one.b, two.a, two.b), level)
 
 
@@ -145,7 +144,7 @@ def _ratio_claim(spec: ClaimSpec, reference: Reference, runs: pd.DataFrame, metr
     return dataclasses.replace(c, sentence=c.sentence + note, evidence=c.evidence | {"ratio": ratio["ratio"]})
 
 
-def _all_of(spec: ClaimSpec, statement: str, parts: list[Claim]) -> Claim:
+def _all_of(spec: ClaimSpec, parts: list[Claim]) -> Claim:
     """all_of: supported when every part is; refuted when one is; else not testable / not resolved."""
     statuses = [p.status for p in parts]
     status = (NOT_SUPPORTED if NOT_SUPPORTED in statuses else NOT_TESTABLE if NOT_TESTABLE in statuses
@@ -153,7 +152,7 @@ def _all_of(spec: ClaimSpec, statement: str, parts: list[Claim]) -> Claim:
     needs = "both parts" if len(parts) == 2 else f"all {len(parts)} parts"
     sentence = f"{status.capitalize()} (the claim needs {needs} supported). " + " ".join(
         f"{part.label}: {claim.sentence}" for part, claim in zip(spec.parts, parts))
-    return Claim(spec.name, statement, status, sentence, {part.key: claim.evidence for part, claim in
+    return Claim(spec.name, spec.statement, status, sentence, {part.key: claim.evidence for part, claim in
                                                           zip(spec.parts, parts)},
                  tuple(v for claim in parts for v in claim.variants))
 
@@ -165,7 +164,7 @@ def _equivalence_claim(spec: ClaimSpec, reference: Reference, runs: pd.DataFrame
     gap, margin = reference.gaps[spec.gaps[0]], reference.equivalence_margin
     s = paired_gap(runs, gap.a, gap.b, metric, level=level)
     eq = tost(paired_differences(runs, gap.a, gap.b, metric), margin)
-    statement = reference.statement(spec)
+    statement = spec.statement
     evidence = {k: s.get(k) for k in ("n", "mean", "ci_low", "ci_high", "seeds")} | {
         "equivalence_margin": margin, "tost_p_lower": eq["p_lower"], "tost_p_upper": eq["p_upper"], "tost_p": eq["p"]}
     variants = (gap.a, gap.b)
@@ -207,7 +206,7 @@ def _crossover_claim(spec: ClaimSpec, reference: Reference, runs: pd.DataFrame, 
                      level: float) -> Claim:
     """crossover: the gap's a (pre-norm) leads at the first stage end and its b (post-norm) at the last, each
     resolved (the stage-end intervals of crossover_table)."""
-    grow, statement = reference.gaps[spec.gaps[0]], reference.statement(spec)
+    grow, statement = reference.gaps[spec.gaps[0]], spec.statement
     variants = (grow.a, grow.b)
     missing = _missing(runs, variants)
     if missing:
@@ -259,7 +258,7 @@ def evaluate_claims(runs: pd.DataFrame, reference: Reference, metric: str = "val
     judged = {c.name: JUDGES[c.kind](c, reference, runs, metric, level) for c in reference.claims if c.kind in JUDGES}
     for c in reference.claims:
         if c.kind == "all_of":
-            judged[c.name] = _all_of(c, reference.statement(c), [judged[p.claim] for p in c.parts])
+            judged[c.name] = _all_of(c, [judged[p.claim] for p in c.parts])
     return [judged[c.name] for c in reference.claims if c.name in judged]
 
 

@@ -428,8 +428,7 @@ def _of_variant(runs: dict[str, dict], variant: str) -> dict[str, dict]:
 
 def _statement(claim: str) -> str:
     """The statement params/reference.yaml declares for a measured claim (observations 4 and 5 are judged here)."""
-    reference = load_reference()
-    return reference.statement(reference.claim(claim))
+    return load_reference().claim(claim).statement
 
 
 def claim4(runs: dict[str, dict], grow: GapSpec, class_counts: dict[str, int]) -> Claim:

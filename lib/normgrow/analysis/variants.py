@@ -86,10 +86,11 @@ class GapSpec:
 
 REFERENCE_KEYS = ("gaps", "equivalence_margin", "depth_margin", "claims")
 DEPTH_MARGIN_KEYS = ("multiple", "of")
-CLAIM_KINDS = ("equivalence", "directional", "interaction", "ratio", "crossover", "all_of", "measured")
-"""How a claim of params/reference.yaml is judged (the file explains each; claims.JUDGES and diagnostics.py judge)."""
 GAPS_PER_KIND = {"equivalence": 1, "directional": 1, "interaction": 2, "ratio": 2, "crossover": 1, "all_of": 0,
                  "measured": 1}
+"""How a claim of params/reference.yaml is judged (the file explains each kind; claims.JUDGES and diagnostics.py
+judge), with the number of gaps a claim of that kind reads."""
+CLAIM_KINDS = tuple(GAPS_PER_KIND)
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,8 @@ class ClaimPart:
 @dataclass(frozen=True)
 class ClaimSpec:
     """A claim declared in params/reference.yaml: how it is judged (kind), the gaps it reads (by name), its statement
-    (a template, see the file), what a supported / refuted verdict means and, for all_of, its parts."""
+    (the file's template with its gaps' fields filled in at load), what a supported / refuted verdict means and, for
+    all_of, its parts."""
     name: str
     kind: str
     gaps: tuple[str, ...]
@@ -133,16 +135,6 @@ class Reference:
     def claim(self, name: str) -> ClaimSpec:
         return next(c for c in self.claims if c.name == name)
 
-    def statement(self, spec: ClaimSpec) -> str:
-        """The claim's statement with its gaps' fields filled in (params/reference.yaml names them)."""
-        first = self.gaps[spec.gaps[0]] if spec.gaps else None
-        fields = {"margin": self.equivalence_margin}
-        if first is not None:
-            fields |= {"a": first.a, "b": first.b, "reference": first.reference, "reference_text": first.reference_text}
-        if len(spec.gaps) == 2 and first.reference is not None and self.gaps[spec.gaps[1]].reference:
-            fields["reference_ratio"] = first.reference / self.gaps[spec.gaps[1]].reference
-        return spec.statement.format(**fields)
-
 
 def _positive(path, key: str, value) -> float:
     """A finite number > 0 (not a bool), else a ParamError naming the key."""
@@ -170,7 +162,8 @@ def load_reference() -> Reference:
             if v not in variants:
                 raise ParamError(f"{path}: gap {spec.name!r} names {v!r}, which is not a run file of params/runs")
         gaps[spec.name] = spec
-    claims = _claims(path, raw["claims"], gaps)
+    margin = _positive(path, "equivalence_margin", raw["equivalence_margin"])
+    claims = _claims(path, raw["claims"], gaps, margin)
     depth = raw["depth_margin"]
     if not isinstance(depth, dict) or set(depth) != set(DEPTH_MARGIN_KEYS):
         raise ParamError(f"{path}: depth_margin={depth!r} must be a mapping with exactly the keys "
@@ -179,21 +172,29 @@ def load_reference() -> Reference:
     if depth["of"] not in with_reference:
         raise ParamError(f"{path}: depth_margin.of={depth['of']!r} must name a gap with a nonzero reference value; "
                          f"allowed values: {', '.join(with_reference)}")
-    reference = Reference(gaps, _positive(path, "equivalence_margin", raw["equivalence_margin"]),
-                          _positive(path, "depth_margin.multiple", depth["multiple"]), depth["of"], claims)
-    for c in claims:
-        try:
-            reference.statement(c)
-        except (KeyError, ValueError, IndexError) as e:
-            raise ParamError(f"{path}: claim {c.name!r}: its statement names a field it does not have ({e}); "
-                             "fields: a, b, reference, reference_text, margin, reference_ratio") from None
-    return reference
+    return Reference(gaps, margin, _positive(path, "depth_margin.multiple", depth["multiple"]), depth["of"], claims)
 
 
-def _claims(path, raw, gaps: dict[str, GapSpec]) -> tuple[ClaimSpec, ...]:
+def _statement(path, name: str, template: str, read: list[GapSpec], margin: float) -> str:
+    """A claim's statement template with the fields params/reference.yaml names filled in: a, b, reference and
+    reference_text of its first gap, margin, and reference_ratio (the first gap's reference over the second's)."""
+    fields = {"margin": margin}
+    if read:
+        first = read[0]
+        fields |= {"a": first.a, "b": first.b, "reference": first.reference, "reference_text": first.reference_text}
+    if len(read) == 2 and read[0].reference is not None and read[1].reference:
+        fields["reference_ratio"] = read[0].reference / read[1].reference
+    try:
+        return template.format(**fields)
+    except (KeyError, ValueError, IndexError) as e:
+        raise ParamError(f"{path}: claim {name!r}: its statement names a field it does not have ({e}); "
+                         "fields: a, b, reference, reference_text, margin, reference_ratio") from None
+
+
+def _claims(path, raw, gaps: dict[str, GapSpec], margin: float) -> tuple[ClaimSpec, ...]:
     """The claims section, validated: known keys and kinds, unique names, every gap a claim reads present (the error
-    names the claim and the gap), the right number of gaps for its kind, the parts of an all_of claim declared
-    (load_reference then fills every statement once, so a field the template lacks fails there)."""
+    names the claim and the gap), the right number of gaps for its kind, the parts of an all_of claim declared, a
+    statement whose every field the claim has (filled in here, once)."""
     if not isinstance(raw, list) or not raw:
         raise ParamError(f"{path}: claims must be a non-empty list of claims")
     keys = {f.name for f in fields(ClaimSpec)}
@@ -216,7 +217,8 @@ def _claims(path, raw, gaps: dict[str, GapSpec]) -> tuple[ClaimSpec, ...]:
         parts = tuple(ClaimPart(**p) for p in item.get("parts") or ())
         if (kind == "all_of") != bool(parts):
             raise ParamError(f"{path}: claim {name!r}: parts belong to an all_of claim, which needs them")
-        claims.append(ClaimSpec(name, kind, tuple(item["gaps"]), item["statement"], item.get("if_supported", ""),
+        statement = _statement(path, name, item["statement"], [gaps[g] for g in item["gaps"]], margin)
+        claims.append(ClaimSpec(name, kind, tuple(item["gaps"]), statement, item.get("if_supported", ""),
                                 item.get("if_refuted", ""), parts))
     names = [c.name for c in claims]
     for c in claims:
