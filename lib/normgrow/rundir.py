@@ -9,7 +9,8 @@ Every module that reads or writes a run goes through here; nothing else builds t
         checkpoints/     last.pt (resume state, deleted when the run finishes), phase<i>_depth<d>.pt (the model at
                          the end of phase i), final.pt (hard link to the last phase checkpoint)
         summary.json     a Summary record, written last: its presence means the run finished
-        run.ipynb        the executed notebook (train.record_notebook)diagnostics.json  (diagnostics.py)
+        run.ipynb        the executed notebook (train.run.record_notebook)
+        diagnostics.json the run's cached diagnostics (analysis/diagnostics.py)
     outputs/study/<profile>/   the study's tables, claims, report
 
 Names: a profile name or run name is letters, digits, '.', '_', '-', starting with a letter or digit (so never

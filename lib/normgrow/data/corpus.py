@@ -32,8 +32,8 @@ against 3.9 with it). The incomplete last row is dropped (no padding). ``doc_sta
 position (position 0 of every row among them); the loss never predicts an S (``loss_mask``).
 
 Cache: ``outputs/data/<data_key>/{train,val}/{tokens,doc_start}.npy`` (memory-mapped on read) with ``meta.json``,
-``checksums.json`` and a ``COMPLETE`` marker written last (cache.py); ``data_key`` hashes every input (source and its file
-identities, cleaning version, tokenizer identity, BOS id, seq_len, budgets, split parameters).
+``checksums.json`` and a ``COMPLETE`` marker written last (cache.py); ``data_key`` hashes every input (source and
+its file identities, cleaning version, tokenizer identity, BOS id, seq_len, budgets, split parameters).
 """
 from __future__ import annotations
 
