@@ -18,6 +18,7 @@ from normgrow.data import teacher
 from normgrow.config import load_profile
 from normgrow.train.spec import make_run_spec
 from normgrow.train.run import run_variant
+from tiny_study import notebook_streams
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow  # processes, subprocesses or model conversions: not in make test-fast
@@ -167,14 +168,10 @@ def test_papermill_processes_parameter_trains_on_two_forked_ranks(outputs):
                                     "overrides": SMALL | RUN, "processes": 2}, progress_bar=False)
     identity = json.loads((outputs / "runs" / "tiny" / "nb" / "config.json").read_text())
     assert identity["profile"]["train"]["processes"] == identity["profile"]["teacher"]["processes"] == 2
-    import nbformat
-    streams = "".join(o.text for c in nbformat.read(out, as_version=4).cells for o in c.get("outputs", [])
-                      if o.output_type == "stream")
+    streams = notebook_streams(out)
     assert "nb: 100%" in streams, streams[-2000:]
     # papermill wrote this notebook elsewhere: the run directory got its own executed copy, which read the run back
-    recorded = outputs / "runs" / "tiny" / "nb" / "run.ipynb"
-    streams = "".join(o.text for c in nbformat.read(recorded, as_version=4).cells for o in c.get("outputs", [])
-                      if o.output_type == "stream")
+    streams = notebook_streams(outputs / "runs" / "tiny" / "nb" / "run.ipynb")
     assert "is finished (summary.json); not re-running" in streams, streams[-2000:]
 
 

@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 
 from tiny_study import (COMMAND, METRIC_COLUMNS, PROFILE, REPO, RUN_NAMES, RUNS, STUDY_TIMEOUT, check_ok, kill_tree,
-                        make_outputs, read_summary, run_study, study_env)
+                        make_outputs, notebook_streams, read_summary, run_study, study_env)
 
 pytestmark = pytest.mark.integration
 
@@ -190,10 +190,7 @@ def test_a_run_started_from_the_command_line_keeps_its_executed_notebook(tmp_pat
     notebook = run / "run.ipynb"
     assert f"executed notebook: {notebook}" in proc.stdout
     summary_mtime = (run / "summary.json").stat().st_mtime_ns
-    import nbformat
-    streams = "".join(o.text for c in nbformat.read(notebook, as_version=4).cells for o in c.get("outputs", [])
-                      if o.output_type == "stream")
-    assert f"{run} is finished (summary.json); not re-running" in streams
+    assert f"{run} is finished (summary.json); not re-running" in notebook_streams(notebook)
     notebook_mtime = notebook.stat().st_mtime_ns
     again = subprocess.run(command, cwd=REPO, env=study_env(root), capture_output=True, text=True, timeout=600)
     assert again.returncode == 0 and "executed notebook" not in again.stdout

@@ -1,5 +1,6 @@
 """The reduced tiny study the integration tests share (test_study.py, conftest's fixtures): its command, an outputs
-tree on the shared teacher cache, running it with a timeout, reading its summary, killing its process tree."""
+tree on the shared teacher cache, running it with a timeout, reading its summary and the text its notebooks printed,
+killing its process tree."""
 from __future__ import annotations
 
 import os
@@ -92,3 +93,10 @@ def kill_tree(proc: subprocess.Popen) -> None:
             pass
     proc.wait(timeout=30)
     psutil.wait_procs(descendants, timeout=30)
+
+
+def notebook_streams(path: Path) -> str:
+    """Everything the cells of an executed notebook printed (its stream outputs), in cell order."""
+    import nbformat
+    return "".join(o.text for c in nbformat.read(path, as_version=4).cells for o in c.get("outputs", [])
+                   if o.output_type == "stream")
