@@ -2,6 +2,7 @@
 student is the profile's, normgrow_v1 differs from normgrow only where numerics version 1 does, and the FLOP count
 matches torch's counter."""
 import json
+from dataclasses import replace
 
 import fakes
 import pytest
@@ -9,6 +10,7 @@ import torch
 
 from normgrow import bench
 from normgrow.student.model import StudentConfig
+from normgrow.train.growth import Phase
 from normgrow.train.spec import run_profile
 from normgrow.data.vocab import corpus_ids
 
@@ -33,7 +35,7 @@ def test_bench_tiny_writes_every_field(tmp_path):
     saved = json.loads(out.read_text())
     assert saved.keys() == report.keys()
     for key in ("profile", "machine", "data", "vocabulary", "shapes", "candidates", "ratios", "flops", "matmul_peak",
-                "memory_method", "timing_method", "study_teacher_cost", "eval_head"):
+                "memory_method", "timing_method", "study_teacher_cost", "eval_head", "study_compute"):
         assert key in saved, key
     assert set(saved["candidates"]) == set(bench.CANDIDATES)
     for name, r in saved["candidates"].items():
@@ -139,3 +141,23 @@ def test_step_flops_match_torchs_counter():
         v2.step()
     analytic = bench.student_step_flops(v2.cfg, B, L)["step"]
     assert abs(counter.get_total_flops() / analytic - 1) < 0.05, (counter.get_flop_counts(), analytic)
+
+
+def test_study_compute_counts_every_step_and_evaluation(monkeypatch):
+    """Two seeds of one grown run on the tiny profile (8 steps of 8 x 64 tokens per phase, evaluations every 4 steps
+    over its 64 x 64 validation tokens): phase 0 at depth 1 trains everything (3 x forward) and is evaluated at steps
+    0, 4 and 8; phase 1 at depth 2 with block 0 frozen (1 x forward for it) is evaluated before its first update
+    and at steps 12 and 16."""
+    phases = [Phase(0, depth=1, steps=8, first_trainable_block=0), Phase(1, depth=2, steps=8, first_trainable_block=1)]
+    monkeypatch.setattr(bench, "study_phases", lambda profile: ({"run": phases}, 2))
+    profile = run_profile("tiny", "pre", "grow")
+    cfg = StudentConfig.from_params(profile.student, vocab_size=48, n_layers=2, norm="pre", max_seq_len=64)
+    one, two = (bench.student_step_flops(replace(cfg, n_layers=n), 1, 64)["forward"] / 64 for n in (1, 2))
+    block = two - one  # forward FLOPs per token of one block (the head's cancels)
+    head = one - block
+    train = 8 * 512 * 3 * (block + head) + 8 * 512 * (3 * (block + head) + block)
+    evals = 3 * 4096 * (block + head) + 3 * 4096 * (2 * block + head)
+    got = bench.study_compute(profile, cfg, peak_flop_s=1e9, cores=2)
+    assert got["train_flops"] == pytest.approx(2 * train, rel=1e-12)
+    assert got["eval_flops"] == pytest.approx(2 * evals, rel=1e-12)
+    assert got["at_peak_s"] == pytest.approx(2 * (train + evals) / 2e9, rel=1e-12) and got["runs"] == 2

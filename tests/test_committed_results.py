@@ -1,6 +1,7 @@
-"""Every committed study is still counted the same: its tables, recomputed by today's code from its committed runs
-(summary.json, metrics.jsonl, config.json) and diagnostics.json, equal the committed files byte for byte. The
-baselines come from the committed baselines.json, so a clone without the teacher cache checks the same thing."""
+"""Every committed study and grid is still counted the same: its tables, recomputed by today's code from its
+committed runs (summary.json, metrics.jsonl, config.json) and diagnostics.json, equal the committed files byte for
+byte. The baselines come from the committed study's baselines.json, so a clone without the teacher cache checks the
+same thing."""
 from __future__ import annotations
 
 import json
@@ -8,10 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from normgrow import grid
 from normgrow.viz import report
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDIES = sorted(p.name for p in (ROOT / "outputs" / "study").iterdir() if (p / "claims.csv").is_file())
+GRIDS = sorted(p.parent.relative_to(ROOT / "outputs" / "grid").as_posix()
+               for p in (ROOT / "outputs" / "grid").glob("*/*/grid.csv"))
 TABLES = ("summary", "variant_stats", "gaps", "crossover", "claims", "regime", "depth")
 
 
@@ -26,5 +30,19 @@ def test_a_committed_study_recomputes_to_its_committed_tables(profile, monkeypat
     assert not changed, f"outputs/study/{profile}: today's code counts {changed} differently"
 
 
-def test_there_is_a_committed_study_to_check():
+@pytest.mark.slow  # reads the metrics of every run of each committed grid (about 10 s)
+@pytest.mark.parametrize("where", GRIDS)
+def test_a_committed_grid_recomputes_to_its_committed_table(where, monkeypatch):
+    """grid.csv (every setting's gaps, gates and the verdicts of the claim declarations) from the committed runs."""
+    profile, name = where.split("/")
+    committed = ROOT / "outputs" / "grid" / where
+    monkeypatch.delenv("NORMGROW_OUTPUTS", raising=False)
+    monkeypatch.setattr(grid, "baselines", lambda p: json.loads((ROOT / "outputs" / "study" / p / "baselines.json")
+                                                                .read_text()))
+    plan = grid.plan_grid(profile, grid.load_grid(name), json.loads((committed / "grid.json").read_text())["seeds"])
+    assert grid.grid_frame(plan).to_csv(index=False) == (committed / "grid.csv").read_text()
+
+
+def test_there_is_a_committed_study_and_grid_to_check():
     assert STUDIES, "no committed study under outputs/study/"
+    assert GRIDS, "no committed grid under outputs/grid/"

@@ -10,6 +10,7 @@ import pytest
 import fakes
 from normgrow import grid
 from normgrow.analysis.claims import NOT_JUDGED, NOT_TESTABLE
+from normgrow.analysis.variants import load_reference
 from normgrow.config import ParamError
 from normgrow.train.spec import make_run_spec
 from normgrow.train.run import run_variant
@@ -154,5 +155,19 @@ def test_tiny_grid_trained_and_judged(grids, outputs):
 def test_a_setting_without_finished_runs_is_not_testable(grids, outputs):
     write_grid(grids, "g", GRID)
     plan = grid.plan_grid("tiny", grid.load_grid("g"), only=["copy_last"], overrides=OVERRIDES)
-    row = grid.judge_setting(plan, plan.grid.settings[1], unigram=10.0, margin=0.1)
+    row = grid.judge_setting(plan, plan.grid.settings[1], load_reference(), unigram=10.0)
     assert row["grow_verdict"] == NOT_TESTABLE and row["gate"].startswith("no finished runs of pre-joint")
+
+
+def test_a_setting_is_judged_by_the_claim_declarations_on_its_own_pair(monkeypatch):
+    """The grid's verdicts are those of params/reference.yaml's headline-grow and headline-ratio with their gaps
+    re-pointed at the setting's placements; a declaration whose gap is not between two core variants is refused by
+    name."""
+    reference = grid.setting_reference(load_reference(), "pre", "mix")
+    assert (reference.gaps["grow"].a, reference.gaps["grow"].b) == ("pre-grow", "mix-grow")
+    assert (reference.gaps["joint"].a, reference.gaps["joint"].b) == ("pre-joint", "mix-joint")
+    assert reference.gaps["matched"] == load_reference().gaps["matched"]  # not read by a setting's claims
+    assert [reference.claim(c).kind for c in grid.SETTING_CLAIMS.values()] == ["directional", "ratio"]
+    monkeypatch.setitem(grid.SETTING_CLAIMS, "matched_verdict", "obs1-matched")
+    with pytest.raises(ParamError, match="claim 'obs1-matched' reads gap 'matched' \\(post-joint-matched - post-grow\\)"):
+        grid.setting_reference(load_reference(), "pre", "mix")

@@ -698,6 +698,8 @@ def test_a_declared_claim_is_judged_without_code(outputs, trained, tmp_path, mon
      "claim 'bad': its statement names a field it does not have"),
     ("  - name: bad\n    kind: all_of\n    gaps: []\n    parts: [{key: x, claim: nowhere, label: X}]\n    statement: x\n",
      "claim 'bad': part 'nowhere' is not another declared claim"),
+    ("  - name: bad\n    kind: all_of\n    gaps: []\n    parts: [{claim: headline-grow}]\n    statement: x\n",
+     "claim 'bad': parts must be a list of mappings with exactly the keys claim, key, label"),
     ("  - name: headline-grow\n    kind: directional\n    gaps: [grow]\n    statement: x\n",
      "claim 'headline-grow' is declared twice"),
 ])

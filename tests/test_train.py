@@ -166,8 +166,8 @@ def test_unfinished_run_with_other_parameters_is_refused(outputs):
         run(norm="post", schedule="grow", run_name="mine")
 
 
-@pytest.mark.parametrize("extra", [{}, {"student.new_block_init": "gated", "student.gate_ramp_steps": 4}],
-                         ids=["random", "gated"])
+@pytest.mark.parametrize("extra", [{}, {"student.new_block_init": "gated", "student.gate_ramp_steps": 4},
+                                   {"train.compile": "on"}], ids=["random", "gated", "compiled"])
 @pytest.mark.slow  # trains several runs or starts a process (over 10 s): not in make test-fast
 def test_resume_after_sigkill_matches_uninterrupted_run(outputs, tmp_path, extra):
     """gated: the run resumes from step 4 or 6 of phase 1 (steps 4-8), whose mask ramps over all 4 of its steps

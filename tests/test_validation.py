@@ -25,6 +25,9 @@ from normgrow.config import ParamError, check_seed, load_profile
     ("train.grad_clip", 0, "train.grad_clip=0.0 must be > 0"),
     ("data.split_seed", 2 ** 64, r"data.split_seed=18446744073709551616 must be an integer in \[0, 2\*\*32\)"),
     ("data.source", {"files": ["a.txt"], "weights": [float("nan")]}, r"data.source.weights\[0\]=nan must be a finite number"),
+    # an unquoted `train.compile: on` (YAML 1.1 reads it as true) is named with the fix
+    ("train.compile", True, r'train.compile: expected str, got True \(YAML reads an unquoted on, off, yes or no as a '
+                            r'boolean: write train.compile: "on"\)'),
 ])
 def test_bad_values_fail_at_load(key, value, match):
     with pytest.raises(ParamError, match=match):

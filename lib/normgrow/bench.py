@@ -12,7 +12,7 @@ under corpus --vocab-size is required, since only the cache knows which ids occu
 
 Candidates (same batch, same initial weights; every one is a full training step: forward, loss, backward,
 grad-norm clip, AdamW step, loss.item()):
-  normgrow           the study's step: train.DistillStep (the student's body, compiled when train.compile resolves
+  normgrow           the study's step: train.DistillStep (the student's blocks, compiled when train.compile resolves
                      to on here, + the fused distillation head) under train._autocast, train.make_optimizer's AdamW
                      (numerics version 2: attention kernel in float32 on CPU, fused AdamW)
   normgrow_v1        the same step under numerics version 1: StudentConfig.attention_kernel="autocast" and
@@ -45,7 +45,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -58,7 +58,7 @@ from .train import distill
 from .config import PARAMS_DIR, outputs_dir, read_yaml
 from .train.growth import plan_phases
 from .student.model import Student, StudentConfig
-from .train.run import DistillStep, _autocast, compile_enabled, make_optimizer, rows_to_batch
+from .train.run import DistillStep, _autocast, compile_enabled, evaluation_after, make_optimizer, rows_to_batch
 from .train.spec import _choice, run_profile
 from .analysis.variants import load_variants
 from .utils import TRAIN_DTYPES, cpu_flags, dtype_name, resolve_dtype
@@ -367,30 +367,77 @@ def _memory_subprocess(args, name: str) -> dict:
 
 
 # ----------------------------------------------------------------------------------------------- study cost
-def study_teacher_cost(profile, teacher_tok_s: float) -> dict:
-    """Estimated teacher seconds: one cached pass over the profile's tokens vs one online pass per run x seed."""
+def study_phases(profile) -> tuple[dict[str, list], int]:
+    """({run file: its phases (growth.plan_phases)} for the runs of params/study.yaml, the number of seeds): what
+    one seed of the study trains, the compute-matched runs at their donors' active-layer-token budgets."""
     study = read_yaml(PARAMS_DIR / "study.yaml")
     variants = load_variants()
     runs = {name: variants[name].parameters() for name in study["runs"]}
     tp = profile.train
     tps = tp.batch_size * profile.data.seq_len
-    tokens, alt = {}, {}
+    phases, alt = {}, {}
     for name, r in sorted(runs.items(), key=lambda kv: bool(kv[1].get("match_active_layer_tokens"))):
         budget = alt.get(r.get("match_active_layer_tokens")) if r.get("match_active_layer_tokens") else None
-        phases = plan_phases(r["schedule"], tp.stages, tp.stage_tokens, tps, bool(r.get("freeze_prefix", False)),
-                             budget)
-        tokens[name] = sum(p.steps for p in phases) * tps
-        alt[name] = sum(p.active_layer_tokens(tps) for p in phases)
-    seeds = len(study["seeds"])
+        phases[name] = plan_phases(r["schedule"], tp.stages, tp.stage_tokens, tps, bool(r.get("freeze_prefix", False)),
+                                   budget)
+        alt[name] = sum(p.active_layer_tokens(tps) for p in phases[name])
+    return phases, len(study["seeds"])
+
+
+def study_teacher_cost(profile, teacher_tok_s: float) -> dict:
+    """Estimated teacher seconds: one cached pass over the profile's tokens vs one online pass per run x seed."""
+    phases, seeds = study_phases(profile)
+    tps = profile.train.batch_size * profile.data.seq_len
+    tokens = {name: sum(p.steps for p in ps) * tps for name, ps in phases.items()}
     online_tokens = seeds * sum(tokens.values())
     cached_tokens = profile.data.train_tokens + profile.data.val_tokens
-    return {"runs": len(runs), "seeds": seeds, "run_tokens": tokens, "online_teacher_tokens": online_tokens,
+    return {"runs": len(phases), "seeds": seeds, "run_tokens": tokens, "online_teacher_tokens": online_tokens,
             "cached_teacher_tokens": cached_tokens, "teacher_tok_s": teacher_tok_s,
             "online_teacher_s": online_tokens / teacher_tok_s, "cached_teacher_s": cached_tokens / teacher_tok_s,
             "ratio": online_tokens / cached_tokens,
             "method": "teacher forward tok/s measured in this run (hf_online's teacher pass) x tokens; online = the "
                       "training tokens of every run x seed of params/study.yaml (plan_phases steps x batch x seq_len; "
                       "evaluation passes not counted); cached = data.train_tokens + data.val_tokens once"}
+
+
+def study_compute(profile, cfg: StudentConfig, peak_flop_s: float, cores: int) -> dict:
+    """The matmul FLOPs of the study's runs (study_phases: params/study.yaml's runs x seeds) and their time at the
+    measured peak on every core, the physical limit a study's wall time is measured against. A training step counts
+    3 x forward for the trainable blocks and the head and 1 x for a frozen prefix (nothing below it trains, so no
+    gradient flows through it); each evaluation a run makes (train.evaluation_after, plus step 0 and each grown
+    model before its first update) counts one forward over its validation rows. cfg: the study's student (its
+    vocabulary); per-token FLOPs as student_step_flops counts them."""
+    phases, seeds = study_phases(profile)
+    tp, L = profile.train, profile.data.seq_len
+    tps = tp.batch_size * L
+    val_tokens = (profile.data.val_tokens // L) * L
+    eval_tokens = val_tokens if tp.eval_tokens == 0 else min(val_tokens, max(1, tp.eval_tokens // L) * L)
+
+    def forward(depth: int) -> tuple[float, float]:  # (per token of one block, per token of the head)
+        f = student_step_flops(replace(cfg, n_layers=depth), 1, L)
+        head = f["head_fraction"] * f["forward"] / L
+        return (f["forward"] / L - head) / depth, head
+
+    train = evals = 0.0
+    for ps in phases.values():
+        start = 0
+        for i, phase in enumerate(ps):
+            block, head = forward(phase.depth)
+            frozen = phase.first_trainable_block
+            train += phase.steps * tps * (3 * ((phase.depth - frozen) * block + head) + frozen * block)
+            whole = phase.depth * block + head
+            # the untrained model at step 0 (run.start_run), each grown one before its first update (train_phase)
+            evals += (eval_tokens if i == 0 else val_tokens) * whole
+            for step in range(start + 1, start + phase.steps + 1):
+                kind = evaluation_after(step, phase, start, tp)
+                if kind is not None:
+                    evals += (eval_tokens if kind == "eval" else val_tokens) * whole
+            start += phase.steps
+    total = seeds * (train + evals)
+    return {"train_flops": seeds * train, "eval_flops": seeds * evals, "flops": total, "runs": len(phases) * seeds,
+            "peak_flop_s": peak_flop_s, "cores": cores, "at_peak_s": total / (peak_flop_s * cores),
+            "method": "matmul FLOPs (student_step_flops per token) of every step and evaluation of params/study.yaml's "
+                      "runs x seeds; at_peak_s = flops / (the median matmul peak of one thread x cores)"}
 
 
 # ----------------------------------------------------------------------------------------------- the run
@@ -457,6 +504,7 @@ def run_bench(profile_name: str = "cpu", repeats: int = 5, warmup: int = 1, cand
               for n in names if n != "normgrow" and "normgrow" in results}
     cfg = info["student"]
     eval_head = bench_eval_head(batch.student, cfg.d_model, batch.vocab_size, dt, repeats, warmup)
+    compute = study_compute(profile, cfg, peak_flop_s, os.cpu_count() or 1)
     teacher_cost = None
     if info.get("teacher_times"):
         t_s = statistics.median(info["teacher_times"][warmup:] or info["teacher_times"])
@@ -479,7 +527,8 @@ def run_bench(profile_name: str = "cpu", repeats: int = 5, warmup: int = 1, cand
                                "before them, each candidate in a fresh subprocess after one warmup step (the fused "
                                "head's reusable chunk buffers are freed before, so they count)"
                                if memory == "subprocess" else "in-process RSS sampling (after the timed steps)",
-              "teacher": info.get("teacher"), "study_teacher_cost": teacher_cost, "eval_head": eval_head}
+              "teacher": info.get("teacher"), "study_teacher_cost": teacher_cost, "eval_head": eval_head,
+              "study_compute": compute}
     out = out or outputs_dir() / "bench" / f"{profile.name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1, default=str))
@@ -515,6 +564,11 @@ def format_table(report: dict) -> str:
     ev = report["eval_head"]
     lines.append(f"validation head ({ev['tokens']:,} tokens): fused eval_sums {ev['fused_s']:.3f} s, reference "
                  f"{ev['reference_s']:.3f} s ({ev['speedup']:.1f}x)")
+    sc = report.get("study_compute")
+    if sc:
+        lines.append(f"study: {sc['runs']} runs, {sc['flops'] / 1e12:.0f} TFLOP ({sc['eval_flops'] / sc['flops']:.0%} "
+                     f"evaluations); at this peak on {sc['cores']} cores {sc['at_peak_s'] / 60:.1f} min (the physical "
+                     "limit of its wall time)")
     sc = report.get("study_teacher_cost")
     if sc:
         lines.append(f"teacher {sc['teacher_tok_s']:,.0f} tok/s: study ({sc['runs']} runs x {sc['seeds']} seeds) online "

@@ -274,7 +274,9 @@ def _coerce(key: str, value: Any, typ: Any) -> Any:
     elif typ is tuple:
         if isinstance(value, (list, tuple)):
             return tuple(value)
-    raise ParamError(f"{key}: expected {getattr(typ, '__name__', typ)}, got {value!r}")
+    hint = (f" (YAML reads an unquoted on, off, yes or no as a boolean: write {key}: \"{'on' if value else 'off'}\")"
+            if typ is str and isinstance(value, bool) else "")
+    raise ParamError(f"{key}: expected {getattr(typ, '__name__', typ)}, got {value!r}{hint}")
 
 
 def _build(cls, raw: Any, prefix: str):

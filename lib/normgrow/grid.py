@@ -17,11 +17,12 @@ Choices:
     is refused, never counted; the study's report does not count ``grid-`` runs.
   - Execution is the study's (study.execute_runs): resumable, ``jobs`` at a time (params/study.yaml), one teacher
     cache. A setting that cannot run (a placement without an lr) is reported, and the others go on.
-  - Judged per setting like the study's growth claims (claims.py): the grow gap (a-grow - b-grow) and the
-    interaction (grow gap - joint gap), paired by seed with 95% t-intervals; the reference direction is +1 for both
-    (the reference: post-norm 0.0328 better grown, 0.0004 jointly). A row is judged only where every variant is
-    trained (stats.regime_check) and depth pays for both placements (stats.depth_check, params/reference.yaml's
-    depth_margin); otherwise its verdict says which gate failed, and the numbers are still shown.
+  - Judged per setting by the study's own claim declarations (params/reference.yaml, SETTING_CLAIMS): headline-grow
+    on the grow gap (a-grow - b-grow) and headline-ratio on the interaction (grow gap - joint gap), their gaps
+    re-pointed at the setting's pair, paired by seed with 95% t-intervals, through the study's judges and gates
+    (claims.JUDGES, gate_claims: every variant compared trained, stats.regime_check; depth_gate: depth pays for
+    both placements, params/reference.yaml's depth_margin). A gated verdict says which gate failed, and the numbers
+    are still shown.
 Outputs: outputs/grid/<profile>/<grid>/grid.csv (a row per setting), runs.csv (a row per run), grid.json (the plan:
 every cell's run, the settings, date, command, git commit), report.html (the forest plot and the table) and
 forest.svg (the forest plot as a static figure, for README).
@@ -29,6 +30,7 @@ forest.svg (the forest plot as a static figure, for README).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import shlex
 import sys
@@ -38,7 +40,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .analysis.claims import NOT_JUDGED, NOT_JUDGED_DEPTH, NOT_TESTABLE, judge
+from .analysis.claims import JUDGES, NOT_TESTABLE, depth_gate, gate_claims
 from .config import PARAMS_DIR, ParamError, load_profile, read_yaml, with_processes, writable_outputs_dir
 from .train.growth import SCHEDULES
 from .student.model import NORMS
@@ -49,7 +51,7 @@ from .study import (Job, directory_conflict, ensure_teacher_cache, execute_runs,
                     study_jobs)
 from .train.spec import lr_for_run, make_run_spec
 from .utils import atomic_write_json, atomic_write_text, stable_hash
-from .analysis.variants import StudyRuns, Variant, load_reference, load_variants
+from .analysis.variants import Reference, StudyRuns, Variant, load_reference, load_variants
 
 GRIDS_DIR = PARAMS_DIR / "grids"
 GRID_KEYS = ("placements", "seeds", "settings")
@@ -234,12 +236,35 @@ def setting_runs(plan: GridPlan, setting: str) -> pd.DataFrame:
     return runs_frame(StudyRuns(assigned, {}))
 
 
-def judge_setting(plan: GridPlan, setting: Setting, unigram: float | None, margin: float,
+SETTING_CLAIMS = {"grow_verdict": "headline-grow", "interaction_verdict": "headline-ratio"}
+"""The claims of params/reference.yaml each setting is judged by, by the grid.csv column of their verdict: the same
+declarations, judges and gates as the study's (claims.py), on the setting's pair of placements."""
+
+
+def setting_reference(reference: Reference, a: str, b: str) -> Reference:
+    """reference with the gaps of SETTING_CLAIMS re-pointed from the study's placements to the setting's pair a - b
+    (pre-grow - post-grow becomes a-grow - b-grow). Such a gap must compare two core variants of one schedule; a
+    declaration that needs another gap cannot be judged per setting (ParamError naming the claim and the gap)."""
+    variants, gaps = load_variants(), dict(reference.gaps)
+    for claim_name in SETTING_CLAIMS.values():
+        for gap_name in reference.claim(claim_name).gaps:
+            gap = reference.gaps[gap_name]
+            one, two = variants[gap.a], variants[gap.b]
+            if not (one.schedule == two.schedule in CORE and not (one.freeze_prefix or two.freeze_prefix)
+                    and one.match_active_layer_tokens is None is two.match_active_layer_tokens):
+                raise ParamError(f"grid: claim {claim_name!r} reads gap {gap_name!r} ({gap.a} - {gap.b}), which is "
+                                 f"not between two plain variants of one schedule of {', '.join(CORE)}")
+            gaps[gap_name] = dataclasses.replace(gap, a=f"{a}-{one.schedule}", b=f"{b}-{one.schedule}")
+    return dataclasses.replace(reference, gaps=gaps)
+
+
+def judge_setting(plan: GridPlan, setting: Setting, reference: Reference, unigram: float | None,
                   level: float = LEVEL) -> dict:
-    """One row of grid.csv (GRID_FIELDS)."""
+    """One row of grid.csv (GRID_FIELDS): the gaps' numbers, the gates' findings and the SETTING_CLAIMS verdicts."""
     a, b = setting.placements
     runs = setting_runs(plan, setting.name)
     cells = [c for c in plan.cells if c.setting == setting.name]
+    margin = reference.depth_margin
     row = {"setting": setting.name, "about": setting.about, "a": a, "b": b, "depth_margin": margin,
            "runs_needed": len(cells), "runs_finished": len(runs),
            "lrs": " ".join(f"{n}-{s} {lr:g}" for n, s, lr in dict.fromkeys((c.norm, c.schedule, c.lr) for c in cells))}
@@ -254,27 +279,30 @@ def judge_setting(plan: GridPlan, setting: Setting, unigram: float | None, margi
     row |= {"grow_mde": stats["grow"]["half_width"], "interaction_mde": stats["interaction"]["half_width"],
             "n_seeds": stats["interaction"]["n"]}
     variants = {f"{n}-{s}": Variant(f"{n}-{s}", n, s) for n in (a, b) for s in CORE}
+    ref = setting_reference(reference, a, b)
+    claims = [JUDGES[ref.claim(name).kind](ref.claim(name), ref, runs, "val_ce", level)
+              for name in SETTING_CLAIMS.values()]
     missing = [v for v in variants if v not in set(runs.get("variant", []))]
     if missing:
-        gate, why = NOT_TESTABLE, f"no finished runs of {', '.join(missing)}"
-        row |= {"trained": False, "depth_pays": False, "depth_gain_a": math.nan, "depth_gain_b": math.nan}
+        row |= {"trained": False, "depth_pays": False, "depth_gain_a": math.nan, "depth_gain_b": math.nan,
+                "gate": f"no finished runs of {', '.join(missing)}"}
     else:
         regime = regime_check(with_flatness(runs, plan.profile), unigram)
-        depth = depth_check(runs, variants, margin).set_index("norm")
-        row |= {"trained": bool(regime["trained"].all()), "depth_pays": bool(depth["pays"].all()),
-                "depth_gain_a": depth.loc[a, "depth_gain"], "depth_gain_b": depth.loc[b, "depth_gain"]}
-        gate = NOT_JUDGED if not row["trained"] else NOT_JUDGED_DEPTH if not row["depth_pays"] else None
-        why = ("; ".join(regime.loc[~regime["trained"].astype(bool), "reason"]) if not row["trained"] else
-               "; ".join(depth.loc[~depth["pays"].astype(bool), "reason"]) if not row["depth_pays"] else "")
-    row |= {"gate": why or "judged", "grow_verdict": gate or judge(stats["grow"], +1),
-            "interaction_verdict": gate or judge(stats["interaction"], +1)}
-    return row
+        depth = depth_check(runs, variants, margin)
+        gains = depth.set_index("norm")
+        row |= {"trained": bool(regime["trained"].all()), "depth_pays": bool(gains["pays"].all()),
+                "depth_gain_a": gains.loc[a, "depth_gain"], "depth_gain_b": gains.loc[b, "depth_gain"]}
+        row["gate"] = ("; ".join(regime.loc[~regime["trained"].astype(bool), "reason"]) if not row["trained"] else
+                       "; ".join(gains.loc[~gains["pays"].astype(bool), "reason"]) if not row["depth_pays"] else
+                       "judged")
+        claims = depth_gate(gate_claims(claims, regime), depth, variants)
+    return row | {column: claim.status for column, claim in zip(SETTING_CLAIMS, claims)}
 
 
 def grid_frame(plan: GridPlan, level: float = LEVEL) -> pd.DataFrame:
     reference = load_reference()
     unigram = baselines(plan.profile).get("unigram_val_ce")
-    rows = [judge_setting(plan, s, unigram, reference.depth_margin, level) for s in plan.grid.settings
+    rows = [judge_setting(plan, s, reference, unigram, level) for s in plan.grid.settings
             if s.name not in plan.not_run and any(c.setting == s.name for c in plan.cells)]
     rows += [{"setting": name, "about": next(s.about for s in plan.grid.settings if s.name == name),
               "grow_verdict": NOT_TESTABLE, "interaction_verdict": NOT_TESTABLE, "gate": f"not run: {why}"}

@@ -214,7 +214,12 @@ def _claims(path, raw, gaps: dict[str, GapSpec], margin: float) -> tuple[ClaimSp
         if len(item["gaps"]) != GAPS_PER_KIND[kind]:
             raise ParamError(f"{path}: claim {name!r}: a claim of kind {kind} reads {GAPS_PER_KIND[kind]} gaps "
                              f"(got {item['gaps']})")
-        parts = tuple(ClaimPart(**p) for p in item.get("parts") or ())
+        part_keys = {f.name for f in fields(ClaimPart)}
+        raw_parts = item.get("parts") or []
+        if not isinstance(raw_parts, list) or any(not isinstance(p, dict) or set(p) != part_keys for p in raw_parts):
+            raise ParamError(f"{path}: claim {name!r}: parts must be a list of mappings with exactly the keys "
+                             f"{', '.join(sorted(part_keys))} (got {raw_parts!r})")
+        parts = tuple(ClaimPart(**p) for p in raw_parts)
         if (kind == "all_of") != bool(parts):
             raise ParamError(f"{path}: claim {name!r}: parts belong to an all_of claim, which needs them")
         statement = _statement(path, name, item["statement"], [gaps[g] for g in item["gaps"]], margin)

@@ -39,9 +39,9 @@ Choices made explicit here (see growth.py for the schedules and the token accoun
     (ranks hold different numbers of positions). Counters and logged numbers are those of the global batch; rank 0
     alone holds the run lock and writes (metrics, checkpoints, summary). The forward is wrapped again after every
     growth step, because DDP fixes its parameter set when it wraps.
-  - Compilation (train.compile): torch.compile of the student's body (embedding, blocks, final norm), one graph per
-    phase (appending blocks changes the graph). The fused distillation head stays eager: it is a custom autograd
-    function with hand-written gradients and reused buffers, already what compilation would aim for.
+  - Compilation (train.compile): torch.compile of each block (compile_blocks: one graph shared by the blocks and
+    the depths of a run). The fused distillation head stays eager: it is a custom autograd function with
+    hand-written gradients and reused buffers, and compiled it was 2x slower on CPU (docs/LOG.md).
 """
 from __future__ import annotations
 
@@ -178,7 +178,10 @@ def make_optimizer(model: Student, params, previous: torch.optim.Optimizer | Non
 
 
 COMPILE_ON_CPU = False
-"""Whether train.compile: auto compiles on CPU: not measured faster here (python -m normgrow.bench, docs/DESIGN.md)."""
+"""Whether train.compile: auto compiles on CPU. Compiled blocks are faster there (a cpu-profile run 1.13-1.19x, the
+step 1.17x in bf16; docs/DESIGN.md, "Multi-process runs, compilation and the gpu profile"), but compilation changes
+the rounding, so the committed cpu runs (eager) would no longer reproduce: the default moves to on together with a
+new rundir.NUMERICS_VERSION, when the studies are trained again."""
 
 
 def _autocast(device: torch.device, dtype: torch.dtype):
@@ -398,6 +401,20 @@ def start_run(spec: RunSpec, cache, run_dir: Path, phases: list[Phase], state: d
     return run
 
 
+def compile_blocks(model: Student) -> None:
+    """torch.compile each block of the student in place (regional compilation; the embedding, the final norm and
+    the fused head stay eager). Blocks of one placement share their code and dynamo takes a block's parameters as
+    inputs, so one graph serves every block, every depth of a grown run and, from the inductor cache, every later
+    run: a cpu run's first step compiles for 4 s (warm cache; 10-20 s cold), where compiling the whole body took
+    10-26 s per depth, warm. Evaluations go through the same blocks (a no-grad graph of its own). Blocks already
+    compiled are left as they are, so a phase compiles only what growth appended. A placement whose blocks differ
+    in a constant may need a graph per block, so the recompile limit is raised to 4 per block."""
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 4 * len(model.blocks))
+    for block in model.blocks:
+        if getattr(block, "_compiled_call_impl", None) is None:
+            block.compile()
+
+
 class DistillStep(nn.Module):
     """The training forward: the student's body (compiled or not) and the fused distillation head, as one module so
     that DistributedDataParallel wraps every use of the parameters (the tied head included) in its forward."""
@@ -405,12 +422,25 @@ class DistillStep(nn.Module):
     def __init__(self, model: Student, params, compiled: bool):
         super().__init__()
         self.model, self.params = model, params
-        self.body = torch.compile(model.hidden) if compiled else model.hidden
+        if compiled:
+            compile_blocks(model)
 
     def forward(self, batch: dict) -> tuple[torch.Tensor, dict]:
-        hidden = self.body(batch["tokens"])
+        hidden = self.model.hidden(batch["tokens"])
         return distill.distill_loss_chunked(hidden.flatten(0, 1), self.model.head_weight, distill.flatten_batch(batch),
                                             self.params)
+
+
+def evaluation_after(step: int, phase: Phase, phase_start: int, params) -> str | None:
+    """The kind of evaluation made after global step `step` of `phase` (which starts at phase_start), or None:
+    phase_end (the whole split) at the phase's last step, eval (eval_tokens) every eval_every steps, GROWTH_EVAL (the
+    whole split) at eval_after_growth steps into a grown phase. Besides these a run evaluates its untrained model
+    at step 0 and each grown model before its first update (train_phase)."""
+    if step == phase_start + phase.steps:
+        return "phase_end"
+    if step % params.eval_every == 0:
+        return "eval"
+    return GROWTH_EVAL if phase.index and step - phase_start in params.eval_after_growth else None
 
 
 def train_phase(run: Run, phase: Phase, phase_start: int, optimizer: torch.optim.Optimizer | None):
@@ -478,8 +508,7 @@ def train_phase(run: Run, phase: Phase, phase_start: int, optimizer: torch.optim
         counters["trainable_layer_tokens"] += run.tokens_per_step * (phase.depth - phase.first_trainable_block)
         step_s = time.perf_counter() - t0
         at_phase_end = counters["step"] == phase_end
-        kind = ("phase_end" if at_phase_end else "eval" if counters["step"] % tp.eval_every == 0 else
-                GROWTH_EVAL if phase.index and counters["step"] - phase_start in tp.eval_after_growth else None)
+        kind = evaluation_after(counters["step"], phase, phase_start, tp)
         if kind is not None:
             metrics = run.evaluate(run.eval_rows if kind == "eval" else run.cache.val.tokens.shape[0])
             record = {"kind": kind, "step": counters["step"], "phase": phase.index, "depth": phase.depth,
