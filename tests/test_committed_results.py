@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from normgrow import grid
+from normgrow.analysis import diagnostics
 from normgrow.viz import report
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,6 +29,15 @@ def test_a_committed_study_recomputes_to_its_committed_tables(profile, monkeypat
     files = report.write_report(report.build_report(profile), out_dir=tmp_path)
     changed = [name for name in TABLES if files[name].read_text() != (committed / f"{name}.csv").read_text()]
     assert not changed, f"outputs/study/{profile}: today's code counts {changed} differently"
+
+
+@pytest.mark.parametrize("profile", [p for p in STUDIES if (ROOT / "outputs" / "study" / p / "diagnostics.json").is_file()])
+def test_a_committed_study_s_measured_claims_are_judged_the_same(profile):
+    """diagnostics.json rebuilt from its own measurements (observations 4 and 5 judged again by today's code) is the
+    committed file, sentences included."""
+    measured = json.loads((ROOT / "outputs" / "study" / profile / "diagnostics.json").read_text())
+    again = diagnostics.study_result(profile, measured["batch"], measured["runs"])
+    assert json.loads(json.dumps(again)) == measured
 
 
 @pytest.mark.slow  # reads the metrics of every run of each committed grid (about 10 s)

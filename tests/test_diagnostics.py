@@ -8,11 +8,13 @@ import time
 
 import pytest
 
-from normgrow.analysis.variants import load_gaps
+from normgrow.analysis.variants import load_reference
 import torch
 
 from fakes import fake_cache
 from normgrow.analysis import diagnostics as D
+from normgrow.analysis import measured_claims as M
+from normgrow.train.spec import run_disk_estimate
 from normgrow.student.model import Student, StudentConfig, save_student
 
 META = {"bos_id": 1, "special_ids": [0, 1, 2], "separator_ids": [3, 4, 5, 6]}
@@ -172,17 +174,18 @@ def test_diagnose_run_caches_and_claims(tmp_path, batch):
     assert (pre / "diagnostics.json").stat().st_mtime_ns != mtime  # a newer checkpoint forces a recompute
 
     runs = {"pre-grow-s0": r | {"variant": "pre-grow"}, "post-grow-s0": D.diagnose_run(post, batch) | {"variant": "post-grow"}}
-    grow = load_gaps()["grow"]
+    reference = load_reference()
+    grow = reference.gaps["grow"]
     counts = batch["meta"]["class_counts"]
-    c4, c5 = D.claim4(runs, grow, counts), D.claim5(runs, grow)
+    c4, c5 = M.judge_measured(reference, runs, counts)
     assert c4.claim == "obs4-boundary" and c4.supported in (True, False) and "pre x" in c4.sentence
     assert c4.variants == ("pre-grow", "post-grow") and "pre/all" in c4.evidence
     assert c5.claim == "obs5-identity" and c5.supported in (True, False) and "rank" in c5.sentence
-    assert D.claim4({"pre-grow-s0": runs["pre-grow-s0"]}, grow, counts).status == "not testable"
-    assert D.claim5({}, grow).supported is None
+    assert boundary({"pre-grow-s0": runs["pre-grow-s0"]}, counts).status == "not testable"
+    assert M.final_block_identity(reference.claim("obs5-identity"), {}, grow, counts).supported is None
     # runs are selected by their recorded variant, not their names
     renamed = {"mine": runs["pre-grow-s0"], "theirs": runs["post-grow-s0"]}
-    assert D.claim4(renamed, grow, counts).sentence == c4.sentence
+    assert boundary(renamed, counts).sentence == c4.sentence
     rows = D.drift_rows(runs)
     assert len(rows) == 2 * len(D.GROUPS)
 
@@ -192,6 +195,21 @@ def test_diagnose_run_caches_and_claims(tmp_path, batch):
     assert figs and all(hasattr(f, "to_html") for f in figs.values())
     out = diagplots.export_html(study, tmp_path / "diag.html")
     assert out.stat().st_size > 1000 and "cdn.plot.ly" not in out.read_text()[:2000]
+
+
+def boundary(runs: dict, counts: dict):
+    """Observation 4 judged from runs as the study judges it (its declaration in params/reference.yaml)."""
+    reference = load_reference()
+    return M.boundary_drift(reference.claim("obs4-boundary"), runs, reference.gaps["grow"], counts)
+
+
+def test_every_measured_claim_declared_has_a_judge(monkeypatch):
+    reference = load_reference()
+    measured = [c.name for c in reference.claims if c.kind == "measured"]
+    assert measured and set(measured) <= set(M.MEASURED_JUDGES)
+    monkeypatch.delitem(M.MEASURED_JUDGES, "obs5-identity")
+    with pytest.raises(ValueError, match="declares the measured claim 'obs5-identity', which no judge"):
+        M.judge_measured(reference, {}, COUNTS)
 
 
 def drift_runs(pre: dict, post: dict, seeds: int = 2) -> dict:
@@ -207,12 +225,12 @@ POST = {"all": 1.0, "structural": 1.0, "first": 1.0, "separator": 1.0, "content"
 
 
 @pytest.mark.parametrize("structural, content, supported", [(1.63, 1.54, False), (1.6, 1.3, False), (2.0, 1.5, True)])
-def test_claim4_needs_structural_drift_beyond_content_drift_by_the_margin(structural, content, supported):
+def test_observation_4_needs_structural_drift_beyond_content_drift_by_the_margin(structural, content, supported):
     """Uniform drift (x1.63 structural against x1.54 content: the cpu study's numbers) is not drift concentrated on
     structural tokens; x2.0 against x1.5 is (log 2 - log 1.5 = 0.29 >= log 1.25 = 0.22), x1.6 against x1.3 is not
     (0.21)."""
     pre = {"all": 1.5, "structural": structural, "first": 2.5, "separator": structural, "content": content}
-    claim = D.claim4(drift_runs(pre, POST), load_gaps()["grow"], COUNTS)
+    claim = boundary(drift_runs(pre, POST), COUNTS)
     assert claim.supported is supported
     assert ("does not exceed" not in claim.sentence) is supported
     assert "first 9" in claim.sentence and "content 1729" in claim.sentence  # the group sizes
@@ -272,7 +290,7 @@ def test_committed_diagnostics_are_shown_without_a_cache_or_checkpoints(tmp_path
     summary = root / "pre-grow-s0" / "summary.json"
     summary.write_text(json.dumps(json.loads(summary.read_text()) | {"vocab": {"size": 321}}))
     monkeypatch.setattr("normgrow.data.teacher.open_cache", lambda prof: no_cache(prof, 0))
-    assert D.run_disk_estimate("tiny")["vocab_size"] == 321
+    assert run_disk_estimate("tiny")["vocab_size"] == 321
 
 
 def test_residual_sum_cosine_for_the_blocks_with_an_output_norm(batch):

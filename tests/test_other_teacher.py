@@ -13,12 +13,11 @@ import numpy as np
 import pytest
 import torch
 
-from normgrow.analysis import diagnostics
 from normgrow.data import teacher
 from normgrow.__main__ import main
 from normgrow.config import load_profile
 from normgrow.rundir import phase_checkpoints, run_path
-from normgrow.train.spec import make_run_spec
+from normgrow.train.spec import make_run_spec, run_disk_estimate
 from normgrow.train.run import run_variant
 from tiny_teachers import SPECIALS, corpus_texts, save_folder_teacher, write_corpus
 
@@ -86,7 +85,7 @@ def test_runs_train_and_checkpoints_match_the_disk_estimate(world, outputs):
     for name, summary in summaries.items():
         # below the uniform level over the teacher's vocabulary: the students learnt from this teacher's targets
         assert math.isfinite(summary["val_ce"]) and summary["val_ce"] < math.log(cache.meta["vocab_size"]), name
-    estimate = diagnostics.run_disk_estimate(profile, cache)
+    estimate = run_disk_estimate(profile, cache)
     assert estimate["vocab_size"] == cache.meta["vocab_size"]
     ckpts = phase_checkpoints(run_path("tiny", "pre-grow-s0"))
     assert [d for _, d, _ in ckpts] == list(profile.train.stages)

@@ -402,3 +402,21 @@ class RunLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+# ----------------------------------------------------------------------------------------------------------- disk
+
+def run_disk_bytes(run_dir) -> dict:
+    """Bytes on disk of a run: checkpoints (hardlinks counted once) and everything."""
+    seen, ckpt, total = set(), 0, 0
+    for p in Path(run_dir).rglob("*"):
+        if not p.is_file():
+            continue
+        st = p.stat()
+        if (st.st_dev, st.st_ino) in seen:
+            continue
+        seen.add((st.st_dev, st.st_ino))
+        total += st.st_size
+        if p.parent.name == "checkpoints":
+            ckpt += st.st_size
+    return {"checkpoints": ckpt, "total": total}

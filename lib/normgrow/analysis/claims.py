@@ -247,7 +247,7 @@ def _crossover_claim(spec: ClaimSpec, reference: Reference, runs: pd.DataFrame, 
 JUDGES = {"equivalence": _equivalence_claim, "directional": _gap_claim, "interaction": _interaction_claim,
           "ratio": _ratio_claim, "crossover": _crossover_claim}
 """The judge of each kind of params/reference.yaml judged here (variants.CLAIM_KINDS); all_of combines judged
-claims, and measured claims are judged by diagnostics.py."""
+claims, and measured claims are judged by measured_claims.py from the diagnostics."""
 
 
 def evaluate_claims(runs: pd.DataFrame, reference: Reference, metric: str = "val_ce",
@@ -316,8 +316,8 @@ def depth_gate(claims: list[Claim], depth: pd.DataFrame, variants: dict[str, Var
 
 
 def read_diagnostics(profile: str) -> tuple[list[Claim] | None, str]:
-    """The claims of outputs/study/<profile>/diagnostics.json (observations 4 and 5, written by diagnostics.py as
-    Claim records), and a note saying where they come from or why there are none."""
+    """The claims of outputs/study/<profile>/diagnostics.json (observations 4 and 5, judged by measured_claims.py and
+    written by diagnostics.py as Claim records), and a note saying where they come from or why there are none."""
     path = study_diagnostics(profile)
     if not path.is_file():
         return None, f"Diagnostics are not available: {path} does not exist (notebooks/diagnostics.ipynb not run)."

@@ -28,12 +28,12 @@ boundary of each phase (phase i > 0: h_{depth of phase i-1}, what the appended b
 per group across phases: ``top`` (h_N of each checkpoint: what the head's norm and any next appended block
 receive), ``growth`` (the growth boundary of each phase; phase 0: its top) and ``fixed`` (h_{depth of phase 0} in
 every checkpoint). Cached as <run_dir>/diagnostics.json, recomputed when a checkpoint is newer or the batch differs.
-Per study (``diagnose_study``): every finished run of outputs/runs/<profile>/ plus the claims table for
-observations 4 and 5 of docs/STUDY.md, written to outputs/study/<profile>/diagnostics.json.
+Per study (``diagnose_study``): every finished run of outputs/runs/<profile>/ plus the claims table and the verdicts
+of observations 4 and 5 of docs/STUDY.md (judged by measured_claims.py from these measurements), written to
+outputs/study/<profile>/diagnostics.json.
 """
 from __future__ import annotations
 
-import math
 import statistics
 import time
 import unicodedata
@@ -43,15 +43,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .formats import sig
-from .claims import NOT_SUPPORTED, NOT_TESTABLE, SUPPORTED, Claim
 from ..config import load_profile
 from ..train.distill import eval_sums
-from ..student.model import NORMS, Student, StudentConfig, load_checkpoint
-from ..rundir import (DIAGNOSTICS, SUMMARY, finished_runs, is_finished, phase_checkpoints, read_identity, study_diagnostics)
+from ..student.model import Student, load_checkpoint
+from ..rundir import (DIAGNOSTICS, finished_runs, is_finished, phase_checkpoints, read_identity, run_disk_bytes,
+                      study_diagnostics)
 from ..train.run import rows_to_batch
 from ..utils import atomic_write_json, read_json, stable_hash
-from .variants import GapSpec, collect_runs, load_gaps, load_reference
+from .measured_claims import judge_measured
+from .variants import collect_runs, load_reference
 from ..data.vocab import VocabMap
 
 VERSION = 2
@@ -59,16 +59,6 @@ CLASSES = ("first", "special", "separator", "content")
 STRUCTURAL = ("first", "special", "separator")
 GROUPS = ("all", "structural") + CLASSES
 DEFAULT_N = 8  # validation sequences in the fixed batch
-
-# Claim thresholds (documented in the claims' statements and evidence).
-STABLE_RATIO = 1.25  # post-norm boundary RMS counts as stable when last/first phase stays within [1/1.25, 1.25]
-CONCENTRATION_MARGIN = 1.25
-"""Pre-norm's drift counts as concentrated on structural tokens only when the structural group's drift exceeds the
-content group's by this factor (|log structural ratio| >= |log content ratio| + log 1.25): x1.63 against x1.54 is
-the whole stream drifting, not drift concentrated on some tokens."""
-IDENTITY_RATIO = 0.5  # final block counts as "nearly identity" when its update ratio < 0.5 x median of the others
-
-
 
 # ------------------------------------------------------------------------------------------------ token classes
 def _is_separator_text(text: str) -> bool:
@@ -338,75 +328,7 @@ def diagnose_run(run_dir, batch: dict, force: bool = False, skip: bool = True) -
     return result
 
 
-def run_disk_bytes(run_dir) -> dict:
-    """Bytes on disk of a run: checkpoints (hardlinks counted once) and everything."""
-    seen, ckpt, total = set(), 0, 0
-    for p in Path(run_dir).rglob("*"):
-        if not p.is_file():
-            continue
-        st = p.stat()
-        if (st.st_dev, st.st_ino) in seen:
-            continue
-        seen.add((st.st_dev, st.st_ino))
-        total += st.st_size
-        if p.parent.name == "checkpoints":
-            ckpt += st.st_size
-    return {"checkpoints": ckpt, "total": total}
-
-
-CHECKPOINT_OVERHEAD = 16 * 1024  # torch.save zip entries, key names, config and extras (measured 6-14 KB, tiny)
-
-
-def student_param_count(profile, depth: int, vocab_size: int) -> int:
-    """Parameters of a student of the profile at a depth over vocab_size ids, for the placement with the most
-    (placements differ by their norms: pre's final norm, Peri-LN's output norms), so that the disk estimate bounds
-    every run (built on the meta device: no memory)."""
-    prof = load_profile(profile) if isinstance(profile, str) else profile
-    with torch.device("meta"):
-        return max(sum(p.numel() for p in Student(StudentConfig.from_params(
-            prof.student, vocab_size=vocab_size, n_layers=depth, norm=norm)).parameters()) for norm in NORMS)
-
-
-def run_disk_estimate(profile, cache=None) -> dict:
-    """Bytes of the phase checkpoints a finished run keeps (float32 weights, one file per phase; final.pt is a
-    hardlink, last.pt is deleted at the end), per schedule, and the transient peak with last.pt (weights + AdamW's
-    two moments of every parameter; an upper bound for frozen-prefix runs). The vocabulary is the one the profile's
-    students train with (VocabMap.for_cache: the teacher's, or the corpus ids) on its teacher cache (`cache`, else
-    the profile's, opened read-only): the head is most of a small student's weights, so no fixed size will do.
-    Without a cache (a clone of committed results) the vocabulary a finished run of the profile recorded is used."""
-    prof = load_profile(profile) if isinstance(profile, str) else profile
-    try:
-        if cache is None:
-            from ..data.teacher import open_cache
-            cache = open_cache(prof)
-        vocab_size = VocabMap.for_cache(cache, prof.student.vocab).size
-    except FileNotFoundError:
-        recorded = [read_json(d / SUMMARY)["vocab"]["size"] for d in finished_runs(prof.name)]
-        if not recorded:
-            raise
-        vocab_size = recorded[0]
-    stages = list(prof.train.stages)
-    ckpt = {d: 4 * student_param_count(prof, d, vocab_size) + CHECKPOINT_OVERHEAD for d in set(stages)}
-    kept = {"grow": sum(ckpt[d] for d in stages), "joint": ckpt[stages[-1]], "single": ckpt[stages[0]]}
-    last = 3 * (ckpt[stages[-1]] - CHECKPOINT_OVERHEAD) + CHECKPOINT_OVERHEAD
-    return {"profile": prof.name, "vocab_size": vocab_size,
-            "checkpoint_bytes": {str(d): b for d, b in sorted(ckpt.items())},
-            "kept_bytes": kept, "peak_extra_last_pt_bytes": last,
-            "params": {str(d): student_param_count(prof, d, vocab_size) for d in sorted(set(stages))}}
-
-
 # ------------------------------------------------------------------------------------------------ the study
-
-
-def _log_ratio(first, last):
-    if first is None or last is None or first <= 0 or last <= 0:
-        return None
-    return math.log(last / first)
-
-
-def _geo_mean(values):
-    values = [v for v in values if v is not None]
-    return math.exp(sum(values) / len(values)) if values else None
 
 
 def drift_rows(runs: dict[str, dict], kind: str = "top") -> list[dict]:
@@ -420,108 +342,6 @@ def drift_rows(runs: dict[str, dict], kind: str = "top") -> list[dict]:
                          "boundary": kind, "rms_first_phase": first, "rms_last_phase": last,
                          "ratio": (last / first) if first and last is not None else None})
     return rows
-
-
-def _of_variant(runs: dict[str, dict], variant: str) -> dict[str, dict]:
-    return {n: d for n, d in runs.items() if d.get("variant") == variant}
-
-
-def _statement(claim: str) -> str:
-    """The statement params/reference.yaml declares for a measured claim (observations 4 and 5 are judged here)."""
-    return load_reference().claim(claim).statement
-
-
-def claim4(runs: dict[str, dict], grow: GapSpec, class_counts: dict[str, int]) -> Claim:
-    """Observation 4 from the grow gap's variants (grow.a pre-norm, grow.b post-norm), see the evidence text.
-    class_counts: positions per group in the fixed batch (groups with none are left out of the evidence)."""
-    statement = _statement("obs4-boundary")
-    variants = (grow.a, grow.b)
-    pre = {n: d for n, d in _of_variant(runs, grow.a).items() if len(d["checkpoints"]) > 1}
-    post = {n: d for n, d in _of_variant(runs, grow.b).items() if len(d["checkpoints"]) > 1}
-    if not pre or not post:
-        return Claim("obs4-boundary", statement, NOT_TESTABLE,
-                     f"Not testable: needs finished multi-phase runs of both {grow.a} ({len(pre)}) and {grow.b} "
-                     f"({len(post)}).", {}, variants)
-    groups = [g for g in GROUPS if class_counts.get(g, 0) > 0]
-
-    def ratios(group_runs, g, kind="top"):  # geometric mean over seeds of last/first-phase RMS
-        return _geo_mean([_log_ratio(d["drift"][kind][g][0], d["drift"][kind][g][-1]) for d in group_runs.values()])
-
-    r = {(norm, g): ratios(rs, g) for norm, rs in (("pre", pre), ("post", post)) for g in groups}
-    rg = {(norm, g): ratios(rs, g, "growth") for norm, rs in (("pre", pre), ("post", post)) for g in groups}
-    dev = {k: abs(math.log(v)) if v else None for k, v in r.items()}
-    post_stable = dev.get(("post", "all")) is not None and dev[("post", "all")] <= math.log(STABLE_RATIO)
-    post_less = None not in (dev.get(("post", "all")), dev.get(("pre", "all"))) and \
-        dev[("post", "all")] < dev[("pre", "all")]
-    structural, content = dev.get(("pre", "structural")), dev.get(("pre", "content"))
-    concentrated = None not in (structural, content) and structural >= content + math.log(CONCENTRATION_MARGIN)
-    supported = bool(post_stable and post_less and concentrated)
-    sizes = ", ".join(f"{g} {class_counts[g]}" for g in groups)
-    empty = [g for g in GROUPS if class_counts.get(g, 0) == 0]
-    per_class = "; ".join(f"{g}: pre x{sig(r[('pre', g)])}, post x{sig(r[('post', g)])}"
-                          for g in groups if g != "first")
-    first = (f" The first position of each sequence (the start token; {class_counts['first']} positions) on its own: "
-             f"pre x{sig(r[('pre', 'first')])}, post x{sig(r[('post', 'first')])}." if "first" in groups else "")
-    growth = "; ".join(f"{g}: pre x{sig(rg[('pre', g)])}, post x{sig(rg[('post', g)])}"
-                       for g in ("all", "structural", "content") if g in groups)
-    evidence = (f"Top-boundary RMS (h_N, what the head's norm and the next appended block receive) at the last phase "
-                f"over the first phase, geometric mean over seeds ({len(pre)} pre-grow, {len(post)} post-grow runs); "
-                f"positions per group in the fixed batch: {sizes}"
-                + (f" ({', '.join(empty)}: no positions, left out)" if empty else "") + f". {per_class}.{first} "
-                f"Post-norm all-token drift x{sig(r.get(('post', 'all')))} is "
-                f"{'within' if post_stable else 'outside'} the stability band [1/{STABLE_RATIO}, {STABLE_RATIO}] and "
-                f"{'smaller' if post_less else 'not smaller'} than pre-norm's x{sig(r.get(('pre', 'all')))}; by "
-                "construction a post-norm boundary is an RMSNorm's output, so its RMS is that norm's learned gain "
-                "(1 at initialisation) and its stability is built in rather than found. Pre-norm structural drift "
-                f"x{sig(r.get(('pre', 'structural')))} "
-                f"{'exceeds' if concentrated else 'does not exceed'} content drift x{sig(r.get(('pre', 'content')))} "
-                f"by the margin x{CONCENTRATION_MARGIN} (in |log ratio|)"
-                + ("" if concentrated else ": the drift is not concentrated on structural tokens") +
-                f". At the growth boundary of the last phase against the first phase's top boundary: {growth}.")
-    return Claim("obs4-boundary", statement, SUPPORTED if supported else NOT_SUPPORTED,
-                 f"{'Supported' if supported else 'Not supported'}: {evidence}",
-                 {f"{norm}/{g}": v for (norm, g), v in r.items()} | {f"growth/{norm}/{g}": v for (norm, g), v in rg.items()}
-                 | {f"positions/{g}": class_counts.get(g, 0) for g in GROUPS},
-                 variants)
-
-
-def claim5(runs: dict[str, dict], grow: GapSpec) -> Claim:
-    """Observation 5 from the pre-norm grown runs (grow.a), with the post-norm ones (grow.b) for context."""
-    statement = _statement("obs5-identity")
-    variants = (grow.a,)
-    pre = _of_variant(runs, grow.a)
-    if not pre:
-        return Claim("obs5-identity", statement, NOT_TESTABLE, f"Not testable: needs finished {grow.a} runs.", {},
-                     variants)
-    fb = [d["checkpoints"][-1]["final_block"] for d in pre.values()]
-    rel = [f["ratio_to_median"] for f in fb if f and f["ratio_to_median"] is not None]
-    if not rel:
-        return Claim("obs5-identity", statement, NOT_TESTABLE,
-                     f"Not testable: the {grow.a} students have a single block; no other blocks to compare with.", {},
-                     variants)
-    rel_gm = _geo_mean([math.log(x) for x in rel if x > 0])
-    mean = lambda xs: sum(xs) / len(xs) if xs else None  # noqa: E731
-    post = _of_variant(runs, grow.b)
-    post_rel = [d["checkpoints"][-1]["final_block"]["ratio_to_median"] for d in post.values()
-                if d["checkpoints"][-1]["final_block"]["ratio_to_median"]]
-    supported = rel_gm is not None and rel_gm < IDENTITY_RATIO
-    evidence = (f"Final pre-grow block update ratio ||h_N - h_(N-1)|| / ||h_(N-1)|| = "
-                f"{sig(mean([f['final_block_update_ratio'] for f in fb]))} (mean over {len(fb)} seeds) against a "
-                f"median of {sig(mean([f['median_other_update_ratio'] for f in fb]))} for the other blocks (interior blocks "
-                f"1..N-2; block 0 reads the raw embedding): "
-                f"x{sig(rel_gm)} the median (geometric mean), rank(s) {[f['rank'] for f in fb]} of "
-                f"{fb[0]['n_blocks']} (1 = smallest), cosine(h_in, h_out) {sig(mean([f['final_block_cosine'] for f in fb]))}, "
-                f"skip-block validation CE change {sig(mean([f['final_block_skip_delta_ce'] for f in fb if f['final_block_skip_delta_ce'] is not None]))} nats/token"
-                + (f"; post-grow final block: x{sig(_geo_mean([math.log(x) for x in post_rel]))} its median"
-                   + (" (smaller still, so near-identity is not specific to pre-norm here)"
-                      if rel_gm is not None and _geo_mean([math.log(x) for x in post_rel]) < rel_gm else "")
-                   if post_rel else "")
-                + f". Threshold for 'nearly identity': below {IDENTITY_RATIO} x the median.")
-    return Claim("obs5-identity", statement, SUPPORTED if supported else NOT_SUPPORTED,
-                 f"{'Supported' if supported else 'Not supported'}: {evidence}",
-                 {"ratio_to_median_geomean": rel_gm,
-                  "post_ratio_to_median_geomean": _geo_mean([math.log(x) for x in post_rel]) if post_rel else None},
-                 variants)
 
 
 def final_block_rows(runs: dict[str, dict]) -> list[dict]:
@@ -539,10 +359,12 @@ def _same_positions(a: dict, b: dict) -> bool:
 
 
 def study_result(profile: str, batch_meta: dict, runs: dict[str, dict]) -> dict:
-    """The study's diagnostics.json content: every run's diagnostics (with its variant) and the claims."""
-    grow = load_gaps()["grow"]
+    """The study's diagnostics.json content: every run's diagnostics (with its variant) and the measured claims
+    (measured_claims.py judges them from these measurements)."""
+    counts = {g: batch_meta["class_counts"].get(g, 0) for g in GROUPS}  # GROUPS order (diagnostics.json sorts keys)
+    claims = judge_measured(load_reference(), runs, counts)
     return {"version": VERSION, "profile": profile, "batch": batch_meta, "classes": list(CLASSES),
-            "groups": list(GROUPS), "runs": runs, "claims": [claim4(runs, grow, batch_meta["class_counts"]).to_json(), claim5(runs, grow).to_json()],
+            "groups": list(GROUPS), "runs": runs, "claims": [c.to_json() for c in claims],
             "claims_table": {"boundary_drift": drift_rows(runs, "top"), "final_block": final_block_rows(runs)},
             "disk_bytes": {name: d.get("disk_bytes") for name, d in runs.items()}}
 

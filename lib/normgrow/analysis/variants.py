@@ -88,8 +88,8 @@ REFERENCE_KEYS = ("gaps", "equivalence_margin", "depth_margin", "claims")
 DEPTH_MARGIN_KEYS = ("multiple", "of")
 GAPS_PER_KIND = {"equivalence": 1, "directional": 1, "interaction": 2, "ratio": 2, "crossover": 1, "all_of": 0,
                  "measured": 1}
-"""How a claim of params/reference.yaml is judged (the file explains each kind; claims.JUDGES and diagnostics.py
-judge), with the number of gaps a claim of that kind reads."""
+"""How a claim of params/reference.yaml is judged (the file explains each kind; claims.JUDGES and
+measured_claims.MEASURED_JUDGES judge), with the number of gaps a claim of that kind reads."""
 CLAIM_KINDS = tuple(GAPS_PER_KIND)
 
 

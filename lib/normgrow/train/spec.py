@@ -1,7 +1,8 @@
 """A run's spec: the parameters of run_variant.ipynb (and of ``python -m normgrow run``) validated against the
 profile before any heavy work or output directory, each error naming the parameter and its allowed values
 (make_run_spec); the run's identity and its default name (RunSpec, derive_run_name); the lr of an arm (lr_for_run);
-the settings a run never reads (unread_keys); the step's memory against the machine's (check_step_budget).
+the settings a run never reads (unread_keys); the step's memory against the machine's (check_step_budget); the disk
+a finished run keeps (run_disk_estimate).
 """
 from __future__ import annotations
 
@@ -15,12 +16,13 @@ import torch
 from ..config import ParamError, Profile, check_seed, load_profile, with_processes
 from .growth import GROWS, GROWTH_KEYS, SCHEDULES
 from ..student.growth_ops import GROWTH_OPS
-from ..student.model import NORMS
+from ..student.model import NORMS, Student, StudentConfig
 from ..student.placements import PLACEMENTS
-from ..rundir import (NUMERICS_VERSION, SUMMARY,
+from ..rundir import (NUMERICS_VERSION, SUMMARY, finished_runs,
                       check_name, is_finished, run_path, runs_root)
 from .tracking import missing_trackers
-from ..utils import stable_hash
+from ..utils import read_json, stable_hash
+from ..data.vocab import VocabMap
 
 
 @dataclass(frozen=True)
@@ -228,4 +230,44 @@ def check_step_budget(prof: Profile) -> None:
                          f"{total / 2**30:.1f} GiB (psutil.virtual_memory().total); lower train.batch_size")
 
 
-# ----------------------------------------------------------------------------------------------------------- data
+# ----------------------------------------------------------------------------------------------------------- disk
+
+CHECKPOINT_OVERHEAD = 16 * 1024  # torch.save zip entries, key names, config and extras (measured 6-14 KB, tiny)
+
+
+def student_param_count(profile, depth: int, vocab_size: int) -> int:
+    """Parameters of a student of the profile at a depth over vocab_size ids, for the placement with the most
+    (placements differ by their norms: pre's final norm, Peri-LN's output norms), so that the disk estimate bounds
+    every run (built on the meta device: no memory)."""
+    prof = load_profile(profile) if isinstance(profile, str) else profile
+    with torch.device("meta"):
+        return max(sum(p.numel() for p in Student(StudentConfig.from_params(
+            prof.student, vocab_size=vocab_size, n_layers=depth, norm=norm)).parameters()) for norm in NORMS)
+
+
+def run_disk_estimate(profile, cache=None) -> dict:
+    """Bytes of the phase checkpoints a finished run keeps (float32 weights, one file per phase; final.pt is a
+    hardlink, last.pt is deleted at the end), per schedule, and the transient peak with last.pt (weights + AdamW's
+    two moments of every parameter; an upper bound for frozen-prefix runs). The vocabulary is the one the profile's
+    students train with (VocabMap.for_cache: the teacher's, or the corpus ids) on its teacher cache (`cache`, else
+    the profile's, opened read-only): the head is most of a small student's weights, so no fixed size will do.
+    Without a cache (a clone of committed results) the vocabulary a finished run of the profile recorded is used."""
+    prof = load_profile(profile) if isinstance(profile, str) else profile
+    try:
+        if cache is None:
+            from ..data.teacher import open_cache
+            cache = open_cache(prof)
+        vocab_size = VocabMap.for_cache(cache, prof.student.vocab).size
+    except FileNotFoundError:
+        recorded = [read_json(d / SUMMARY)["vocab"]["size"] for d in finished_runs(prof.name)]
+        if not recorded:
+            raise
+        vocab_size = recorded[0]
+    stages = list(prof.train.stages)
+    ckpt = {d: 4 * student_param_count(prof, d, vocab_size) + CHECKPOINT_OVERHEAD for d in set(stages)}
+    kept = {"grow": sum(ckpt[d] for d in stages), "joint": ckpt[stages[-1]], "single": ckpt[stages[0]]}
+    last = 3 * (ckpt[stages[-1]] - CHECKPOINT_OVERHEAD) + CHECKPOINT_OVERHEAD
+    return {"profile": prof.name, "vocab_size": vocab_size,
+            "checkpoint_bytes": {str(d): b for d, b in sorted(ckpt.items())},
+            "kept_bytes": kept, "peak_extra_last_pt_bytes": last,
+            "params": {str(d): student_param_count(prof, d, vocab_size) for d in sorted(set(stages))}}

@@ -1,0 +1,147 @@
+"""The measured claims of params/reference.yaml (kind ``measured``: observations 4 and 5 of docs/STUDY.md), judged
+from the boundary diagnostics' measurements: diagnostics.py measures every run on the fixed batch, this module
+judges, as claims.py judges the claims read from final losses. MEASURED_JUDGES holds one judge per declared measured
+claim, each taking (its declaration, the runs' diagnostics, its gap, the fixed batch's positions per token group).
+"""
+from __future__ import annotations
+
+import math
+
+from .claims import NOT_SUPPORTED, NOT_TESTABLE, SUPPORTED, Claim
+from .formats import sig
+from .variants import ClaimSpec, GapSpec, Reference
+
+# Claim thresholds (documented in the claims' statements and evidence).
+STABLE_RATIO = 1.25  # post-norm boundary RMS counts as stable when last/first phase stays within [1/1.25, 1.25]
+CONCENTRATION_MARGIN = 1.25
+"""Pre-norm's drift counts as concentrated on structural tokens only when the structural group's drift exceeds the
+content group's by this factor (|log structural ratio| >= |log content ratio| + log 1.25): x1.63 against x1.54 is
+the whole stream drifting, not drift concentrated on some tokens."""
+IDENTITY_RATIO = 0.5  # final block counts as "nearly identity" when its update ratio < 0.5 x median of the others
+
+
+def _log_ratio(first, last):
+    if first is None or last is None or first <= 0 or last <= 0:
+        return None
+    return math.log(last / first)
+
+
+def _geo_mean(values):
+    values = [v for v in values if v is not None]
+    return math.exp(sum(values) / len(values)) if values else None
+
+
+def _of_variant(runs: dict[str, dict], variant: str) -> dict[str, dict]:
+    return {n: d for n, d in runs.items() if d.get("variant") == variant}
+
+
+def boundary_drift(spec: ClaimSpec, runs: dict[str, dict], grow: GapSpec, class_counts: dict[str, int]) -> Claim:
+    """Observation 4 from the grow gap's variants (grow.a pre-norm, grow.b post-norm), see the evidence text.
+    class_counts: positions per token group in the fixed batch, in the diagnostics' group order (groups with none
+    are left out of the evidence)."""
+    name, statement = spec.name, spec.statement
+    variants = (grow.a, grow.b)
+    pre = {n: d for n, d in _of_variant(runs, grow.a).items() if len(d["checkpoints"]) > 1}
+    post = {n: d for n, d in _of_variant(runs, grow.b).items() if len(d["checkpoints"]) > 1}
+    if not pre or not post:
+        return Claim(name, statement, NOT_TESTABLE,
+                     f"Not testable: needs finished multi-phase runs of both {grow.a} ({len(pre)}) and {grow.b} "
+                     f"({len(post)}).", {}, variants)
+    groups = [g for g, count in class_counts.items() if count > 0]
+
+    def ratios(group_runs, g, kind="top"):  # geometric mean over seeds of last/first-phase RMS
+        return _geo_mean([_log_ratio(d["drift"][kind][g][0], d["drift"][kind][g][-1]) for d in group_runs.values()])
+
+    r = {(norm, g): ratios(rs, g) for norm, rs in (("pre", pre), ("post", post)) for g in groups}
+    rg = {(norm, g): ratios(rs, g, "growth") for norm, rs in (("pre", pre), ("post", post)) for g in groups}
+    dev = {k: abs(math.log(v)) if v else None for k, v in r.items()}
+    post_stable = dev.get(("post", "all")) is not None and dev[("post", "all")] <= math.log(STABLE_RATIO)
+    post_less = None not in (dev.get(("post", "all")), dev.get(("pre", "all"))) and \
+        dev[("post", "all")] < dev[("pre", "all")]
+    structural, content = dev.get(("pre", "structural")), dev.get(("pre", "content"))
+    concentrated = None not in (structural, content) and structural >= content + math.log(CONCENTRATION_MARGIN)
+    supported = bool(post_stable and post_less and concentrated)
+    sizes = ", ".join(f"{g} {class_counts[g]}" for g in groups)
+    empty = [g for g, count in class_counts.items() if count == 0]
+    per_class = "; ".join(f"{g}: pre x{sig(r[('pre', g)])}, post x{sig(r[('post', g)])}"
+                          for g in groups if g != "first")
+    first = (f" The first position of each sequence (the start token; {class_counts['first']} positions) on its own: "
+             f"pre x{sig(r[('pre', 'first')])}, post x{sig(r[('post', 'first')])}." if "first" in groups else "")
+    growth = "; ".join(f"{g}: pre x{sig(rg[('pre', g)])}, post x{sig(rg[('post', g)])}"
+                       for g in ("all", "structural", "content") if g in groups)
+    evidence = (f"Top-boundary RMS (h_N, what the head's norm and the next appended block receive) at the last phase "
+                f"over the first phase, geometric mean over seeds ({len(pre)} pre-grow, {len(post)} post-grow runs); "
+                f"positions per group in the fixed batch: {sizes}"
+                + (f" ({', '.join(empty)}: no positions, left out)" if empty else "") + f". {per_class}.{first} "
+                f"Post-norm all-token drift x{sig(r.get(('post', 'all')))} is "
+                f"{'within' if post_stable else 'outside'} the stability band [1/{STABLE_RATIO}, {STABLE_RATIO}] and "
+                f"{'smaller' if post_less else 'not smaller'} than pre-norm's x{sig(r.get(('pre', 'all')))}; by "
+                "construction a post-norm boundary is an RMSNorm's output, so its RMS is that norm's learned gain "
+                "(1 at initialisation) and its stability is built in rather than found. Pre-norm structural drift "
+                f"x{sig(r.get(('pre', 'structural')))} "
+                f"{'exceeds' if concentrated else 'does not exceed'} content drift x{sig(r.get(('pre', 'content')))} "
+                f"by the margin x{CONCENTRATION_MARGIN} (in |log ratio|)"
+                + ("" if concentrated else ": the drift is not concentrated on structural tokens") +
+                f". At the growth boundary of the last phase against the first phase's top boundary: {growth}.")
+    return Claim(name, statement, SUPPORTED if supported else NOT_SUPPORTED,
+                 f"{'Supported' if supported else 'Not supported'}: {evidence}",
+                 {f"{norm}/{g}": v for (norm, g), v in r.items()} | {f"growth/{norm}/{g}": v for (norm, g), v in rg.items()}
+                 | {f"positions/{g}": count for g, count in class_counts.items()},
+                 variants)
+
+
+def final_block_identity(spec: ClaimSpec, runs: dict[str, dict], grow: GapSpec,
+                         class_counts: dict[str, int]) -> Claim:
+    """Observation 5 from the pre-norm grown runs (grow.a), with the post-norm ones (grow.b) for context; class_counts
+    is not read (one signature for every measured judge)."""
+    name, statement = spec.name, spec.statement
+    variants = (grow.a,)
+    pre = _of_variant(runs, grow.a)
+    if not pre:
+        return Claim(name, statement, NOT_TESTABLE, f"Not testable: needs finished {grow.a} runs.", {},
+                     variants)
+    fb = [d["checkpoints"][-1]["final_block"] for d in pre.values()]
+    rel = [f["ratio_to_median"] for f in fb if f and f["ratio_to_median"] is not None]
+    if not rel:
+        return Claim(name, statement, NOT_TESTABLE,
+                     f"Not testable: the {grow.a} students have a single block; no other blocks to compare with.", {},
+                     variants)
+    rel_gm = _geo_mean([math.log(x) for x in rel if x > 0])
+    mean = lambda xs: sum(xs) / len(xs) if xs else None  # noqa: E731
+    post = _of_variant(runs, grow.b)
+    post_rel = [d["checkpoints"][-1]["final_block"]["ratio_to_median"] for d in post.values()
+                if d["checkpoints"][-1]["final_block"]["ratio_to_median"]]
+    supported = rel_gm is not None and rel_gm < IDENTITY_RATIO
+    evidence = (f"Final pre-grow block update ratio ||h_N - h_(N-1)|| / ||h_(N-1)|| = "
+                f"{sig(mean([f['final_block_update_ratio'] for f in fb]))} (mean over {len(fb)} seeds) against a "
+                f"median of {sig(mean([f['median_other_update_ratio'] for f in fb]))} for the other blocks (interior blocks "
+                f"1..N-2; block 0 reads the raw embedding): "
+                f"x{sig(rel_gm)} the median (geometric mean), rank(s) {[f['rank'] for f in fb]} of "
+                f"{fb[0]['n_blocks']} (1 = smallest), cosine(h_in, h_out) {sig(mean([f['final_block_cosine'] for f in fb]))}, "
+                f"skip-block validation CE change {sig(mean([f['final_block_skip_delta_ce'] for f in fb if f['final_block_skip_delta_ce'] is not None]))} nats/token"
+                + (f"; post-grow final block: x{sig(_geo_mean([math.log(x) for x in post_rel]))} its median"
+                   + (" (smaller still, so near-identity is not specific to pre-norm here)"
+                      if rel_gm is not None and _geo_mean([math.log(x) for x in post_rel]) < rel_gm else "")
+                   if post_rel else "")
+                + f". Threshold for 'nearly identity': below {IDENTITY_RATIO} x the median.")
+    return Claim(name, statement, SUPPORTED if supported else NOT_SUPPORTED,
+                 f"{'Supported' if supported else 'Not supported'}: {evidence}",
+                 {"ratio_to_median_geomean": rel_gm,
+                  "post_ratio_to_median_geomean": _geo_mean([math.log(x) for x in post_rel]) if post_rel else None},
+                 variants)
+
+
+MEASURED_JUDGES = {"obs4-boundary": boundary_drift, "obs5-identity": final_block_identity}
+"""The judge of each measured claim params/reference.yaml declares, by its name."""
+
+
+def judge_measured(reference: Reference, runs: dict[str, dict], class_counts: dict[str, int]) -> list[Claim]:
+    """Every measured claim of the reference, in the file's order, judged from the runs' diagnostics (a declared
+    measured claim without a judge here is an error naming it)."""
+    claims = []
+    for spec in (c for c in reference.claims if c.kind == "measured"):
+        if spec.name not in MEASURED_JUDGES:
+            raise ValueError(f"params/reference.yaml declares the measured claim {spec.name!r}, which no judge of "
+                             f"measured_claims.MEASURED_JUDGES measures (judged: {', '.join(MEASURED_JUDGES)})")
+        claims.append(MEASURED_JUDGES[spec.name](spec, runs, reference.gaps[spec.gaps[0]], class_counts))
+    return claims
