@@ -3,7 +3,7 @@ pre vs post, at init_std 0.02 and 0.0625, on 8 validation sequences of the cpu c
 import torch
 import numpy as np
 from normgrow.config import load_profile
-from normgrow.data.teacher import open_cache
+from normgrow.data.teacher_cache import open_cache
 from normgrow.student.model import Student, StudentConfig
 from normgrow.data.vocab import VocabMap
 torch.set_num_threads(1)

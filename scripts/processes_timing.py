@@ -22,7 +22,7 @@ def fresh_outputs() -> Path:
 
 from normgrow import ranks  # noqa: E402
 from normgrow.config import load_profile  # noqa: E402
-from normgrow.data.teacher import ensure_cache  # noqa: E402
+from normgrow.data.teacher_cache import ensure_cache  # noqa: E402
 from normgrow.train.spec import make_run_spec  # noqa: E402
 from normgrow.train.run import run_variant  # noqa: E402
 

@@ -55,13 +55,13 @@ TINY_OVERRIDES = {"data.seq_len": 16, "cache.k": 4, "train.stages": [1, 2, 3], "
 
 
 def install(monkeypatch_or_none=None):
-    """Route normgrow.data.teacher.ensure_cache to the fake cache (for tests and for the kill/resume subprocess)."""
-    import normgrow.data.teacher as teacher
+    """Route normgrow.data.teacher_cache.ensure_cache to the fake cache (for tests and for the kill/resume subprocess)."""
+    import normgrow.data.teacher_cache as teacher_cache
     cache = fake_cache()
     if monkeypatch_or_none is None:
-        teacher.ensure_cache = lambda profile, progress=True: cache
+        teacher_cache.ensure_cache = lambda profile, progress=True: cache
     else:
-        monkeypatch_or_none.setattr(teacher, "ensure_cache", lambda profile, progress=True: cache)
+        monkeypatch_or_none.setattr(teacher_cache, "ensure_cache", lambda profile, progress=True: cache)
     return cache
 
 

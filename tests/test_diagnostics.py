@@ -289,7 +289,7 @@ def test_committed_diagnostics_are_shown_without_a_cache_or_checkpoints(tmp_path
     # the disk estimate takes the vocabulary a finished run recorded when there is no cache to read it from
     summary = root / "pre-grow-s0" / "summary.json"
     summary.write_text(json.dumps(json.loads(summary.read_text()) | {"vocab": {"size": 321}}))
-    monkeypatch.setattr("normgrow.data.teacher.open_cache", lambda prof: no_cache(prof, 0))
+    monkeypatch.setattr("normgrow.data.teacher_cache.open_cache", lambda prof: no_cache(prof, 0))
     assert run_disk_estimate("tiny")["vocab_size"] == 321
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from normgrow import config
-from normgrow.data import cache as cache_dirs, teacher
+from normgrow.data import cache as cache_dirs, teacher, teacher_cache
 from normgrow.data.cache import CacheDamagedError, publish, reuse_or_clear, temp_build_dir, verify_cache
 from normgrow.utils import atomic_write_json, disk_full_errors
 
@@ -100,18 +100,18 @@ def test_real_tiny_cache_opens_without_side_effects(tmp_path, monkeypatch, finis
     the GGUF)."""
     prof = config.load_profile("tiny")
     real = finished_study[0] / "teacher"
-    key = teacher._resolve_key(prof)[3]  # 0550ade468b3792a where the teacher pass runs in float32 (no native bf16)
+    key = teacher_cache._resolve_key(prof)[3]  # 0550ade468b3792a where the teacher pass runs in float32 (no native bf16)
     assert cache_dirs.is_complete(real / key, key), f"no complete tiny cache at {real / key}"
     shutil.copytree(real / key, tmp_path / "outputs" / "teacher" / key)
     monkeypatch.setenv("NORMGROW_OUTPUTS", str(tmp_path / "outputs"))
     monkeypatch.setattr(teacher, "MODELS_DIR", tmp_path / "models")  # a fresh tree: nothing converted
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
-    cache = teacher.open_cache(prof)
+    cache = teacher_cache.open_cache(prof)
     assert cache.key == key and cache.val.tokens.shape[1] == 64
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before  # nothing written
     truncate(cache.dir / "val" / "tail_logp.npy")
     with pytest.raises(CacheDamagedError, match=r"val/tail_logp.npy: .*Delete it \(rm -rf"):
-        teacher.open_cache(prof)
+        teacher_cache.open_cache(prof)
 
 
 def dead_pid() -> int:
@@ -172,5 +172,5 @@ def test_cache_build_disk_full(tmp_path, monkeypatch):
     tokens = np.ones((4, 8), np.int32)
     with pytest.raises(OSError, match=r"no space left on device while writing .*train/topk_ids.npy"):
         with temp_build_dir(tmp_path, ".tmp-k-") as tmp:
-            teacher._allocate_split(tokens, tokens.astype(bool), tmp / "train", 2)
+            teacher_cache._allocate_split(tokens, tokens.astype(bool), tmp / "train", 2)
     assert list(tmp_path.iterdir()) == []

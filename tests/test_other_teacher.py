@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from normgrow.data import teacher
+from normgrow.data import teacher, teacher_cache
 from normgrow.__main__ import main
 from normgrow.config import load_profile
 from normgrow.rundir import phase_checkpoints, run_path
@@ -41,7 +41,7 @@ def world(tmp_path_factory):
         mp.setenv("NORMGROW_OUTPUTS", str(root / "outputs"))
         mp.setattr(teacher, "MODELS_DIR", None)
         profile = load_profile("tiny", overrides)
-        cache = teacher.ensure_cache(profile, progress=False)
+        cache = teacher_cache.ensure_cache(profile, progress=False)
         summaries = {}
         for norm, schedule in RUNS:
             spec = make_run_spec(profile="tiny", norm=norm, schedule=schedule, run_name=f"{norm}-{schedule}-s0",

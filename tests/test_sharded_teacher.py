@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from normgrow.data import teacher
+from normgrow.data import teacher_cache
 from normgrow.config import load_profile
 from normgrow.train.spec import make_run_spec
 from normgrow.train.run import run_variant
@@ -51,14 +51,14 @@ def assert_same_cache(a: Path, b: Path) -> None:
 
 
 def test_two_process_pass_writes_the_one_process_cache(outputs):
-    one = teacher.ensure_cache(load_profile("tiny", SMALL), progress=False)
+    one = teacher_cache.ensure_cache(load_profile("tiny", SMALL), progress=False)
     reference = outputs / "reference"
     shutil.move(one.dir, reference)
-    two = teacher.ensure_cache(load_profile("tiny", SMALL | {"teacher.processes": 2}), progress=False)
+    two = teacher_cache.ensure_cache(load_profile("tiny", SMALL | {"teacher.processes": 2}), progress=False)
     assert two.key == one.key  # the number of processes is not part of the cache
     assert len(cache_files(two.dir)) == 12
     assert_same_cache(reference, two.dir)
-    assert not list(two.dir.glob(teacher.PROGRESS_FILES)) and not (two.dir / teacher.PASS_FILE).exists()
+    assert not list(two.dir.glob(teacher_cache.PROGRESS_FILES)) and not (two.dir / teacher_cache.PASS_FILE).exists()
     assert not list(outputs.glob("teacher/.tmp-*"))  # the build directory was renamed into place
 
 
@@ -79,10 +79,10 @@ def test_accelerate_launch_builds_the_cache_and_trains_a_run(outputs):
     small = "{data.train_tokens: 2048, data.val_tokens: 1024}"
     proc = launch("cache", overrides=small[:-1] + ", teacher.processes: 2}")
     assert proc.stdout.count("TeacherCache(") == 1  # printed by rank 0 only
-    one = teacher.open_cache(load_profile("tiny", SMALL))
+    one = teacher_cache.open_cache(load_profile("tiny", SMALL))
     launched = outputs / "launched"
     shutil.move(one.dir, launched)
-    reference = teacher.ensure_cache(load_profile("tiny", SMALL), progress=False)
+    reference = teacher_cache.ensure_cache(load_profile("tiny", SMALL), progress=False)
     assert_same_cache(launched, reference.dir)
 
     one_process = run_variant(make_run_spec(profile="tiny", norm="post", schedule="grow", run_name="one",
@@ -123,8 +123,8 @@ def test_a_slow_rank_finishes_its_rows_before_the_cache_is_published(outputs, tm
     launch("cache", overrides="{data.train_tokens: 2048, data.val_tokens: 1024, teacher.processes: 2, "
            "teacher.batch_size: 2}", env=env)  # batches of 2 rows: rank 1 computes half of them
     profile = load_profile("tiny", SMALL | {"teacher.batch_size": 2})  # the same batches in one process
-    shutil.move(teacher.open_cache(profile).dir, outputs / "launched")
-    reference = teacher.ensure_cache(profile, progress=False)
+    shutil.move(teacher_cache.open_cache(profile).dir, outputs / "launched")
+    reference = teacher_cache.ensure_cache(profile, progress=False)
     assert_same_cache(outputs / "launched", reference.dir)
 
 
@@ -133,14 +133,14 @@ def test_ranks_the_caller_launches_build_the_cache_and_train_a_run(outputs, monk
     pickled job), taken here on CPU: the cache equals the one-process cache byte for byte, and the run ends with the
     one-process run's tokens and val_ce within 1e-3 nats."""
     from normgrow import ranks
-    reference = teacher.ensure_cache(load_profile("tiny", SMALL), progress=False)
+    reference = teacher_cache.ensure_cache(load_profile("tiny", SMALL), progress=False)
     one_process = run_variant(make_run_spec(profile="tiny", norm="post", schedule="grow", run_name="one",
                                             overrides=SMALL | RUN), progress=False)
     shutil.move(reference.dir, outputs / "reference")
     monkeypatch.setattr(ranks, "_forks", lambda device: False)
     two = run_variant(make_run_spec(profile="tiny", norm="post", schedule="grow", run_name="two",
                                     overrides=SMALL | RUN, processes=2), progress=False)
-    launched = teacher.open_cache(load_profile("tiny", SMALL))
+    launched = teacher_cache.open_cache(load_profile("tiny", SMALL))
     assert_same_cache(outputs / "reference", launched.dir)
     for key in ("tokens", "active_layer_tokens", "steps", "depth"):
         assert two[key] == one_process[key], key

@@ -151,6 +151,25 @@ def test_tiny_sweep_end_to_end(outputs, tmp_path):
     assert summary.stat().st_mtime_ns == stamp
 
 
+def test_a_sweep_that_extends_the_grid_keeps_the_earlier_candidates(outputs, capsys):
+    """A second invocation with other lrs adds its candidates to sweep.csv and the choice instead of replacing the
+    record; an earlier candidate whose run is gone is left out, saying so."""
+    first = sweep.make_plan("tiny", ["post"], [3e-3], seeds=[0], overrides=OVERRIDES, schedules=["joint"])
+    sweep.sweep(first, progress=False, command="first")
+    second = sweep.make_plan("tiny", ["post"], [1e-3], seeds=[0], overrides=OVERRIDES, schedules=["joint"])
+    result = sweep.sweep(second, progress=False, command="second")
+    out = outputs / "sweep" / "tiny" / "post"
+    table = list(csv.DictReader((out / "sweep.csv").open()))
+    assert [r["run_name"] for r in table] == ["sweep-post-joint-lr1e-03-s0", "sweep-post-joint-lr3e-03-s0"]
+    assert result["earlier_runs"] == ["sweep-post-joint-lr3e-03-s0"] and result["command"] == "second"
+    best = min(result["rows"], key=lambda r: r["val_ce"])
+    assert result["chosen"]["post"]["joint"]["lr"] == best["lr"]  # the choice is over both invocations' candidates
+    shutil.rmtree(outputs / "runs" / "tiny" / "sweep-post-joint-lr3e-03-s0")
+    again = sweep.sweep(second, progress=False, command="third")
+    assert [r["run_name"] for r in again["rows"]] == ["sweep-post-joint-lr1e-03-s0"] and again["earlier_runs"] == []
+    assert "an earlier candidate no longer counts, left out: sweep-post-joint-lr3e-03-s0" in capsys.readouterr().out
+
+
 def test_write_is_refused_before_training(outputs, tmp_path):
     (tmp_path / "tiny.yaml").write_text(PROFILE.replace("  lr: 3.0e-3    # old comment\n", ""))
     plan = sweep.make_plan("tiny", ["pre"], [1e-3], overrides=OVERRIDES)

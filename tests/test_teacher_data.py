@@ -1,4 +1,4 @@
-"""Teacher loading, corpus, and the top-k teacher cache (normgrow.data.teacher / normgrow.data.corpus).
+"""Teacher loading, corpus, and the top-k teacher cache (normgrow.data.teacher, normgrow.data.teacher_cache, normgrow.data.corpus).
 
 Unit tests use tiny randomly initialised Llama / Qwen3 checkpoints saved to a temp folder with the real SmolLM2
 tokenizer; one integration test uses the bundled teacher and corpus. Outputs go to a temp dir; only the one-off GGUF
@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from normgrow import config
-from normgrow.data import cache as cache_dirs, corpus as data, teacher
+from normgrow.data import cache as cache_dirs, corpus as data, teacher, teacher_cache
 from normgrow.config import ParamError, TeacherParams, load_profile
 
 REAL_MODELS = config.REPO_ROOT / "outputs" / "teacher" / "models"
@@ -104,7 +104,7 @@ def _direct(model, tokens: np.ndarray, k: int):
 # ----------------------------------------------------------------------------------------------- the cache
 def test_cache_roundtrip_matches_direct_forward(tiny_llama, corpus_files, out_root):
     p = _profile(tiny_llama, corpus_files)
-    cache = teacher.ensure_cache(p, progress=False)
+    cache = teacher_cache.ensure_cache(p, progress=False)
     assert cache.dir.parent == out_root / "teacher" and (cache.dir / "COMPLETE").read_text().strip() == cache.key
     m = cache.meta
     for key in ("vocab_size", "k", "seq_len", "bos_id", "pad_id", "special_ids", "teacher", "tokenizer_dir", "data_key"):
@@ -144,37 +144,37 @@ def test_cache_roundtrip_matches_direct_forward(tiny_llama, corpus_files, out_ro
 def test_sanity_gate_stops_a_teacher_worse_than_unigram(tiny_llama, corpus_files, capsys):
     """A random teacher is worse than the unigram model: under enforce every open names the failed check; the
     cache is built once, and warn opens the same cache (the mode is not part of the key) with a warning."""
-    with pytest.raises(teacher.TeacherSanityError, match=r"positions 4\+ the teacher's CE .* not 0.5 nats below"):
-        teacher.ensure_cache(_profile(tiny_llama, corpus_files, **{"teacher.sanity": "enforce"}), progress=False)
-    with pytest.raises(teacher.TeacherSanityError, match="teacher.sanity: warn"):
-        teacher.open_cache(_profile(tiny_llama, corpus_files, **{"teacher.sanity": "enforce"}))
-    cache = teacher.open_cache(_profile(tiny_llama, corpus_files))
+    with pytest.raises(teacher_cache.TeacherSanityError, match=r"positions 4\+ the teacher's CE .* not 0.5 nats below"):
+        teacher_cache.ensure_cache(_profile(tiny_llama, corpus_files, **{"teacher.sanity": "enforce"}), progress=False)
+    with pytest.raises(teacher_cache.TeacherSanityError, match="teacher.sanity: warn"):
+        teacher_cache.open_cache(_profile(tiny_llama, corpus_files, **{"teacher.sanity": "enforce"}))
+    cache = teacher_cache.open_cache(_profile(tiny_llama, corpus_files))
     assert "WARNING" in capsys.readouterr().out
     pos = cache.report["positions"]["val"]
     assert pos["first"]["positions"] + pos["later"]["positions"] == cache.report["loss_positions"]["val"]
-    assert cache.report["sanity"]["failures"] == teacher.sanity_failures(pos)
+    assert cache.report["sanity"]["failures"] == teacher_cache.sanity_failures(pos)
 
 
 def test_sanity_checks():
     def positions(first, later):
         return {"first": {"teacher_ce": first[0], "unigram_ce": first[1], "positions": 10},
                 "later": {"teacher_ce": later[0], "unigram_ce": later[1], "positions": 90}}
-    assert teacher.sanity_failures(positions((7.26, 7.23), (3.85, 7.21))) == []  # the bundled teacher (tiny)
-    both = teacher.sanity_failures(positions((13.3, 8.8), (5.7, 5.9)))  # rows without the start token it expects
+    assert teacher_cache.sanity_failures(positions((7.26, 7.23), (3.85, 7.21))) == []  # the bundled teacher (tiny)
+    both = teacher_cache.sanity_failures(positions((13.3, 8.8), (5.7, 5.9)))  # rows without the start token it expects
     assert len(both) == 2 and "0-3" in both[1] and "4+" in both[0]
-    assert teacher.sanity_failures(positions((8.0, 7.5), (6.8, 7.2))) == [
+    assert teacher_cache.sanity_failures(positions((8.0, 7.5), (6.8, 7.2))) == [
         "on positions 4+ the teacher's CE 6.800 is not 0.5 nats below the unigram model's 7.200"]
 
 
 def test_moved_cache_reads_its_own_tokenizer(tiny_llama, corpus_files, tmp_path):
-    cache = teacher.ensure_cache(_profile(tiny_llama, corpus_files), progress=False)
-    assert not list(cache.dir.glob(teacher.PROGRESS_FILES))  # the build's progress files do not survive it
-    assert not (cache.dir / teacher.PASS_FILE).exists()
+    cache = teacher_cache.ensure_cache(_profile(tiny_llama, corpus_files), progress=False)
+    assert not list(cache.dir.glob(teacher_cache.PROGRESS_FILES))  # the build's progress files do not survive it
+    assert not (cache.dir / teacher_cache.PASS_FILE).exists()
     moved = tmp_path / "elsewhere" / cache.key
     shutil.copytree(cache.dir, moved)
     shutil.rmtree(cache.dir / "tokenizer")  # the build-time path in meta.json no longer holds a tokenizer
     try:
-        copy = teacher.TeacherCache(moved, cache.key)
+        copy = teacher_cache.TeacherCache(moved, cache.key)
         assert copy.meta["tokenizer_dir"] == str(moved / "tokenizer")
         assert copy.tokenizer().convert_ids_to_tokens(copy.meta["bos_id"]) == "<|endoftext|>"
     finally:
@@ -189,62 +189,62 @@ def test_loss_mask():
 
 def test_reuse_without_loading_teacher(tiny_llama, corpus_files, monkeypatch):
     p = _profile(tiny_llama, corpus_files)
-    first = teacher.ensure_cache(p, progress=False)
+    first = teacher_cache.ensure_cache(p, progress=False)
 
     def boom(*a, **k):
         raise AssertionError("the teacher must not load when the cache is complete")
     monkeypatch.setattr(teacher, "load_teacher", boom)
-    again = teacher.ensure_cache(p, progress=False)
+    again = teacher_cache.ensure_cache(p, progress=False)
     assert again.key == first.key and again.dir == first.dir
-    assert teacher.open_cache(p).key == first.key
+    assert teacher_cache.open_cache(p).key == first.key
 
 
 @pytest.mark.slow  # trains several runs or starts a process (over 10 s): not in make test-fast
 def test_key_invalidation(tiny_llama, corpus_files, smol_tokenizer, tmp_path):
     base = _profile(tiny_llama, corpus_files)
-    c0 = teacher.ensure_cache(base, progress=False)
+    c0 = teacher_cache.ensure_cache(base, progress=False)
     keys = {c0.key}
     # the key holds the resolved dtype: auto and what it resolves to share a cache; another dtype does not
     auto = _profile(tiny_llama, corpus_files, **{"teacher.dtype": "auto"})
     resolved = teacher.teacher_dtype(auto.teacher)
-    c_auto = teacher.ensure_cache(auto, progress=False)
+    c_auto = teacher_cache.ensure_cache(auto, progress=False)
     assert c_auto.meta["dtype"] == resolved and c_auto.report["dtype"] == resolved
-    same = teacher.ensure_cache(_profile(tiny_llama, corpus_files, **{"teacher.dtype": resolved}), progress=False)
+    same = teacher_cache.ensure_cache(_profile(tiny_llama, corpus_files, **{"teacher.dtype": resolved}), progress=False)
     assert same.key == c_auto.key
     keys.add(c_auto.key)
     for over in ({"cache.k": 6}, {"data.seq_len": 16}, {"data.split_seed": 1}, {"teacher.dtype": "bfloat16"}):
         if over == {"teacher.dtype": resolved}:  # base is float32; auto resolved to bfloat16 here: already built
             continue
-        c = teacher.ensure_cache(_profile(tiny_llama, corpus_files, **over), progress=False)
+        c = teacher_cache.ensure_cache(_profile(tiny_llama, corpus_files, **over), progress=False)
         assert c.key not in keys, over
         keys.add(c.key)
         assert c.train.topk_ids.shape[-1] == c.meta["k"] and c.train.tokens.shape[1] == c.meta["seq_len"]
     # different weights in a folder (same name, same size): new key, never the stale cache
     other = shutil.copytree(tiny_llama, tmp_path / "teacher_copy")
-    c_a = teacher.ensure_cache(_profile(other, corpus_files), progress=False)
+    c_a = teacher_cache.ensure_cache(_profile(other, corpus_files), progress=False)
     _save_tiny(other, smol_tokenizer, "llama", seed=1)
     p_b = _profile(other, corpus_files)
     with pytest.raises(FileNotFoundError, match="00_teacher.ipynb"):
-        teacher.open_cache(p_b)
-    c_b = teacher.ensure_cache(p_b, progress=False)
+        teacher_cache.open_cache(p_b)
+    c_b = teacher_cache.ensure_cache(p_b, progress=False)
     assert c_b.key != c_a.key and not np.array_equal(c_b.train.topk_logp, c_a.train.topk_logp)
     # different data (a corpus file changed): new data key and cache key
     corpus2 = shutil.copytree(corpus_files, tmp_path / "corpus2")
-    c_c = teacher.ensure_cache(_profile(tiny_llama, corpus2), progress=False)
+    c_c = teacher_cache.ensure_cache(_profile(tiny_llama, corpus2), progress=False)
     with open(corpus2 / "docs.jsonl", "a") as f:
         f.write(json.dumps({"text": "A new document about the king and the land."}) + "\n")
-    c_d = teacher.ensure_cache(_profile(tiny_llama, corpus2), progress=False)
+    c_d = teacher_cache.ensure_cache(_profile(tiny_llama, corpus2), progress=False)
     assert c_d.meta["data_key"] != c_c.meta["data_key"] and c_d.key != c_c.key
     # different tokenizer: new key
     tok = teacher.load_tokenizer(TeacherParams(source=str(other)))
     tok.add_tokens(["<|newtoken|>"])
     tok.save_pretrained(other)
-    assert teacher._resolve_key(p_b)[3] != c_b.key
+    assert teacher_cache._resolve_key(p_b)[3] != c_b.key
 
 
 def test_interrupted_write_is_detected_and_rebuilt(tiny_llama, corpus_files, monkeypatch, out_root):
     p = _profile(tiny_llama, corpus_files)
-    real = teacher.topk_forward
+    real = teacher_cache.topk_forward
     calls = {"n": 0}
 
     def crash_after_one(*a, **k):
@@ -252,15 +252,15 @@ def test_interrupted_write_is_detected_and_rebuilt(tiny_llama, corpus_files, mon
         if calls["n"] > 1:
             raise KeyboardInterrupt("simulated crash")
         return real(*a, **k)
-    monkeypatch.setattr(teacher, "topk_forward", crash_after_one)
+    monkeypatch.setattr(teacher_cache, "topk_forward", crash_after_one)
     with pytest.raises(KeyboardInterrupt):
-        teacher.ensure_cache(p, progress=False)
+        teacher_cache.ensure_cache(p, progress=False)
     assert not (out_root / "teacher").exists() or not any((out_root / "teacher").iterdir()), \
         "a failed build leaves nothing: not under the final name, and its temp dir is removed"
     with pytest.raises(FileNotFoundError, match="profile tiny"):
-        teacher.open_cache(p)
-    monkeypatch.setattr(teacher, "topk_forward", real)
-    good = teacher.ensure_cache(p, progress=False)
+        teacher_cache.open_cache(p)
+    monkeypatch.setattr(teacher_cache, "topk_forward", real)
+    good = teacher_cache.ensure_cache(p, progress=False)
     assert not any(d.name.startswith(".tmp-") for d in (out_root / "teacher").iterdir())
     ref = np.array(good.train.topk_logp)
 
@@ -275,11 +275,11 @@ def test_interrupted_write_is_detected_and_rebuilt(tiny_llama, corpus_files, mon
         if corrupt == "damaged":
             with pytest.raises(cache_dirs.CacheDamagedError, match=r"train/topk_logp.npy: .* recorded at build time.*"
                                                              r"Delete it \(rm -rf"):
-                teacher.open_cache(p)
+                teacher_cache.open_cache(p)
         else:
             with pytest.raises(FileNotFoundError, match="incomplete"):
-                teacher.open_cache(p)
-        good = teacher.ensure_cache(p, progress=False)
+                teacher_cache.open_cache(p)
+        good = teacher_cache.ensure_cache(p, progress=False)
         np.testing.assert_array_equal(np.array(good.train.topk_logp), ref)
 
 
@@ -294,8 +294,8 @@ def test_foreign_cache_under_this_key_is_named(tiny_llama, corpus_files):
     then its k, then teacher.json's key and k) rewritten to this key, is named by the first field that gives it away,
     down to the arrays' shapes, at every open; the builder raises the same and deletes nothing."""
     p = _profile(tiny_llama, corpus_files)
-    mine = teacher.ensure_cache(p, progress=False)
-    other = teacher.ensure_cache(_profile(tiny_llama, corpus_files, **{"cache.k": 6}), progress=False)
+    mine = teacher_cache.ensure_cache(p, progress=False)
+    other = teacher_cache.ensure_cache(_profile(tiny_llama, corpus_files, **{"cache.k": 6}), progress=False)
     shutil.rmtree(mine.dir)
     shutil.copytree(other.dir, mine.dir)
     (mine.dir / "COMPLETE").write_text(mine.key + "\n")
@@ -307,7 +307,7 @@ def test_foreign_cache_under_this_key_is_named(tiny_llama, corpus_files):
             meta[field] = value
             (mine.dir / "meta.json").write_text(json.dumps(meta))
             _rewrite_checksums(mine.dir)
-        for opening in (lambda: teacher.open_cache(p), lambda: teacher.ensure_cache(p, progress=False)):
+        for opening in (lambda: teacher_cache.open_cache(p), lambda: teacher_cache.ensure_cache(p, progress=False)):
             with pytest.raises(cache_dirs.CacheMismatchError, match=named + r".*Nothing was deleted"):
                 opening()
     report = json.loads((mine.dir / "teacher.json").read_text())
@@ -315,7 +315,7 @@ def test_foreign_cache_under_this_key_is_named(tiny_llama, corpus_files):
     _rewrite_checksums(mine.dir)
     with pytest.raises(cache_dirs.CacheMismatchError, match=r"train/topk_ids.npy: the array is int32\[\d+, 32, 6\], "
                                                       r"expected int32\[\d+, 32, 4\]"):
-        teacher.open_cache(p)
+        teacher_cache.open_cache(p)
     assert (mine.dir / "COMPLETE").exists()
 
 
@@ -323,7 +323,7 @@ def test_altered_arrays_with_rewritten_checksums_are_named(tiny_llama, corpus_fi
     """Arrays zeroed (or a baseline edited) with checksums.json rewritten to match: the distribution check, the
     target check and the recomputed teacher baseline each name the file; a correct cache passes all of them."""
     p = _profile(tiny_llama, corpus_files)
-    cache = teacher.ensure_cache(p, progress=False)
+    cache = teacher_cache.ensure_cache(p, progress=False)
     kept = {f: f.read_bytes() for f in cache.dir.rglob("*") if f.is_file()}
     for file, named in (("val/topk_logp.npy", r"val/topk_logp.npy: the top-k probabilities plus the tail mass "
                                               r"\(tail_logp.npy\) at row 0, position 0 is 4.000000, expected 1"),
@@ -338,20 +338,20 @@ def test_altered_arrays_with_rewritten_checksums_are_named(tiny_llama, corpus_fi
             f.write_text(json.dumps(json.loads(f.read_text()) | {"val_ce": 0.0}))
         _rewrite_checksums(cache.dir)
         with pytest.raises(cache_dirs.CacheMismatchError, match=named):
-            teacher.open_cache(p)
+            teacher_cache.open_cache(p)
         for kept_file, content in kept.items():
             kept_file.write_bytes(content)
-    assert teacher.open_cache(p).report["val_ce"] > 0
+    assert teacher_cache.open_cache(p).report["val_ce"] > 0
 
 
 def test_complete_marker_of_another_key_is_named_and_kept(tiny_llama, corpus_files):
     """A directory whose COMPLETE names another key is another cache: open and build both name the two keys and
     delete nothing (it used to be called an interrupted build, deleted and rebuilt)."""
     p = _profile(tiny_llama, corpus_files)
-    cache = teacher.ensure_cache(p, progress=False)
+    cache = teacher_cache.ensure_cache(p, progress=False)
     (cache.dir / "COMPLETE").write_text("0123456789abcdef\n")
     named = rf"COMPLETE names the cache key 0123456789abcdef, but .* of key {cache.key} belongs.*Nothing was deleted"
-    for opening in (lambda: teacher.open_cache(p), lambda: teacher.ensure_cache(p, progress=False)):
+    for opening in (lambda: teacher_cache.open_cache(p), lambda: teacher_cache.ensure_cache(p, progress=False)):
         with pytest.raises(cache_dirs.CacheMismatchError, match=named):
             opening()
     assert (cache.dir / "train" / "topk_logp.npy").exists()
@@ -441,9 +441,9 @@ def test_clear_errors_before_heavy_work(tiny_llama, corpus_files, monkeypatch):
                      ({"hub": "x/y", "splitt": "train"}, r"data.source: unknown key 'splitt'"),
                      ({"path": "x"}, r"data.source: .*neither hub nor files")):
         with pytest.raises(ParamError, match=msg):
-            teacher.ensure_cache(load_profile("tiny", {"data.source": bad}), progress=False)
+            teacher_cache.ensure_cache(load_profile("tiny", {"data.source": bad}), progress=False)
     with pytest.raises(ParamError, match=r"teacher.source='\./no_such_dir'.*allowed values"):
-        teacher.ensure_cache(load_profile("tiny", {"teacher.source": "./no_such_dir"}), progress=False)
+        teacher_cache.ensure_cache(load_profile("tiny", {"teacher.source": "./no_such_dir"}), progress=False)
 
 
 # ----------------------------------------------------------------------------------------------- paper path
@@ -454,7 +454,7 @@ def test_paper_profile_loads_a_local_qwen3(tiny_qwen3, corpus_files):
     model, tok = teacher.load_teacher(p.teacher)
     assert type(model).__name__ == "Qwen3ForCausalLM" and model.dtype == torch.bfloat16 and not model.training
     assert next(model.parameters()).device.type == "cpu"
-    cache = teacher.ensure_cache(p, progress=False)
+    cache = teacher_cache.ensure_cache(p, progress=False)
     assert cache.meta["teacher_class"] == "Qwen3ForCausalLM" and cache.meta["dtype"] == "bfloat16"
     ids, lps, _ = _direct(model, cache.val.tokens[:4], p.cache.k)  # the cache pass batch (batch_size=4)
     np.testing.assert_array_equal(cache.val.topk_ids[:4], ids)
@@ -466,7 +466,7 @@ def test_paper_profile_loads_a_local_qwen3(tiny_qwen3, corpus_files):
 def test_bundled_teacher_and_corpus(out_root):
     p = load_profile("tiny", {"data.train_tokens": 256, "data.val_tokens": 256, "teacher.batch_size": 4,
                               "teacher.device": "cpu"})
-    cache = teacher.ensure_cache(p, progress=False)
+    cache = teacher_cache.ensure_cache(p, progress=False)
     assert cache.meta["teacher"] == "bundled" and cache.meta["vocab_size"] == 49152 and cache.meta["bos_id"] == 0
     rep = cache.report
     assert 1.5 < rep["val_ce"] < 7.0 and rep["tokens"] == {"train": 256, "val": 256}

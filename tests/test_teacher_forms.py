@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from normgrow import config
-from normgrow.data import corpus as data, teacher
+from normgrow.data import corpus as data, teacher, teacher_cache
 from normgrow.config import ParamError, TeacherParams, load_profile
 from tiny_teachers import corpus_texts, save_folder_teacher, tiny_llama, train_tokenizer, write_corpus, write_gguf
 
@@ -46,14 +46,14 @@ def test_gguf_file_and_folder_convert_once_to_the_same_model(tmp_path, texts, ca
     gguf = write_gguf(folder / "tiny-llama.gguf", written, tok)  # the folder holds the .gguf and nothing else
     corpus = write_corpus(tmp_path / "corpus", texts)
     as_file, as_folder = _profile(gguf, corpus), _profile(folder, corpus)
-    assert teacher.validate(as_file) == teacher.validate(as_folder) == "gguf"
+    assert teacher_cache.validate(as_file) == teacher_cache.validate(as_folder) == "gguf"
     g, out = teacher.gguf_source(str(gguf))
     assert teacher.gguf_source(str(folder)) == (g, out) and g == gguf.resolve()
     assert out.parent == teacher.models_dir() and out.name.startswith("tiny-llama-")
 
     # the key is derived without converting (tokenizer read from the GGUF), and is the same after the conversion
-    key = teacher._resolve_key(as_file)[3]
-    assert not out.exists() and teacher._resolve_key(as_folder)[3] == key
+    key = teacher_cache._resolve_key(as_file)[3]
+    assert not out.exists() and teacher_cache._resolve_key(as_folder)[3] == key
 
     from transformers import AutoModelForCausalLM
     model, _ = teacher.load_teacher(as_file.teacher)
@@ -71,11 +71,11 @@ def test_gguf_file_and_folder_convert_once_to_the_same_model(tmp_path, texts, ca
     stamp = (out / "CONVERTED").stat().st_mtime_ns
     again, tok_again = teacher.load_teacher(as_folder.teacher)  # the second use reads the converted folder
     assert "converting" not in capsys.readouterr().out and (out / "CONVERTED").stat().st_mtime_ns == stamp
-    assert teacher._resolve_key(as_folder)[3] == key
+    assert teacher_cache._resolve_key(as_folder)[3] == key
     # the GGUF's own document start: its BOS (<s>, id 1), not the <|endoftext|> transformers' GPT-2 tokenizer class
     # adds beyond the model's vocabulary (id 320 of a 320-token model)
     assert tok_again.convert_tokens_to_ids("<|endoftext|>") == len(tok)
-    cache = teacher.ensure_cache(as_folder, progress=False)
+    cache = teacher_cache.ensure_cache(as_folder, progress=False)
     assert cache.key == key and cache.meta["bos_id"] == 1 and cache.meta["vocab_size"] == len(tok)
     assert cache.meta["teacher_identity"]["source"] == str(gguf.resolve())
     rows = torch.from_numpy(np.asarray(cache.val.tokens[:2], dtype=np.int64))
@@ -173,8 +173,8 @@ def test_relative_paths_resolve_against_the_repo_root_from_any_cwd(repo, monkeyp
     seen = []
     for cwd in (repo, repo / "notebooks"):
         monkeypatch.chdir(cwd)
-        seen.append((teacher.validate(p), teacher.resolve_source(p.teacher), data.normalize_source(p.data.source),
-                     teacher._resolve_key(p)[3]))
+        seen.append((teacher_cache.validate(p), teacher.resolve_source(p.teacher), data.normalize_source(p.data.source),
+                     teacher_cache._resolve_key(p)[3]))
     assert seen[0] == seen[1]
     kind, path, spec, _ = seen[0]
     assert kind == "folder" and path == str(repo / "models" / "tiny")

@@ -27,7 +27,7 @@ def repo_tiny_cache_complete() -> bool:
     saved = os.environ.pop("NORMGROW_OUTPUTS", None)
     try:
         from normgrow.config import load_profile
-        from normgrow.data.teacher import open_cache
+        from normgrow.data.teacher_cache import open_cache
         open_cache(load_profile(PROFILE))
         return True
     except FileNotFoundError:

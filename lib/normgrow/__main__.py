@@ -36,7 +36,7 @@ def _main_process() -> bool:
 
 def _cache(args: argparse.Namespace) -> None:
     from .config import load_profile
-    from .data.teacher import ensure_cache
+    from .data.teacher_cache import ensure_cache
 
     cache = ensure_cache(load_profile(args.profile, _overrides(args.overrides)))
     if _main_process():

@@ -139,15 +139,15 @@ class BenchBatch:
 def load_batch(profile, data: str = "auto", cache=None, vocab_size: int | None = None,
                teacher_vocab_size: int | None = None) -> BenchBatch:
     """The bench's batch (module docstring). data: auto (the cache, else synthetic, saying so) | cache | synthetic.
-    cache: an opened teacher cache (default: teacher.open_cache(profile)). vocab_size: the student's vocabulary of a
-    synthetic batch. teacher_vocab_size: the teacher's, when the caller has the teacher (default: its config)."""
+    cache: an opened teacher cache (default: teacher_cache.open_cache(profile)). vocab_size: the student's vocabulary
+    of a synthetic batch. teacher_vocab_size: the teacher's, when the caller has the teacher (default: its config)."""
     from .data.vocab import VocabMap
     _choice("data", data, ("auto", "cache", "synthetic"))
     B, L, k = profile.train.batch_size, profile.data.seq_len, profile.cache.k
     if data in ("auto", "cache"):
         try:
             if cache is None:
-                from .data.teacher import open_cache
+                from .data.teacher_cache import open_cache
                 cache = open_cache(profile)
             if cache.train.tokens.shape[0] < B:
                 raise ValueError(f"the cache holds {cache.train.tokens.shape[0]} < train.batch_size={B} sequences")

@@ -125,12 +125,12 @@ class TeacherParams:
     dtype: str = "auto"
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     batch_size: int = 8  # sequences per teacher forward in the cache pass
-    # Processes of the cache pass (teacher.py, "Sharded pass"): each computes its share of the batches; the cache is
-    # byte-identical to the one-process cache. Not part of the cache key.
+    # Processes of the cache pass (teacher_cache.py, "Sharded pass"): each computes its share of the batches; the
+    # cache is byte-identical to the one-process cache. Not part of the cache key.
     processes: int = 1
-    # What a cache whose teacher fails the sanity gate (teacher.py, "Sanity gate") does: enforce (every open raises,
-    # naming the failed check) | warn (opens and prints the failure at every open; the report does not show it yet).
-    # Not part of the cache key: switching to warn reuses the cache already built.
+    # What a cache whose teacher fails the sanity gate (teacher_cache.py, "Sanity gate") does: enforce (every open
+    # raises, naming the failed check) | warn (opens and prints the failure at every open; the report does not show
+    # it yet). Not part of the cache key: switching to warn reuses the cache already built.
     sanity: str = "enforce"
 
 

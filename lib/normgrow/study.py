@@ -244,7 +244,8 @@ def _run_steps(running: dict[str, Path]) -> str:
 def _show_cache_build(bar) -> None:
     """Teacher tokens done / total of the cache build in progress (the progress files of its ranks, in its temp
     directory)."""
-    from .data.teacher import PROGRESS_FILES, teacher_root
+    from .data.teacher import teacher_root
+    from .data.teacher_cache import PROGRESS_FILES
     try:
         latest = max(teacher_root().glob(".tmp-*/"), key=lambda p: p.stat().st_mtime, default=None)
         ranks = [json.loads(p.read_text()) for p in latest.glob(PROGRESS_FILES)] if latest is not None else []
@@ -289,7 +290,7 @@ def finished_jobs(names: list[str], profile: str, failed: dict[str, str]) -> set
 def ensure_teacher_cache(prof, out_dir: Path, processes: int | None = None) -> str:
     """The key of the profile's teacher cache, built first (notebooks/00_teacher.ipynb, executed into out_dir) when
     it is not complete."""
-    from .data.teacher import open_cache
+    from .data.teacher_cache import open_cache
     try:
         key = open_cache(prof).key
         print(f"teacher cache: complete, reused (outputs/teacher/{key})")

@@ -30,9 +30,14 @@ Choices:
   - ``--write`` edits only the ``lr:`` entry of the profile's train section (a line edit, not a YAML dump, so every
     other line and comment stays byte for byte), re-parses the result to check it, and writes atomically. A norm
     and schedule that were not swept keep their current value. A profile without an lr line is refused before any training.
+  - The record keeps every candidate: the rows of an earlier invocation that this one did not run stay in sweep.csv
+    and sweep.json, read back from their runs while those are finished under this numerics version
+    (earlier_rows), and each arm's choice is over all of its candidates. So extending a grid (lower lrs, one more
+    schedule) adds to the record and never overwrites it.
 Outputs: outputs/sweep/<profile>/sweep.csv (one row per candidate) and sweep.json (the rows, the choice per arm,
-the grid warnings, date, profile, git commit, command line). Both describe this invocation's candidates only; a
-sweep of placements other than the study's writes them to outputs/sweep/<profile>/<norms>/ (rundir.sweep_dir, sweep_placements).
+the grid warnings, date, profile, git commit, this invocation's command line and the earlier runs it kept); a
+sweep of placements other than the study's writes them to outputs/sweep/<profile>/<norms>/ (rundir.sweep_dir,
+sweep_placements).
 """
 from __future__ import annotations
 
@@ -52,13 +57,14 @@ import yaml
 from tqdm.auto import tqdm
 
 from .config import PARAMS_DIR, REPO_ROOT, ParamError, load_profile, read_yaml, writable_outputs_dir
-from .rundir import SWEEP_RUN_PREFIX, RunDirError, is_finished, runner_lock, sweep_dir
+from .rundir import (NUMERICS_VERSION, SWEEP_RUN_PREFIX, RunDirError, is_finished, read_finished, run_path,
+                     runner_lock, sweep_dir)
 from .train.growth import SCHEDULES
 from .student.model import NORMS
 from .train.run import run_variant
 from .train.spec import RunSpec, lr_for_run, make_run_spec
 from .analysis.variants import load_variants
-from .utils import atomic_write_json, atomic_write_text
+from .utils import atomic_write_json, atomic_write_text, read_json
 
 SWEEP_FILE = PARAMS_DIR / "sweep.yaml"
 PROFILES_DIR = PARAMS_DIR / "profiles"
@@ -243,11 +249,44 @@ def git_commit() -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
-def summarize(plan: SweepPlan, rows: list[dict], command: str) -> dict:
-    chosen = choose_lrs(rows)
+def earlier_rows(plan: SweepPlan, rows: list[dict], out_dir: Path) -> tuple[list[dict], list[str]]:
+    """(rows, why each other one was dropped) of the candidates out_dir's sweep.json recorded from earlier
+    invocations that this one did not run, read back from their runs: a candidate counts while its run directory
+    holds it finished under this NUMERICS_VERSION. So a sweep that extends a grid (other lrs, another schedule)
+    adds candidates to the record and the choice, and never drops the earlier ones."""
+    path = out_dir / "sweep.json"
+    if not path.is_file():
+        return [], []
+    ran = {r["run_name"] for r in rows}
+    kept, dropped = [], []
+    for row in read_json(path).get("rows", []):
+        name = row.get("run_name")
+        if name in ran:
+            continue
+        run_dir = run_path(plan.profile, name)
+        try:
+            summary, identity = read_finished(run_dir)
+        except RunDirError as err:
+            dropped.append(f"{name}: {err}")
+            continue
+        if identity.get("numerics") != NUMERICS_VERSION:
+            dropped.append(f"{name}: recorded under numerics version {identity.get('numerics')}, not {NUMERICS_VERSION}")
+            continue
+        kept.append({"norm": identity["norm"], "schedule": identity["schedule"],
+                     "lr": identity["profile"]["train"]["lr"]} | {k: summary.to_json()[k] for k in COLUMNS[3:]})
+    return kept, dropped
+
+
+def summarize(plan: SweepPlan, rows: list[dict], command: str, earlier: list[dict] = ()) -> dict:
+    """sweep.json's content: every candidate (this invocation's and the earlier ones still counting, earlier_rows),
+    sorted by placement, schedule, lr and seed, and the choice per arm over all of them."""
+    every = sorted([*earlier, *rows], key=lambda r: (r["norm"], SCHEDULES.index(r["schedule"]), r["lr"], r["seed"]))
+    chosen = choose_lrs(every)
     return {"profile": plan.profile, "date": date.today().isoformat(), "git_commit": git_commit(), "command": command,
-            "schedules": list(plan.schedules), "seeds": list(plan.seeds), "norms": list(plan.norms), "lrs": {norm: list(g) for norm, g in plan.lrs.items()},
-            "rows": rows, "chosen": chosen, "warnings": grid_warnings(chosen)}
+            "schedules": list(plan.schedules), "seeds": list(plan.seeds), "norms": list(plan.norms),
+            "lrs": {norm: list(g) for norm, g in plan.lrs.items()},
+            "earlier_runs": [r["run_name"] for r in earlier], "rows": every, "chosen": chosen,
+            "warnings": grid_warnings(chosen)}
 
 
 def sweep_placements(norms: tuple[str, ...] | None) -> str | None:
@@ -383,8 +422,13 @@ def sweep(plan: SweepPlan, write: bool = False, profiles_dir: Path = PROFILES_DI
         if not profile_path.is_file():
             raise ParamError(f"--write: no profile file {profile_path}")
         lr_line_span(profile_path.read_bytes().decode().splitlines(keepends=True), str(profile_path))
-    result = summarize(plan, run_candidates(plan, progress, jobs), command)
-    json_path = write_results(result, sweep_dir(plan.profile, sweep_placements(plan.norms)))
+    rows = run_candidates(plan, progress, jobs)
+    out_dir = sweep_dir(plan.profile, sweep_placements(plan.norms))
+    earlier, dropped = earlier_rows(plan, rows, out_dir)
+    for why in dropped:
+        print(f"an earlier candidate no longer counts, left out: {why}")
+    result = summarize(plan, rows, command, earlier)
+    json_path = write_results(result, out_dir)
     print(format_table(result))
     for warning in result["warnings"]:
         print(f"warning: {warning}")

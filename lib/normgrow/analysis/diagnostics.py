@@ -156,7 +156,7 @@ def group_masks(classes: Tensor) -> dict[str, Tensor]:
 def fixed_batch(profile, n: int = DEFAULT_N, cache=None) -> dict:
     """The first n validation sequences of the profile's teacher cache, with targets, loss mask, teacher top-k and
     token classes (float32-ready CPU tensors), plus "meta": {n, cache_key, fingerprint, class_counts}."""
-    from ..data.teacher import open_cache
+    from ..data.teacher_cache import open_cache
     if cache is None:
         prof = load_profile(profile) if isinstance(profile, str) else profile
         cache = open_cache(prof)

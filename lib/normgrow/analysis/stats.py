@@ -449,7 +449,7 @@ def baselines(profile: str) -> dict:
     it (not built, or runs without a profile file)."""
     from ..config import ParamError, load_profile
     from ..data.corpus import unigram_val_ce
-    from ..data.teacher import open_cache
+    from ..data.teacher_cache import open_cache
     try:
         cache = open_cache(load_profile(profile))
     except (FileNotFoundError, ParamError):

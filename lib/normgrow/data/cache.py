@@ -1,4 +1,4 @@
-"""Cache directories (the corpus cache, corpus.py, and the teacher cache, teacher.py): a build happens in a temp
+"""Cache directories (the corpus cache, corpus.py, and the teacher cache, teacher_cache.py): a build happens in a temp
 directory (``temp_build_dir``), ``publish`` records every file's size and sha256 in ``checksums.json``, writes
 ``COMPLETE`` and renames the directory into place; ``verify_cache`` checks them at every open (see there).
 """
@@ -30,7 +30,7 @@ def is_complete(d: Path, key: str) -> bool:
 
 class CacheMismatchError(RuntimeError):
     """A cache directory that is not the cache asked for: its marker, meta.json, shapes or contents say it holds
-    another one (teacher.check_cache). Never deleted nor rebuilt automatically: the message says what to do."""
+    another one (teacher_cache.check_cache). Never deleted nor rebuilt automatically: the message says what to do."""
 
 
 def check_marker(d: Path, key: str) -> None:

@@ -571,7 +571,7 @@ def run_variant(spec: RunSpec, progress: bool = True) -> dict:
 
     On train.processes > 1 ranks (ranks.py: forked here, or started by accelerate launch); rank 0 holds the run
     directory's lock throughout, so a second job on the same run stops with the holder's pid."""
-    from ..data.teacher import ensure_cache  # heavy import, only once parameters are valid
+    from ..data.teacher_cache import ensure_cache  # heavy import, only once parameters are valid
 
     prof, tp = spec.profile, spec.profile.train
     budget = None

@@ -255,7 +255,7 @@ def run_disk_estimate(profile, cache=None) -> dict:
     prof = load_profile(profile) if isinstance(profile, str) else profile
     try:
         if cache is None:
-            from ..data.teacher import open_cache
+            from ..data.teacher_cache import open_cache
             cache = open_cache(prof)
         vocab_size = VocabMap.for_cache(cache, prof.student.vocab).size
     except FileNotFoundError:
