@@ -159,6 +159,16 @@ def test_a_setting_without_finished_runs_is_not_testable(grids, outputs):
     assert row["grow_verdict"] == NOT_TESTABLE and row["gate"].startswith("no finished runs of pre-joint")
 
 
+def test_the_record_covers_every_setting_whichever_were_asked_for(grids, outputs):
+    """--settings chooses what trains; grid.csv and the report keep every setting, so a run of one setting never
+    drops the others from the committed record. An unknown setting is still refused by name."""
+    write_grid(grids, "g", GRID)
+    assert grid.main(["--profile", "tiny", "--grid", "g", "--settings", "copy_last", "--report-only"]) == 0
+    frame = pd.read_csv(outputs / "grid" / "tiny" / "g" / "grid.csv")
+    assert list(frame["setting"]) == [s.name for s in grid.load_grid("g").settings]
+    assert grid.main(["--profile", "tiny", "--grid", "g", "--settings", "nowhere", "--report-only"]) == 2
+
+
 def test_a_setting_is_judged_by_the_claim_declarations_on_its_own_pair(monkeypatch):
     """The grid's verdicts are those of params/reference.yaml's headline-grow and headline-ratio with their gaps
     re-pointed at the setting's placements; a declaration whose gap is not between two core variants is refused by

@@ -25,7 +25,9 @@ Choices:
     are still shown.
 Outputs: outputs/grid/<profile>/<grid>/grid.csv (a row per setting), runs.csv (a row per run), grid.json (the plan:
 every cell's run, the settings, date, command, git commit), report.html (the forest plot and the table) and
-forest.svg (the forest plot as a static figure, for README).
+forest.svg (the forest plot as a static figure, for README). They always cover every setting of the grid, from the
+finished runs, whichever settings an invocation trained (``--settings``), so running one setting never drops the
+others from the record.
 """
 from __future__ import annotations
 
@@ -395,7 +397,7 @@ def run_grid(profile: str, grid_name: str, seeds: list[int] | None = None, only:
     execute_runs(profile, pending, jobs, processes, f"grid {grid_name}", done, failed, initial=len(done) + len(failed),
                  total=len(plan.jobs))
     try:
-        files = write_grid(plan, command)
+        files = write_grid(plan_grid(profile, plan.grid, seeds, None, processes) if only else plan, command)
         print(f"results: {files['report']}")
     except RunDirError as err:
         failed["report"] = str(err)
@@ -408,7 +410,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", default="cpu", help=f"a file of params/profiles: {', '.join(available_profiles())} "
                         "(default: cpu)")
     parser.add_argument("--grid", default="robustness", help="a file in params/grids (default: robustness)")
-    parser.add_argument("--settings", nargs="+", help="only these settings of the grid")
+    parser.add_argument("--settings", nargs="+", help="train only these settings of the grid (the record, grid.csv "
+                        "and the report, always covers every setting)")
     parser.add_argument("--seeds", nargs="+", help="override the grid's seeds: seeds and inclusive ranges, e.g. 0-5")
     parser.add_argument("--jobs", type=int, help="runs executed at once (default: params/study.yaml jobs, else 1)")
     parser.add_argument("--processes", type=int, help="processes (CPU ranks or GPUs) of each run")
@@ -422,8 +425,9 @@ def main(argv: list[str] | None = None) -> int:
         seeds = parse_seeds(args.seeds) if args.seeds else None
         writable_outputs_dir()
         if args.report_only:
-            plan = plan_grid(args.profile, load_grid(args.grid), seeds, args.settings, args.processes)
-            print(f"results: {write_grid(plan, command)['report']}")
+            grid = load_grid(args.grid)
+            plan_grid(args.profile, grid, seeds, args.settings, args.processes)  # names an unknown setting
+            print(f"results: {write_grid(plan_grid(args.profile, grid, seeds, None, args.processes), command)['report']}")
             return 0
         with runner_lock():
             return run_grid(args.profile, args.grid, seeds, args.settings, args.jobs, args.processes, command)
