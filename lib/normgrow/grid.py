@@ -285,19 +285,20 @@ def judge_setting(plan: GridPlan, setting: Setting, reference: Reference, unigra
     claims = [JUDGES[ref.claim(name).kind](ref.claim(name), ref, runs, "val_ce", level)
               for name in SETTING_CLAIMS.values()]
     missing = [v for v in variants if v not in set(runs.get("variant", []))]
+    if len(runs):  # the gates see every finished run; depth does not pay for a placement missing a single or joint run
+        regime = regime_check(with_flatness(runs, plan.profile), unigram)
+        depth = depth_check(runs, variants, margin)
+        claims = depth_gate(gate_claims(claims, regime), depth, variants)
     if missing:
         row |= {"trained": False, "depth_pays": False, "depth_gain_a": math.nan, "depth_gain_b": math.nan,
                 "gate": f"no finished runs of {', '.join(missing)}"}
     else:
-        regime = regime_check(with_flatness(runs, plan.profile), unigram)
-        depth = depth_check(runs, variants, margin)
         gains = depth.set_index("norm")
         row |= {"trained": bool(regime["trained"].all()), "depth_pays": bool(gains["pays"].all()),
                 "depth_gain_a": gains.loc[a, "depth_gain"], "depth_gain_b": gains.loc[b, "depth_gain"]}
         row["gate"] = ("; ".join(regime.loc[~regime["trained"].astype(bool), "reason"]) if not row["trained"] else
                        "; ".join(gains.loc[~gains["pays"].astype(bool), "reason"]) if not row["depth_pays"] else
                        "judged")
-        claims = depth_gate(gate_claims(claims, regime), depth, variants)
     return row | {column: claim.status for column, claim in zip(SETTING_CLAIMS, claims)}
 
 
