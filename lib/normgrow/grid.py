@@ -158,16 +158,21 @@ def run_overrides(profile: str, setting: Setting, norm: str, schedule: str, base
     return {**overrides, "train.lr": lr_for_run(lr, norm, setting.lr_of[schedule])}
 
 
+def check_settings(grid: Grid, only: list[str] | None) -> None:
+    """A ParamError naming the first of ``only`` that is not a setting of the grid, with the allowed values."""
+    unknown = sorted(set(only or ()) - {s.name for s in grid.settings})
+    if unknown:
+        raise ParamError(f"--settings {unknown[0]!r} is not a setting of grid {grid.name!r}; allowed values: "
+                         f"{', '.join(s.name for s in grid.settings)}")
+
+
 def plan_grid(profile: str, grid: Grid, seeds: list[int] | None = None, only: list[str] | None = None,
               processes: int | None = None, overrides: dict | None = None) -> GridPlan:
     """Every cell (setting x placement x core schedule x seed) and the run it reads, sharing runs by identity (module
     docstring). A setting of ``only`` that cannot run is a ParamError; without ``only`` it is listed in not_run.
     overrides: dotted profile keys of every run, the study's runs included (tests shrink the tiny profile onto a
     synthetic cache with them)."""
-    unknown = sorted(set(only or ()) - {s.name for s in grid.settings})
-    if unknown:
-        raise ParamError(f"--settings {unknown[0]!r} is not a setting of grid {grid.name!r}; allowed values: "
-                         f"{', '.join(s.name for s in grid.settings)}")
+    check_settings(grid, only)
     variants = load_variants()
     study_variant = {(v.norm, v.schedule): v.name for v in variants.values()
                      if not v.freeze_prefix and v.match_active_layer_tokens is None}
@@ -427,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
         writable_outputs_dir()
         if args.report_only:
             grid = load_grid(args.grid)
-            plan_grid(args.profile, grid, seeds, args.settings, args.processes)  # names an unknown setting
+            check_settings(grid, args.settings)
             print(f"results: {write_grid(plan_grid(args.profile, grid, seeds, None, args.processes), command)['report']}")
             return 0
         with runner_lock():

@@ -187,8 +187,8 @@ def _flatten(tree: dict, prefix: str = "") -> dict:
 NOT_COMPARED = ("profile.teacher.processes", "profile.teacher.sanity", "profile.train.eval_after_growth",
                 "profile.train.trackers")
 """Recorded, but not part of what must agree: the teacher cache is the same byte for byte on any number of
-processes (teacher_cache.teacher_pass), and the cache itself is compared through its key; the sanity gate's mode decides
-whether a cache may be opened, not what a run computes; extra evaluations and trackers only observe the run
+processes (teacher_cache.teacher_pass), and the cache itself is compared through its key; the sanity gate's mode
+decides whether a cache may be opened, not what a run computes; extra evaluations and trackers only observe the run
 (tests/test_train.py checks that evaluations leave the training bitwise unchanged)."""
 
 

@@ -199,9 +199,13 @@ def run_candidates(plan: SweepPlan, progress: bool = True, jobs: int = 1) -> lis
     for spec in bar:
         bar.set_postfix_str(spec.run_name)
         summary = run_variant(spec, progress=progress)
-        rows.append({"norm": spec.norm, "schedule": spec.schedule, "lr": spec.profile.train.lr, "seed": spec.seed,
-                     **{key: summary[key] for key in COLUMNS[3:]}})
+        rows.append(candidate_row(spec.norm, spec.schedule, spec.profile.train.lr, summary))
     return rows
+
+
+def candidate_row(norm: str, schedule: str, lr: float, summary: dict) -> dict:
+    """One row of sweep.csv (COLUMNS): a candidate's arm and lr, and the numbers of its summary (Summary.to_json)."""
+    return {"norm": norm, "schedule": schedule, "lr": lr} | {key: summary[key] for key in COLUMNS[3:]}
 
 
 def choose_lrs(rows: list[dict]) -> dict[str, dict[str, dict]]:
@@ -272,8 +276,8 @@ def earlier_rows(plan: SweepPlan, rows: list[dict], out_dir: Path) -> tuple[list
         if identity.get("numerics") != NUMERICS_VERSION:
             dropped.append(f"{name}: recorded under numerics version {identity.get('numerics')}, not {NUMERICS_VERSION}")
             continue
-        kept.append({"norm": identity["norm"], "schedule": identity["schedule"],
-                     "lr": identity["profile"]["train"]["lr"]} | {k: summary.to_json()[k] for k in COLUMNS[3:]})
+        kept.append(candidate_row(identity["norm"], identity["schedule"], identity["profile"]["train"]["lr"],
+                                  summary.to_json()))
     return kept, dropped
 
 

@@ -416,8 +416,9 @@ def compile_blocks(model: Student) -> None:
 
 
 class DistillStep(nn.Module):
-    """The training forward: the student's body (compiled or not) and the fused distillation head, as one module so
-    that DistributedDataParallel wraps every use of the parameters (the tied head included) in its forward."""
+    """The training forward: the student's body (its blocks compiled or not, compile_blocks) and the fused
+    distillation head, as one module so that DistributedDataParallel wraps every use of the parameters (the tied
+    head included) in its forward."""
 
     def __init__(self, model: Student, params, compiled: bool):
         super().__init__()

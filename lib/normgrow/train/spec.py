@@ -264,10 +264,11 @@ def run_disk_estimate(profile, cache=None) -> dict:
             raise
         vocab_size = recorded[0]
     stages = list(prof.train.stages)
-    ckpt = {d: 4 * student_param_count(prof, d, vocab_size) + CHECKPOINT_OVERHEAD for d in set(stages)}
+    params = {d: student_param_count(prof, d, vocab_size) for d in sorted(set(stages))}
+    ckpt = {d: 4 * n + CHECKPOINT_OVERHEAD for d, n in params.items()}
     kept = {"grow": sum(ckpt[d] for d in stages), "joint": ckpt[stages[-1]], "single": ckpt[stages[0]]}
     last = 3 * (ckpt[stages[-1]] - CHECKPOINT_OVERHEAD) + CHECKPOINT_OVERHEAD
     return {"profile": prof.name, "vocab_size": vocab_size,
             "checkpoint_bytes": {str(d): b for d, b in sorted(ckpt.items())},
             "kept_bytes": kept, "peak_extra_last_pt_bytes": last,
-            "params": {str(d): student_param_count(prof, d, vocab_size) for d in sorted(set(stages))}}
+            "params": {str(d): n for d, n in params.items()}}
