@@ -106,6 +106,30 @@ def test_v1_loss_within_bf16_rounding():
     assert a != b and abs(a - b) <= 2 ** -9 * abs(a)
 
 
+def test_v2_is_this_step_with_its_blocks_eager():
+    """Where train.compile resolves to on, normgrow is numerics version 3's step (blocks compiled) and normgrow_v2
+    version 2's (the same step eager): in float32 their first losses differ by reordered sums only."""
+    profile = run_profile("tiny", "pre", "joint", CORPUS | {"train.compile": "on"})
+    batch = bench.load_batch(profile, "cache", cache=fakes.fake_cache())
+    built, _ = bench.build_candidates(profile, batch, ("normgrow", "normgrow_v2"), torch.float32)
+    v3, v2 = built["normgrow"], built["normgrow_v2"]
+    assert all(b._compiled_call_impl is not None for b in v3.model.blocks)
+    assert all(b._compiled_call_impl is None for b in v2.model.blocks)
+    assert v3.step() == pytest.approx(v2.step(), rel=1e-5)
+
+
+def test_compare_times_this_numerics_version_against_the_previous(tmp_path):
+    out = tmp_path / "b.json"
+    bench.main(["--profile", "tiny", "--compare", "--repeats", "1", "--data", "synthetic", "--vocab-size", "96",
+                "--memory", "none", "--peak-size", "64", "--out", str(out)])
+    report = json.loads(out.read_text())
+    assert set(report["candidates"]) == set(bench.COMPARE) == {"normgrow", "normgrow_v2"}
+    assert set(report["ratios"]) == {"normgrow_vs_normgrow_v2"}
+    assert "numerics version 3 vs 2" in bench.format_table(report)
+    with pytest.raises(SystemExit):
+        bench.main(["--profile", "tiny", "--compare", "--candidates", "normgrow"])
+
+
 def test_mfu_label_follows_the_dtype():
     assert bench.mfu_label(torch.bfloat16) == "MFU (bf16 peak)"
     assert bench.mfu_label(torch.float32) == "MFU (float32 peak)"

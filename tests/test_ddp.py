@@ -138,12 +138,13 @@ def test_processes_are_validated(outputs):
 def test_identities_recorded_before_processes_and_compile_still_match():
     """config.json of runs made before train.processes and train.compile existed lacks them: they compare as
     their defaults (1, auto), and as nothing else."""
-    current = spec("x").identity()
+    auto = {"train.compile": "auto"}  # the tiny profile says off
+    current = spec("x", auto).identity()
     old = json.loads(json.dumps(current))
     del old["profile"]["train"]["processes"], old["profile"]["train"]["compile"]
     assert rundir.identity_differences(old, current) == []
     assert rundir.identity_differences(current, old) == []
-    two = spec("x", TWO).identity()
+    two = spec("x", TWO | auto).identity()
     assert rundir.identity_differences(old, two) == ["profile.train.processes"]
 
 
@@ -151,7 +152,7 @@ def test_compile_setting_resolves_per_device():
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     assert train.compile_enabled("auto", cuda) and not train.compile_enabled("off", cuda)
     assert train.compile_enabled("on", cpu)
-    assert train.compile_enabled("auto", cpu) == train.COMPILE_ON_CPU
+    assert train.compile_enabled("auto", cpu) and not train.compile_enabled("auto", torch.device("mps"))
 
 
 def test_compiled_blocks_train_like_the_eager_ones(outputs):
@@ -162,6 +163,25 @@ def test_compiled_blocks_train_like_the_eager_ones(outputs):
     assert (compiled["tokens"], compiled["steps"]) == (eager["tokens"], eager["steps"])
     for a, b in zip(compiled["phases"], eager["phases"]):
         assert a["val_ce"] == pytest.approx(b["val_ce"], abs=1e-4)
+
+
+def test_every_evaluation_of_a_compiled_run_runs_the_compiled_blocks(outputs, monkeypatch):
+    """The untrained model's evaluation and the one just after each growth run the same compiled blocks as the
+    steps (under numerics version 2 they ran eager blocks: the blocks were compiled when a phase's first step was
+    built)."""
+    compiled_at_eval = []
+    evaluate = train.evaluate
+
+    def spy(model, *args, **kwargs):
+        compiled_at_eval.append([block._compiled_call_impl is not None for block in model.blocks])
+        return evaluate(model, *args, **kwargs)
+
+    monkeypatch.setattr(train, "evaluate", spy)
+    run_variant(spec("compiled", {"train.compile": "on"}), progress=False)
+    kinds = [r["kind"] for r in train_records(rundir.run_path("tiny", "compiled"))[1]]
+    assert len(compiled_at_eval) == len(kinds) + 2  # the two evaluations after growth are in summary.json
+    assert [len(blocks) for blocks in compiled_at_eval[:2]] == [1, 1]  # step 0 and the first phase end: depth 1
+    assert all(all(blocks) for blocks in compiled_at_eval)
 
 
 @pytest.mark.parametrize("dtype, rel", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)], ids=["float32", "bf16"])

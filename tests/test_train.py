@@ -84,6 +84,9 @@ def test_grow_run_phases_and_exact_accounting(outputs):
     assert sum(tokens_per_step * r["depth"] for r in steps) == summary["active_layer_tokens"]
     assert load_student(run_dir / "checkpoints" / "final.pt").cfg.n_layers == 3
     assert not (run_dir / "checkpoints" / "last.pt").exists()
+    # the time outside the steps is recorded: evaluations (step 0, every 2 steps, the two after growth) and checkpoints
+    assert 0 < summary["eval_s"] and 0 < summary["checkpoint_s"]
+    assert summary["eval_s"] + summary["checkpoint_s"] < summary["wall_s"]
 
 
 def _params(path):

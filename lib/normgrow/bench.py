@@ -1,7 +1,8 @@
-"""Training-throughput benchmark: the study's training step against its numerics version 1 and transformers
+"""Training-throughput benchmark: the study's training step against its earlier numerics versions and transformers
 baselines, in one process.
 
     python -m normgrow.bench --profile cpu          (make bench)
+    python -m normgrow.bench --profile cpu --compare   (this numerics version's step against the previous one's)
 
 The student is the profile's own, as the study builds it: student.* width and heads at the full depth
 train.stages[-1], pre-norm (the placement that maps to Qwen3ForCausalLM), the vocabulary of student.vocab resolved by
@@ -14,11 +15,12 @@ Candidates (same batch, same initial weights; every one is a full training step:
 grad-norm clip, AdamW step, loss.item()):
   normgrow           the study's step: train.DistillStep (the student's blocks, compiled when train.compile resolves
                      to on here, + the fused distillation head) under train._autocast, train.make_optimizer's AdamW
-                     (numerics version 2: attention kernel in float32 on CPU, fused AdamW)
-  normgrow_v1        the same step under numerics version 1: StudentConfig.attention_kernel="autocast" and
-                     make_optimizer(fused=False); ratios.normgrow_vs_normgrow_v1 is v1 / v2 step time
-  normgrow_compiled  normgrow with DistillStep(compiled=True), as train.compile: on runs it. Its first call
-                     compiles, so it needs warmup >= 1
+                     (numerics version 3: blocks compiled on CPU and CUDA, attention kernel in float32 on CPU, fused
+                     AdamW). Compiled, its first call compiles, so it needs warmup >= 1
+  normgrow_v2        the same step under numerics version 2: the blocks eager; ratios.normgrow_vs_normgrow_v2 is
+                     v2 / v3 step time (--compare times these two alone)
+  normgrow_v1        the step under numerics version 1: eager, StudentConfig.attention_kernel="autocast" and
+                     make_optimizer(fused=False)
   hf_cached          transformers Qwen3ForCausalLM converted from the same student (same vocabulary) under the same
                      autocast, full logits + distill.distill_loss: the same cached loss, another model/head
   hf_online          a Qwen3ForCausalLM student over the teacher's full vocabulary (the online KL needs every teacher
@@ -63,7 +65,9 @@ from .train.spec import _choice, run_profile
 from .analysis.variants import load_variants
 from .utils import TRAIN_DTYPES, cpu_flags, dtype_name, resolve_dtype
 
-CANDIDATES = ("normgrow", "normgrow_v1", "normgrow_compiled", "hf_cached", "hf_online")
+CANDIDATES = ("normgrow", "normgrow_v2", "normgrow_v1", "hf_cached", "hf_online")
+COMPARE = ("normgrow", "normgrow_v2")
+"""--compare: the step of this NUMERICS_VERSION against the previous version's."""
 CPU = torch.device("cpu")
 
 
@@ -253,10 +257,10 @@ def build_candidates(profile, batch: BenchBatch, names, dtype: torch.dtype, teac
 
     if "normgrow" in names:
         candidates["normgrow"] = normgrow()
+    if "normgrow_v2" in names:
+        candidates["normgrow_v2"] = normgrow(compiled=False)
     if "normgrow_v1" in names:
-        candidates["normgrow_v1"] = normgrow(attention_kernel="autocast", fused=False)
-    if "normgrow_compiled" in names:
-        candidates["normgrow_compiled"] = normgrow(compiled=True)
+        candidates["normgrow_v1"] = normgrow(attention_kernel="autocast", fused=False, compiled=False)
     if "hf_cached" in names:
         hf, opt = hf_model(proto)
         rows = distill.flatten_batch({k: v for k, v in batch.student.items() if k != "tokens"})
@@ -470,7 +474,7 @@ def run_bench(profile_name: str = "cpu", repeats: int = 5, warmup: int = 1, cand
     names = [n for n in CANDIDATES if n in built]
     peak = matmul_peak_sampler(dt, peak_size)
     times: dict[str, list[float]] = {n: [] for n in names}
-    warmup_times: dict[str, list[float]] = {n: [] for n in names}  # the first includes normgrow_compiled's compile
+    warmup_times: dict[str, list[float]] = {n: [] for n in names}  # the first includes a compiled normgrow's compile
     peaks, warmup_peaks = [], []
     losses = {}
     for r in range(warmup + repeats):
@@ -553,10 +557,11 @@ def format_table(report: dict) -> str:
         lines.append(f"| {n} | {sizes[r['vocabulary']]} | {r['step_s']:.3f} | {r['tok_s']:,.0f} | "
                      f"{r['step_s'] / base if base else float('nan'):.2f} | {r['step_flops'] / 1e9:.1f} | "
                      f"{100 * r['mfu']:.1f}% | {'n/a' if mem is None else f'{mem / 2**20:,.0f} MiB'} |")
-    if "normgrow_vs_normgrow_v1" in report["ratios"]:
-        lines.append(f"numerics version 2 vs 1: normgrow_v1 / normgrow step time = "
-                     f"{report['ratios']['normgrow_vs_normgrow_v1']:.3f} (v1: attention kernel in the autocast dtype, "
-                     "for-loop AdamW)")
+    for name, what in (("normgrow_v2", "v2: the blocks eager"),
+                       ("normgrow_v1", "v1: eager, attention kernel in the autocast dtype, for-loop AdamW")):
+        if f"normgrow_vs_{name}" in report["ratios"]:
+            lines.append(f"numerics version 3 vs {name[-1]}: {name} / normgrow step time = "
+                         f"{report['ratios'][f'normgrow_vs_{name}']:.3f} ({what})")
     lines.append(f"student step: {report['flops']['step'] / 1e9:.1f} GFLOP (head {100 * report['flops']['head_fraction']:.0f}% "
                  f"of forward); matmul peak {pk['dtype']} {pk['flop_s'] / 1e9:.0f} GFLOP/s (median of one "
                  f"{pk['size']}^3 sample per round; rounds {min(pk['per_round']) / 1e9:.0f}-"
@@ -582,7 +587,9 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", default="cpu")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=1)
-    ap.add_argument("--candidates", nargs="+", default=list(CANDIDATES), choices=CANDIDATES)
+    ap.add_argument("--candidates", nargs="+", default=None, choices=CANDIDATES, help="default: all of them")
+    ap.add_argument("--compare", action="store_true",
+                    help=f"time {' and '.join(COMPARE)} alone: this numerics version's step against the previous one's")
     ap.add_argument("--data", default="auto", choices=("auto", "cache", "synthetic"))
     ap.add_argument("--dtype", default=None, choices=TRAIN_DTYPES,
                     help="default: the profile's train.dtype (auto: bf16 where the CPU computes it natively, AMX / "
@@ -596,6 +603,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--memory-probe", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.compare and args.candidates:
+        ap.error("--compare chooses the candidates; pass --candidates or --compare, not both")
+    args.candidates = list(COMPARE) if args.compare else args.candidates or list(CANDIDATES)
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.memory_probe:

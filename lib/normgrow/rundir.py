@@ -40,10 +40,12 @@ from .config import SECTIONS, ParamError, outputs_dir
 from .utils import atomic_write_json, read_json
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-NUMERICS_VERSION = 2
+NUMERICS_VERSION = 3
 """Bump when a code change changes the numbers a run produces: runs recorded with another value no longer count.
 2: every row begins with the document-start token (data.PACK_VERSION 2, one sectioning rule), the attention kernel in
-float32 on CPU, fused AdamW."""
+float32 on CPU, fused AdamW.
+3: train.compile auto compiles the student's blocks on CPU too (inductor reorders and fuses their arithmetic), and
+every evaluation runs through the compiled blocks (the untrained model's and the one just after growth included)."""
 
 SWEEP_RUN_PREFIX = "sweep-"
 """Run names of the lr sweep (sweep.py) start with this; they share outputs/runs/<profile>/ with the study's runs, so
@@ -242,7 +244,7 @@ class Summary:
     Read and written only through read_summary / write_summary: a missing, unknown or mistyped field is an error
     naming the file, so a renamed field cannot silently become a NaN column in a table. The one exception is a field
     with a default (PhaseSummary.val_ce_after_growth): added after summaries had been written without it, it may be
-    absent and then reads as its default."""
+    absent and then reads as its default (so are eval_s and checkpoint_s)."""
     run_name: str
     profile: str
     norm: str
@@ -265,6 +267,9 @@ class Summary:
     dtype: str
     vocab: dict  # {mode, size, teacher_mass_outside}
     phases: tuple[PhaseSummary, ...]
+    # wall seconds of wall_s spent in evaluations and in writing checkpoints (None: written before they were recorded)
+    eval_s: float | None = None
+    checkpoint_s: float | None = None
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self) | {"phases": [dataclasses.asdict(p) for p in self.phases]}

@@ -32,7 +32,8 @@ ALPHA = 0.05
 at most 5% of studies, the same error rate as a false difference at the 95% intervals (1 - LEVEL)."""
 METRICS = ("val_ce", "val_kd_ce")  # the validation metrics every run reports
 RUN_FIELDS = ("run_name", "variant", "seed", "norm", "schedule", "freeze_prefix", "match_active_layer_tokens",
-              "depth", "val_ce", "val_kd_ce", "tokens", "active_layer_tokens", "trainable_layer_tokens", "wall_s")
+              "depth", "val_ce", "val_kd_ce", "tokens", "active_layer_tokens", "trainable_layer_tokens", "wall_s",
+              "eval_s", "checkpoint_s")
 PHASE_FIELDS = ("depth", "tokens", "active_layer_tokens", "val_ce", "val_kd_ce", "val_ce_after_growth")
 UNIGRAM_MARGIN = 1.0
 """Nats/token every seed's final val_ce must lie below the unigram baseline for its variant to count as trained (the

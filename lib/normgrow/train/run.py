@@ -39,9 +39,12 @@ Choices made explicit here (see growth.py for the schedules and the token accoun
     (ranks hold different numbers of positions). Counters and logged numbers are those of the global batch; rank 0
     alone holds the run lock and writes (metrics, checkpoints, summary). The forward is wrapped again after every
     growth step, because DDP fixes its parameter set when it wraps.
-  - Compilation (train.compile): torch.compile of each block (compile_blocks: one graph shared by the blocks and
-    the depths of a run). The fused distillation head stays eager: it is a custom autograd function with
-    hand-written gradients and reused buffers, and compiled it was 2x slower on CPU (docs/LOG.md).
+  - Compilation (train.compile, auto = on for CPU and CUDA, numerics version 3): torch.compile of each block
+    (compile_blocks: one graph shared by the blocks and the depths of a run), done before the first evaluation and
+    right after each growth, so every evaluation and every step of a run goes through the same compiled blocks.
+    The fused distillation head stays eager: it is a custom autograd function with hand-written gradients and
+    reused buffers, and compiled it was 2x slower on CPU (docs/LOG.md). Compiled code is kept in a persistent
+    inductor cache (INDUCTOR_CACHE), so only a machine's first run pays the cold compilation.
 """
 from __future__ import annotations
 
@@ -177,17 +180,17 @@ def make_optimizer(model: Student, params, previous: torch.optim.Optimizer | Non
     return opt
 
 
-COMPILE_ON_CPU = False
-"""Whether train.compile: auto compiles on CPU. Compiled blocks are faster there (a cpu-profile run 1.13-1.19x, the
-step 1.17x in bf16; docs/DESIGN.md, "Multi-process runs, compilation and the gpu profile"), but compilation changes
-the rounding, so the committed cpu runs (eager) would no longer reproduce: the default moves to on together with a
-new rundir.NUMERICS_VERSION, when the studies are trained again."""
-
-
 def _autocast(device: torch.device, dtype: torch.dtype):
     if dtype == torch.float32:
         return nullcontext()
     return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+EVAL_BATCH_TOKENS = 4096
+"""Tokens per evaluation batch (numerics version 3; before it, train.batch_size rows). With compiled blocks a
+full-validation evaluation of the cpu student at depth 9 took 3.68 s in batches of 16 x 256 tokens against 4.18 s in
+the training batch's 4 x 256 (one thread, bf16; eager 4.34 s either way; docs/LOG.md). The head still runs in chunks
+of distill.DEFAULT_CHUNK rows, so memory grows only by the body's activations of one batch."""
 
 
 @torch.no_grad()
@@ -287,7 +290,7 @@ def prepare_run_dir(spec: RunSpec, teacher_key: str) -> tuple[Path, Summary | No
 
 def _new_counters() -> dict:
     return {"step": 0, "tokens": 0, "active_layer_tokens": 0, "trainable_layer_tokens": 0, "wall_s": 0.0,
-            "metrics_lines": 0, "phases": [], "val_ce_after_growth": None}
+            "eval_s": 0.0, "checkpoint_s": 0.0, "metrics_lines": 0, "phases": [], "val_ce_after_growth": None}
 
 
 def load_resume_state(run_dir: Path, optimizer_on_grow: str) -> dict | None:
@@ -354,11 +357,21 @@ class Run:
         return self.wall_before + time.perf_counter() - self.session_start
 
     def evaluate(self, n_rows: int) -> dict:
-        tp = self.spec.profile.train
-        metrics = evaluate(self.model, self.cache.val, n_rows, tp.batch_size, self.device, self.dtype, self.vocab,
-                           self.ranks)
+        """The validation metrics of the model now, its wall seconds added to counters["eval_s"]. Batches of
+        EVAL_BATCH_TOKENS tokens, or of train.batch_size rows if those are more."""
+        tp, t0 = self.spec.profile.train, time.perf_counter()
+        rows = max(tp.batch_size, EVAL_BATCH_TOKENS // self.spec.profile.data.seq_len)
+        metrics = evaluate(self.model, self.cache.val, n_rows, rows, self.device, self.dtype, self.vocab, self.ranks)
         check_finite(self.spec.run_name, self.counters["step"], {k: metrics[k] for k in ("val_ce", "val_kd_ce")})
+        self.counters["eval_s"] = self.counters.get("eval_s", 0.0) + time.perf_counter() - t0
         return metrics
+
+    def save(self, path: Path, extra: dict) -> None:
+        """save_student of the model now, its wall seconds added to counters["checkpoint_s"] (counted in the next
+        checkpoint, as the wall time is)."""
+        t0 = time.perf_counter()
+        save_student(path, self.model, extra)
+        self.counters["checkpoint_s"] = self.counters.get("checkpoint_s", 0.0) + time.perf_counter() - t0
 
 
 def start_run(spec: RunSpec, cache, run_dir: Path, phases: list[Phase], state: dict | None, progress: bool,
@@ -393,12 +406,20 @@ def start_run(spec: RunSpec, cache, run_dir: Path, phases: list[Phase], state: d
                                disable=not (progress and ranks.main), unit="step"),
               ranks=ranks, accelerator=_accelerator(device) if ranks.world > 1 else None,
               compiled=compile_enabled(tp.compile, device), wall_before=counters["wall_s"])
+    if run.compiled:
+        compile_blocks(model)
     if counters["step"] == 0:  # the untrained model: the start of every learning curve (no checkpoint: no lines)
         metrics = run.evaluate(run.eval_rows)
         if ranks.main:
             run.log.write({"kind": "eval", "step": 0, "phase": 0, "depth": phases[0].depth, "tokens": 0,
                            "active_layer_tokens": 0, **metrics})
     return run
+
+
+INDUCTOR_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "normgrow" / "inductor"
+"""Where compiled kernels are kept across processes and reboots (torch's default lies under /tmp) unless
+TORCHINDUCTOR_CACHE_DIR says otherwise: a per-user cache outside outputs/, because it depends on the machine and the
+torch build, not on a study, and every outputs folder of a machine (tests' included) shares it."""
 
 
 def compile_blocks(model: Student) -> None:
@@ -409,6 +430,7 @@ def compile_blocks(model: Student) -> None:
     10-26 s per depth, warm. Evaluations go through the same blocks (a no-grad graph of its own). Blocks already
     compiled are left as they are, so a phase compiles only what growth appended. A placement whose blocks differ
     in a constant may need a graph per block, so the recompile limit is raised to 4 per block."""
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(INDUCTOR_CACHE))
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 4 * len(model.blocks))
     for block in model.blocks:
         if getattr(block, "_compiled_call_impl", None) is None:
@@ -456,6 +478,8 @@ def train_phase(run: Run, phase: Phase, phase_start: int, optimizer: torch.optim
         model.append_blocks(phase.depth - model.cfg.n_layers, grow_op.name,
                             generator=_grow_generator(spec.seed, phase.index))
         model.to(run.device)
+        if run.compiled:  # before the evaluation after growth, so it runs the blocks the phase trains
+            compile_blocks(model)
     grown = model.blocks[run.phases[phase.index - 1].depth:] if phase.index else []
 
     def at_step(step: int) -> None:  # the operator sees the phase's updates after this step (growth_ops.py)
@@ -535,11 +559,11 @@ def train_phase(run: Run, phase: Phase, phase_start: int, optimizer: torch.optim
                     val_ce_after_growth=counters.get("val_ce_after_growth") if phase.index else None)))
             counters["metrics_lines"] = run.log.lines
             if at_phase_end:  # carries the counters, so a damaged last.pt can resume from here (load_resume_state)
-                save_student(phase_checkpoint(run.dir, phase.index, phase.depth), model,
-                             {"step": counters["step"], "phase": phase.index, "run": spec.run_name,
-                              "vocab": run.vocab.to_json(), "counters": counters})
-            save_student(ckpt_dir / LAST, model, {"optimizer": optimizer.state_dict(), "counters": counters,
-                                                 "vocab": run.vocab.to_json()})
+                run.save(phase_checkpoint(run.dir, phase.index, phase.depth),
+                         {"step": counters["step"], "phase": phase.index, "run": spec.run_name,
+                          "vocab": run.vocab.to_json(), "counters": counters})
+            run.save(ckpt_dir / LAST, {"optimizer": optimizer.state_dict(), "counters": counters,
+                                       "vocab": run.vocab.to_json()})
     return optimizer
 
 
@@ -561,7 +585,8 @@ def finish_run(run: Run) -> Summary:
         n_params=sum(p.numel() for p in run.model.parameters()), device=str(run.device), dtype=dtype_name(run.dtype),
         vocab={"mode": prof.student.vocab, "size": run.vocab.size,
                "teacher_mass_outside": run.vocab.outside_mass(run.cache.val, loss_mask_np(run.cache.val.doc_start))},
-        phases=tuple(PhaseSummary(**p) for p in counters["phases"]))
+        phases=tuple(PhaseSummary(**p) for p in counters["phases"]), eval_s=counters.get("eval_s"),
+        checkpoint_s=counters.get("checkpoint_s"))
     write_summary(run.dir, summary)
     os.remove(ckpt_dir / LAST)  # optimiser state is only needed to resume; the phase checkpoints stay
     return summary
@@ -638,7 +663,9 @@ def _accelerator(device: torch.device):
 
 
 def compile_enabled(setting: str, device: torch.device) -> bool:
-    """train.compile resolved: on / off as given; auto compiles on CUDA, and on CPU only if COMPILE_ON_CPU."""
+    """train.compile resolved: on / off as given; auto compiles on CPU and CUDA (numerics version 3). On CPU the
+    compiled blocks made the cpu profile's step 1.17x faster in bf16 and no slower in float32 (docs/LOG.md); other
+    devices (mps) stay eager."""
     if setting != "auto":
         return setting == "on"
-    return device.type == "cuda" or (device.type == "cpu" and COMPILE_ON_CPU)
+    return device.type in ("cpu", "cuda")
