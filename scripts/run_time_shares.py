@@ -7,19 +7,20 @@ starts (the kernel, imports, the cache key) is not in wall_s. Run:
 import sys
 from collections import defaultdict
 
-from normgrow.rundir import finished_runs, read_metrics, read_summary
+from normgrow.analysis.variants import collect_runs
+from normgrow.rundir import read_metrics, run_path
 
 
 def shares(profile: str) -> dict[str, dict[str, float]]:
-    """{variant: {wall_s, steps_s, eval_s, checkpoint_s, other_s}} summed over its finished runs (seeds)."""
+    """{variant: {wall_s, steps_s, eval_s, checkpoint_s, other_s}} summed over the study's runs of each variant (the
+    runs the report counts, assigned by their recorded parameters)."""
     totals: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    for run_dir in finished_runs(profile):
-        summary = read_summary(run_dir)
+    for (variant, _), summary in collect_runs(profile).assigned.items():
         if summary.eval_s is None:
             continue
         tokens_per_step = summary.tokens / summary.steps
-        steps_s = sum(tokens_per_step / r["tok_s"] for r in read_metrics(run_dir) if r["kind"] == "train")
-        variant = run_dir.name.rsplit("-s", 1)[0]
+        train = [r for r in read_metrics(run_path(profile, summary.run_name)) if r["kind"] == "train"]
+        steps_s = sum(tokens_per_step / r["tok_s"] for r in train)
         t = totals[variant]
         t["runs"] += 1
         t["wall_s"] += summary.wall_s

@@ -363,7 +363,7 @@ class Run:
         rows = max(tp.batch_size, EVAL_BATCH_TOKENS // self.spec.profile.data.seq_len)
         metrics = evaluate(self.model, self.cache.val, n_rows, rows, self.device, self.dtype, self.vocab, self.ranks)
         check_finite(self.spec.run_name, self.counters["step"], {k: metrics[k] for k in ("val_ce", "val_kd_ce")})
-        self.counters["eval_s"] = self.counters.get("eval_s", 0.0) + time.perf_counter() - t0
+        self.counters["eval_s"] += time.perf_counter() - t0
         return metrics
 
     def save(self, path: Path, extra: dict) -> None:
@@ -371,7 +371,7 @@ class Run:
         checkpoint, as the wall time is)."""
         t0 = time.perf_counter()
         save_student(path, self.model, extra)
-        self.counters["checkpoint_s"] = self.counters.get("checkpoint_s", 0.0) + time.perf_counter() - t0
+        self.counters["checkpoint_s"] += time.perf_counter() - t0
 
 
 def start_run(spec: RunSpec, cache, run_dir: Path, phases: list[Phase], state: dict | None, progress: bool,
@@ -585,8 +585,8 @@ def finish_run(run: Run) -> Summary:
         n_params=sum(p.numel() for p in run.model.parameters()), device=str(run.device), dtype=dtype_name(run.dtype),
         vocab={"mode": prof.student.vocab, "size": run.vocab.size,
                "teacher_mass_outside": run.vocab.outside_mass(run.cache.val, loss_mask_np(run.cache.val.doc_start))},
-        phases=tuple(PhaseSummary(**p) for p in counters["phases"]), eval_s=counters.get("eval_s"),
-        checkpoint_s=counters.get("checkpoint_s"))
+        phases=tuple(PhaseSummary(**p) for p in counters["phases"]), eval_s=counters["eval_s"],
+        checkpoint_s=counters["checkpoint_s"])
     write_summary(run.dir, summary)
     os.remove(ckpt_dir / LAST)  # optimiser state is only needed to resume; the phase checkpoints stay
     return summary
