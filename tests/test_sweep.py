@@ -153,7 +153,8 @@ def test_tiny_sweep_end_to_end(outputs, tmp_path):
 
 def test_a_sweep_that_extends_the_grid_keeps_the_earlier_candidates(outputs, capsys):
     """A second invocation with other lrs adds its candidates to sweep.csv and the choice instead of replacing the
-    record; an earlier candidate whose run is gone is left out, saying so."""
+    record; an earlier candidate whose run is gone is left out of the choice, saying so, and its recorded row is
+    kept in sweep.json's dropped (bug: it was lost from the record)."""
     first = sweep.make_plan("tiny", ["post"], [3e-3], seeds=[0], overrides=OVERRIDES, schedules=["joint"])
     sweep.sweep(first, progress=False, command="first")
     second = sweep.make_plan("tiny", ["post"], [1e-3], seeds=[0], overrides=OVERRIDES, schedules=["joint"])
@@ -167,7 +168,13 @@ def test_a_sweep_that_extends_the_grid_keeps_the_earlier_candidates(outputs, cap
     shutil.rmtree(outputs / "runs" / "tiny" / "sweep-post-joint-lr3e-03-s0")
     again = sweep.sweep(second, progress=False, command="third")
     assert [r["run_name"] for r in again["rows"]] == ["sweep-post-joint-lr1e-03-s0"] and again["earlier_runs"] == []
-    assert "an earlier candidate no longer counts, left out: sweep-post-joint-lr3e-03-s0" in capsys.readouterr().out
+    assert "an earlier candidate no longer counts, left out of the choice (kept in sweep.json's dropped): " \
+           "sweep-post-joint-lr3e-03-s0" in capsys.readouterr().out
+    lost = [r for r in result["rows"] if r["run_name"] == "sweep-post-joint-lr3e-03-s0"]
+    assert [d["row"] for d in again["dropped"]] == lost and "sweep-post-joint-lr3e-03-s0" in again["dropped"][0]["why"]
+    # a later invocation keeps the dropped candidate in the record (not in the choice) with its first reason
+    later = sweep.sweep(second, progress=False, command="fourth")
+    assert later["dropped"] == again["dropped"] and later["chosen"]["post"]["joint"]["lr"] == 1e-3
 
 
 def test_write_is_refused_before_training(outputs, tmp_path):

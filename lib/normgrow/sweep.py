@@ -253,17 +253,20 @@ def git_commit() -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
-def earlier_rows(plan: SweepPlan, rows: list[dict], out_dir: Path) -> tuple[list[dict], list[str]]:
-    """(rows, why each other one was dropped) of the candidates out_dir's sweep.json recorded from earlier
-    invocations that this one did not run, read back from their runs: a candidate counts while its run directory
-    holds it finished under this NUMERICS_VERSION. So a sweep that extends a grid (other lrs, another schedule)
-    adds candidates to the record and the choice, and never drops the earlier ones."""
+def earlier_rows(plan: SweepPlan, rows: list[dict], out_dir: Path) -> tuple[list[dict], list[dict]]:
+    """(rows, dropped) of the candidates out_dir's sweep.json recorded from earlier invocations that this one did
+    not run, read back from their runs: a candidate counts while its run directory holds it finished under this
+    NUMERICS_VERSION. So a sweep that extends a grid (other lrs, another schedule) adds candidates to the record and
+    the choice, and never drops the earlier ones. A candidate that no longer counts (its run gone, or recorded under
+    another numerics version) moves to dropped as {"why", "row"} with its recorded row, and stays there in every
+    later record until a run of its name counts again: the record keeps what an lr choice was made from."""
     path = out_dir / "sweep.json"
     if not path.is_file():
         return [], []
+    record = read_json(path)
     ran = {r["run_name"] for r in rows}
     kept, dropped = [], []
-    for row in read_json(path).get("rows", []):
+    for row in record.get("rows", []):
         name = row.get("run_name")
         if name in ran:
             continue
@@ -271,26 +274,30 @@ def earlier_rows(plan: SweepPlan, rows: list[dict], out_dir: Path) -> tuple[list
         try:
             summary, identity = read_finished(run_dir)
         except RunDirError as err:
-            dropped.append(f"{name}: {err}")
+            dropped.append({"why": str(err), "row": row})
             continue
         if identity.get("numerics") != NUMERICS_VERSION:
-            dropped.append(f"{name}: recorded under numerics version {identity.get('numerics')}, not {NUMERICS_VERSION}")
+            dropped.append({"why": f"recorded under numerics version {identity.get('numerics')}, not "
+                                   f"{NUMERICS_VERSION}", "row": row})
             continue
         kept.append(candidate_row(identity["norm"], identity["schedule"], identity["profile"]["train"]["lr"],
                                   summary.to_json()))
-    return kept, dropped
+    counted = ran | {r["run_name"] for r in kept}
+    return kept, dropped + [d for d in record.get("dropped", []) if d["row"].get("run_name") not in counted]
 
 
-def summarize(plan: SweepPlan, rows: list[dict], command: str, earlier: list[dict] = ()) -> dict:
+def summarize(plan: SweepPlan, rows: list[dict], command: str, earlier: list[dict] = (),
+              dropped: list[dict] = ()) -> dict:
     """sweep.json's content: every candidate (this invocation's and the earlier ones still counting, earlier_rows),
-    sorted by placement, schedule, lr and seed, and the choice per arm over all of them."""
+    sorted by placement, schedule, lr and seed, the choice per arm over all of them, and the earlier candidates
+    that no longer count (earlier_rows' dropped, never in the choice)."""
     every = sorted([*earlier, *rows], key=lambda r: (r["norm"], SCHEDULES.index(r["schedule"]), r["lr"], r["seed"]))
     chosen = choose_lrs(every)
     return {"profile": plan.profile, "date": date.today().isoformat(), "git_commit": git_commit(), "command": command,
             "schedules": list(plan.schedules), "seeds": list(plan.seeds), "norms": list(plan.norms),
             "lrs": {norm: list(g) for norm, g in plan.lrs.items()},
             "earlier_runs": [r["run_name"] for r in earlier], "rows": every, "chosen": chosen,
-            "warnings": grid_warnings(chosen)}
+            "warnings": grid_warnings(chosen), "dropped": list(dropped)}
 
 
 def sweep_placements(norms: tuple[str, ...] | None) -> str | None:
@@ -429,9 +436,10 @@ def sweep(plan: SweepPlan, write: bool = False, profiles_dir: Path = PROFILES_DI
     rows = run_candidates(plan, progress, jobs)
     out_dir = sweep_dir(plan.profile, sweep_placements(plan.norms))
     earlier, dropped = earlier_rows(plan, rows, out_dir)
-    for why in dropped:
-        print(f"an earlier candidate no longer counts, left out: {why}")
-    result = summarize(plan, rows, command, earlier)
+    for entry in dropped:
+        print(f"an earlier candidate no longer counts, left out of the choice (kept in sweep.json's dropped): "
+              f"{entry['row'].get('run_name')}: {entry['why']}")
+    result = summarize(plan, rows, command, earlier, dropped)
     json_path = write_results(result, out_dir)
     print(format_table(result))
     for warning in result["warnings"]:
