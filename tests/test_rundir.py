@@ -227,3 +227,19 @@ def test_a_profile_key_absent_from_a_recorded_run_compares_as_its_default():
     changed = json.loads(json.dumps(expected))
     changed["profile"]["data"]["max_doc_chars"] = 0  # a non-default value is a difference
     assert rundir.identity_differences(recorded, changed) == ["profile.data.max_doc_chars"]
+
+
+def test_a_run_records_the_machine_it_trained_on_and_another_machine_still_counts(outputs, monkeypatch):
+    """config.json's environment names the CPU and its bf16 instructions (bf16 matmuls round differently on AMX,
+    AVX512-BF16 and emulated paths); a finished run recorded on another machine is still this run (never resumed
+    or refused for it)."""
+    from normgrow import utils
+    monkeypatch.setattr(utils, "cpu_model", lambda: "Test CPU 9000")
+    summary = run_variant(spec(), progress=False)
+    config = json.loads((outputs / "runs" / "tiny" / "pre-grow-s0" / "config.json").read_text())
+    assert config["environment"]["cpu"] == "Test CPU 9000"
+    flags = utils.cpu_flags()
+    assert config["environment"]["amx_bf16"] == ("amx_bf16" in flags)
+    assert config["environment"]["avx512_bf16"] == ("avx512_bf16" in flags)
+    monkeypatch.setattr(utils, "cpu_model", lambda: "Another CPU")
+    assert run_variant(spec(), progress=False) == summary  # read back, not trained again

@@ -40,7 +40,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import statistics
 import subprocess
@@ -63,7 +62,7 @@ from .student.model import Student, StudentConfig
 from .train.run import DistillStep, _autocast, compile_enabled, evaluation_after, make_optimizer, rows_to_batch
 from .train.spec import _choice, run_profile
 from .analysis.variants import load_variants
-from .utils import TRAIN_DTYPES, cpu_flags, dtype_name, resolve_dtype
+from .utils import TRAIN_DTYPES, dtype_name, machine_description, resolve_dtype
 
 CANDIDATES = ("normgrow", "normgrow_v2", "normgrow_v1", "hf_cached", "hf_online")
 COMPARE = ("normgrow", "normgrow_v2")
@@ -446,17 +445,8 @@ def study_compute(profile, cfg: StudentConfig, peak_flop_s: float, cores: int) -
 
 # ----------------------------------------------------------------------------------------------- the run
 def machine() -> dict:
-    model = platform.processor()
-    try:
-        for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
-            if line.startswith("Model name:"):
-                model = line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    flags = cpu_flags()
-    return {"cpu": model, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
-            "amx_bf16": "amx_bf16" in flags, "avx512_bf16": "avx512_bf16" in flags,
-            "load_avg_1m": os.getloadavg()[0]}
+    return {**machine_description(), "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "torch": torch.__version__, "load_avg_1m": os.getloadavg()[0]}
 
 
 def run_bench(profile_name: str = "cpu", repeats: int = 5, warmup: int = 1, candidates=CANDIDATES,

@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import platform
+import subprocess
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -101,6 +102,28 @@ def cpu_flags() -> frozenset:
         if line.startswith("flags"):
             return frozenset(line.split(":", 1)[1].split())
     return frozenset()
+
+
+def cpu_model() -> str:
+    """The CPU's model name as lscpu gives it (platform.processor() where lscpu is missing)."""
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return platform.processor()
+    names = [line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name:")]
+    return names[0] if names else platform.processor()
+
+
+def machine_description() -> dict:
+    """What a run's numbers may depend on beyond its parameters: the CPU model and its bf16 instructions (bf16
+    matmuls round differently on AMX, AVX512-BF16 and emulated paths, and a study trained on two CPUs differs by
+    that rounding), and the GPU where CUDA is present. Recorded with each run (config.json's environment), never
+    compared."""
+    flags = cpu_flags()
+    description = {"cpu": cpu_model(), "amx_bf16": "amx_bf16" in flags, "avx512_bf16": "avx512_bf16" in flags}
+    if torch.cuda.is_available():
+        description["gpu"] = torch.cuda.get_device_name()
+    return description
 
 
 def bf16_supported(device: torch.device) -> bool:

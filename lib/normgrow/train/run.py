@@ -76,7 +76,8 @@ from ..rundir import (CHECKPOINTS, CONFIG, FINAL, GROWTH_EVAL, LAST, LOCK, METRI
                       phase_checkpoints, read_identity, read_summary, run_path, write_summary)
 from .spec import RunSpec
 from .tracking import RunTrackers
-from ..utils import atomic_write_json, dtype_name, execute_notebook, resolve_device, resolve_dtype, stable_hash
+from ..utils import (atomic_write_json, dtype_name, execute_notebook, machine_description, resolve_device, resolve_dtype,
+                     stable_hash)
 from ..data.vocab import VocabMap
 
 
@@ -283,7 +284,7 @@ def prepare_run_dir(spec: RunSpec, teacher_key: str) -> tuple[Path, Summary | No
     if is_finished(run_dir):
         return run_dir, read_summary(run_dir)
     (run_dir / CHECKPOINTS).mkdir(parents=True, exist_ok=True)
-    environment = {"torch": torch.__version__, "python": platform.python_version()}
+    environment = {"torch": torch.__version__, "python": platform.python_version(), **machine_description()}
     atomic_write_json(run_dir / CONFIG, identity | {"environment": environment})
     return run_dir, None
 
