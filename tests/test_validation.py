@@ -228,3 +228,20 @@ def test_bad_study_runs_are_named(tmp_path):
         load_study(path)
     assert [r.name for r in load_study(_write(path, "runs: [pre-joint]\nseeds: [0, 1]\n"))] == ["pre-joint-s0",
                                                                                              "pre-joint-s1"]
+
+
+def test_study_seeds_per_profile(tmp_path):
+    """seeds may map profile names to lists, ``default`` covering the others; an unknown profile key or a profile
+    with neither its own list nor a default is named."""
+    from normgrow.study import load_study, study_seeds
+    path = _write(tmp_path / "study.yaml", "runs: [pre-joint]\nseeds: {cpu: [0, 1, 2, 3], default: [0, 1]}\n")
+    assert study_seeds("cpu", path) == [0, 1, 2, 3] and study_seeds("gpu", path) == [0, 1]
+    assert [r.seed for r in load_study(path, profile="cpu")] == [0, 1, 2, 3]
+    assert [r.seed for r in load_study(path, profile="quick")] == [0, 1]
+    assert [r.seed for r in load_study(path, seeds=[5], profile="cpu")] == [5]  # --seeds wins
+    with pytest.raises(ParamError, match=r"seeds.cpus names no profile; allowed keys: .*cpu.*, default"):
+        study_seeds("cpu", _write(path, "runs: [pre-joint]\nseeds: {cpus: [0]}\n"))
+    with pytest.raises(ParamError, match=r"seeds gives no list for profile 'gpu' and no default"):
+        study_seeds("gpu", _write(path, "runs: [pre-joint]\nseeds: {cpu: [0]}\n"))
+    with pytest.raises(ParamError, match=r"seeds.cpu=\[-1\] must be a non-empty list of integers >= 0"):
+        study_seeds("cpu", _write(path, "runs: [pre-joint]\nseeds: {cpu: [-1]}\n"))

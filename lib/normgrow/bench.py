@@ -384,7 +384,8 @@ def study_phases(profile) -> tuple[dict[str, list], int]:
         phases[name] = plan_phases(r["schedule"], tp.stages, tp.stage_tokens, tps, bool(r.get("freeze_prefix", False)),
                                    budget)
         alt[name] = sum(p.active_layer_tokens(tps) for p in phases[name])
-    return phases, len(study["seeds"])
+    from .study import study_seeds
+    return phases, len(study_seeds(profile.name))
 
 
 def study_teacher_cost(profile, teacher_tok_s: float) -> dict:

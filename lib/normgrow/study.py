@@ -104,9 +104,34 @@ def _listed(path: Path, key: str, value, valid, allowed: str) -> list:
     return value
 
 
-def load_study(path: Path | None = None, seeds: list[int] | None = None, variants: list[str] | None = None) -> list[StudyRun]:
+def _is_seed(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def study_seeds(profile: str | None, path: Path | None = None) -> list[int]:
+    """params/study.yaml's seeds for a profile. ``seeds`` is one list for every profile, or a mapping of profile
+    names to lists in which ``default`` covers the profiles it does not name (the cpu study runs more seeds than a
+    gpu user should pay for by default). Validated; repeats dropped with a note."""
+    path = Path(path or PARAMS_DIR / "study.yaml")
+    value, key = (read_yaml(path) or {}).get("seeds", [0]), "seeds"
+    if isinstance(value, dict):
+        from .config import available_profiles
+        unknown = sorted(set(value) - set(available_profiles()) - {"default"})
+        if unknown:
+            raise ParamError(f"{path}: seeds.{unknown[0]} names no profile; allowed keys: "
+                             f"{', '.join(available_profiles())}, default")
+        name = profile if profile in value else "default"
+        if name not in value:
+            raise ParamError(f"{path}: seeds gives no list for profile {profile!r} and no default; add seeds.{profile} "
+                             "or seeds.default")
+        value, key = value[name], f"seeds.{name}"
+    return _unique(_listed(path, key, value, _is_seed, "integers >= 0, e.g. [0, 1, 2]"), "seeds")
+
+
+def load_study(path: Path | None = None, seeds: list[int] | None = None, variants: list[str] | None = None,
+               profile: str | None = None) -> list[StudyRun]:
     """Read params/study.yaml and the run files; validate; drop repeated runs and seeds; order so that matched runs
-    follow their donors."""
+    follow their donors. Seeds: the given ones, else the file's for the profile (study_seeds)."""
     path = Path(path or PARAMS_DIR / "study.yaml")
     study = read_yaml(path) or {}
     unknown = sorted(set(study) - {"runs", "seeds", "jobs"})
@@ -115,9 +140,8 @@ def load_study(path: Path | None = None, seeds: list[int] | None = None, variant
     available = load_variants()
     names = _unique(_listed(path, "runs", variants or study.get("runs", []), lambda v: isinstance(v, str),
                             f"run file names ({', '.join(available)})"), "runs")
-    seeds = _unique(_listed(path, "seeds", seeds if seeds is not None else study.get("seeds", [0]),
-                            lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
-                            "integers >= 0, e.g. [0, 1, 2]"), "seeds")
+    seeds = (study_seeds(profile, path) if seeds is None else
+             _unique(_listed(path, "seeds", seeds, _is_seed, "integers >= 0, e.g. [0, 1, 2]"), "seeds"))
     runs = []
     for name in names:
         if name not in available:
@@ -367,7 +391,7 @@ def execute_runs(profile: str, pending: list[Job], jobs: int, processes: int | N
 def run_study(profile: str, seeds: list[int] | None = None, variants: list[str] | None = None,
               jobs: int | None = None, processes: int | None = None) -> int:
     prof = load_profile(profile, with_processes(None, processes))  # validate before anything heavy
-    runs = load_study(seeds=seeds, variants=variants)
+    runs = load_study(seeds=seeds, variants=variants, profile=profile)
     jobs = study_jobs(profile) if jobs is None else jobs
     if jobs < 1:
         raise ParamError(f"jobs={jobs} must be >= 1")
