@@ -232,3 +232,22 @@ def test_a_placement_outside_the_study_is_written_for_the_schedules_it_swept():
     assert lr["mix"] == {"joint": 6e-3, "grow": 6e-3} and lr["pre"]["single"] == 3e-3 and lr["post"]["grow"] == 5e-4
     with pytest.raises(ParamError, match="no value for post-single; sweep it too"):
         sweep.rewrite_lr_line(text.replace(", single: 6.0e-4", ""), {"mix": {"joint": 6e-3}}, "c")
+
+
+def test_a_candidate_directory_holding_another_numerics_version_is_refused_before_training(outputs, monkeypatch):
+    """A finished candidate recorded under another NUMERICS_VERSION is neither counted nor trained over, and the
+    sweep says so before training any candidate (bug: with --jobs it was skipped as finished, the others trained,
+    and the sweep failed only when reading the rows back)."""
+    from normgrow import rundir, study
+    from normgrow.train.run import run_variant
+    plan = sweep.make_plan("tiny", ["pre"], [1e-3, 3e-3], seeds=[0], overrides=OVERRIDES, schedules=["joint"])
+    run_variant(plan.specs[0], progress=False)
+    config = plan.specs[0].dir / "config.json"
+    config.write_text(json.dumps(json.loads(config.read_text()) | {"numerics": rundir.NUMERICS_VERSION - 1}))
+    handed = []
+    monkeypatch.setattr(study, "execute_runs", lambda profile, pending, *a, **kw: handed.extend(pending))
+    for jobs in (1, 2):
+        with pytest.raises(rundir.RunDirError, match=r"sweep refused before training: .*sweep-pre-joint-lr1e-03-s0 "
+                                                     r"holds a run made with other settings \(numerics\)"):
+            sweep.run_candidates(plan, progress=False, jobs=jobs)
+    assert handed == [] and not plan.specs[1].dir.exists()

@@ -184,7 +184,13 @@ def run_candidates(plan: SweepPlan, progress: bool = True, jobs: int = 1) -> lis
     candidates first run ``jobs`` at a time through the study's executor (study.execute_runs: run_variant.ipynb in
     worker processes, cores / jobs threads each), then every row is read back; a candidate whose notebook failed is a
     RuntimeError naming it. jobs 1: in this process, the outer bar counting candidates and each run drawing its own
-    step bar below it."""
+    step bar below it. Before anything trains, a candidate whose directory holds a run made with other settings (an
+    earlier numerics version, another profile) is a RunDirError naming each: it is never counted, and finding it
+    only when reading the rows back would come after the whole sweep had trained."""
+    from .study import directory_conflict
+    conflicts = [why for s in plan.specs if (why := directory_conflict(s.dir, s.identity(), None))]
+    if conflicts:
+        raise RunDirError("sweep refused before training: " + "; ".join(conflicts))
     if jobs > 1:
         from .study import Job, execute_runs
         done, failed = set(), {}
