@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,19 @@ def cache_files(d: Path) -> list[str]:
     return sorted(str(p.relative_to(d)) for p in d.rglob("*.npy"))
 
 
+@contextmanager
+def one_thread():
+    """A one-process reference pass on one thread, as each of two ranks runs on these 2 cores. bf16 matmuls round
+    differently with one and two threads on some CPUs (AMX: the two passes differed in 8 of 12 files), so "byte for
+    byte" holds between passes whose processes use the same number of threads."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 def assert_same_cache(a: Path, b: Path) -> None:
     """Two cache directories hold the same .npy files, byte for byte (meta.json differs: it has timings)."""
     files = cache_files(a)
@@ -51,7 +65,8 @@ def assert_same_cache(a: Path, b: Path) -> None:
 
 
 def test_two_process_pass_writes_the_one_process_cache(outputs):
-    one = teacher_cache.ensure_cache(load_profile("tiny", SMALL), progress=False)
+    with one_thread():
+        one = teacher_cache.ensure_cache(load_profile("tiny", SMALL), progress=False)
     reference = outputs / "reference"
     shutil.move(one.dir, reference)
     two = teacher_cache.ensure_cache(load_profile("tiny", SMALL | {"teacher.processes": 2}), progress=False)
@@ -82,7 +97,8 @@ def test_accelerate_launch_builds_the_cache_and_trains_a_run(outputs):
     one = teacher_cache.open_cache(load_profile("tiny", SMALL))
     launched = outputs / "launched"
     shutil.move(one.dir, launched)
-    reference = teacher_cache.ensure_cache(load_profile("tiny", SMALL), progress=False)
+    with one_thread():
+        reference = teacher_cache.ensure_cache(load_profile("tiny", SMALL), progress=False)
     assert_same_cache(launched, reference.dir)
 
     one_process = run_variant(make_run_spec(profile="tiny", norm="post", schedule="grow", run_name="one",
@@ -124,7 +140,8 @@ def test_a_slow_rank_finishes_its_rows_before_the_cache_is_published(outputs, tm
            "teacher.batch_size: 2}", env=env)  # batches of 2 rows: rank 1 computes half of them
     profile = load_profile("tiny", SMALL | {"teacher.batch_size": 2})  # the same batches in one process
     shutil.move(teacher_cache.open_cache(profile).dir, outputs / "launched")
-    reference = teacher_cache.ensure_cache(profile, progress=False)
+    with one_thread():
+        reference = teacher_cache.ensure_cache(profile, progress=False)
     assert_same_cache(outputs / "launched", reference.dir)
 
 
@@ -133,7 +150,8 @@ def test_ranks_the_caller_launches_build_the_cache_and_train_a_run(outputs, monk
     pickled job), taken here on CPU: the cache equals the one-process cache byte for byte, and the run ends with the
     one-process run's tokens and val_ce within 1e-3 nats."""
     from normgrow import ranks
-    reference = teacher_cache.ensure_cache(load_profile("tiny", SMALL), progress=False)
+    with one_thread():
+        reference = teacher_cache.ensure_cache(load_profile("tiny", SMALL), progress=False)
     one_process = run_variant(make_run_spec(profile="tiny", norm="post", schedule="grow", run_name="one",
                                             overrides=SMALL | RUN), progress=False)
     shutil.move(reference.dir, outputs / "reference")
