@@ -108,12 +108,19 @@ def _is_seed(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
-def study_seeds(profile: str | None, path: Path | None = None) -> list[int]:
-    """params/study.yaml's seeds for a profile. ``seeds`` is one list for every profile, or a mapping of profile
-    names to lists in which ``default`` covers the profiles it does not name (the cpu study runs more seeds than a
-    gpu user should pay for by default). Validated; repeats dropped with a note."""
+def _seed_list(path: Path, key: str, value) -> list[int]:
+    return _unique(_listed(path, key, value, _is_seed, "integers >= 0, e.g. [0, 1, 2]"), "seeds")
+
+
+def study_seeds(profile: str | None, path: Path | None = None, value=None) -> list[int]:
+    """params/study.yaml's seeds for a profile (value: the file's ``seeds`` when the caller has read it already).
+    ``seeds`` is one list for every profile, or a mapping of profile names to lists in which ``default`` covers the
+    profiles it does not name (the cpu study runs more seeds than a gpu user should pay for by default). Validated;
+    repeats dropped with a note."""
     path = Path(path or PARAMS_DIR / "study.yaml")
-    value, key = (read_yaml(path) or {}).get("seeds", [0]), "seeds"
+    if value is None:
+        value = (read_yaml(path) or {}).get("seeds", [0])
+    key = "seeds"
     if isinstance(value, dict):
         from .config import available_profiles
         unknown = sorted(set(value) - set(available_profiles()) - {"default"})
@@ -125,7 +132,7 @@ def study_seeds(profile: str | None, path: Path | None = None) -> list[int]:
             raise ParamError(f"{path}: seeds gives no list for profile {profile!r} and no default; add seeds.{profile} "
                              "or seeds.default")
         value, key = value[name], f"seeds.{name}"
-    return _unique(_listed(path, key, value, _is_seed, "integers >= 0, e.g. [0, 1, 2]"), "seeds")
+    return _seed_list(path, key, value)
 
 
 def load_study(path: Path | None = None, seeds: list[int] | None = None, variants: list[str] | None = None,
@@ -140,8 +147,8 @@ def load_study(path: Path | None = None, seeds: list[int] | None = None, variant
     available = load_variants()
     names = _unique(_listed(path, "runs", variants or study.get("runs", []), lambda v: isinstance(v, str),
                             f"run file names ({', '.join(available)})"), "runs")
-    seeds = (study_seeds(profile, path) if seeds is None else
-             _unique(_listed(path, "seeds", seeds, _is_seed, "integers >= 0, e.g. [0, 1, 2]"), "seeds"))
+    seeds = (study_seeds(profile, path, study.get("seeds", [0])) if seeds is None else
+             _seed_list(path, "seeds", seeds))
     runs = []
     for name in names:
         if name not in available:
