@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from normgrow import bench
+from normgrow.train import distill
 from normgrow.student.model import StudentConfig
 from normgrow.train.growth import Phase
 from normgrow.train.spec import run_profile
@@ -35,7 +36,7 @@ def test_bench_tiny_writes_every_field(tmp_path):
     saved = json.loads(out.read_text())
     assert saved.keys() == report.keys()
     for key in ("profile", "machine", "data", "vocabulary", "shapes", "candidates", "ratios", "flops", "matmul_peak",
-                "memory_method", "timing_method", "study_teacher_cost", "eval_head", "study_compute"):
+                "memory_method", "timing_method", "study_teacher_cost", "head", "study_compute"):
         assert key in saved, key
     assert set(saved["candidates"]) == set(bench.CANDIDATES)
     for name, r in saved["candidates"].items():
@@ -43,9 +44,13 @@ def test_bench_tiny_writes_every_field(tmp_path):
         assert r["memory"]["peak_step_bytes"] >= 0
         assert torch.isfinite(torch.tensor(r["loss"]))
     assert set(saved["ratios"]) == {f"normgrow_vs_{n}" for n in bench.CANDIDATES if n != "normgrow"}
-    ev = saved["eval_head"]
-    assert ev["tokens"] == 8 * 64 and ev["fused_s"] > 0 and ev["reference_s"] > 0
-    assert ev["speedup"] == ev["reference_s"] / ev["fused_s"]
+    head = saved["head"]
+    assert head["tokens"] == 8 * 64 and head["row_block_bytes"] == distill.ROW_BLOCK_BYTES
+    assert set(head["eval"]) == {"fused_s", "one_block_s", "reference_s", "one_block_vs_fused", "reference_vs_fused"}
+    assert set(head["train"]) == {"fused_s", "one_block_s", "one_block_vs_fused"}
+    for part in head["eval"], head["train"]:
+        assert part["fused_s"] > 0 and part["one_block_vs_fused"] == part["one_block_s"] / part["fused_s"]
+    assert head["eval"]["reference_vs_fused"] == head["eval"]["reference_s"] / head["eval"]["fused_s"]
     cost = saved["study_teacher_cost"]
     assert cost["online_teacher_tokens"] > cost["cached_teacher_tokens"] > 0 and cost["online_teacher_s"] > 0
     assert saved["shapes"]["tokens_per_step"] == 8 * 64 and saved["flops"]["step"] == 3 * saved["flops"]["forward"]

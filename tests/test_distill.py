@@ -204,3 +204,31 @@ def test_eval_sums_match_dense_reference():
     kd_ce = topk_soft_ce(logits, b["topk_ids"], b["topk_logp"], b["tail_logp"])[m].sum().item()
     assert sums["ce"] == pytest.approx(ce, rel=1e-5)
     assert sums["kd_ce"] == pytest.approx(kd_ce, rel=1e-5)
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+@pytest.mark.parametrize("params", [DistillParams(), DistillParams(loss="kl", temperature=2.0, ce_weight=0.3),
+                                    DistillParams(tail="renormalize", ce_weight=0.3)])
+def test_row_blocks_are_bitwise_one_block(monkeypatch, autocast, params):
+    """The fused head's L2-sized row blocks (ROW_BLOCK_BYTES) give the loss, metrics, gradients and eval sums of
+    one block per chunk bit for bit: blocks of 1 and 3 rows (not dividing the chunk of 10) against a block of 64."""
+    from normgrow.train import distill
+
+    _, b = make_batch(6, n=60)
+    b["mask"][10:20] = False  # an all-masked chunk
+    results = []
+    for block_rows in (64, 3, 1):
+        monkeypatch.setattr(distill, "ROW_BLOCK_BYTES", 4 * V * block_rows)
+        distill.release_workspace()
+        hidden = torch.randn(60, D, generator=gen(2), requires_grad=True)
+        weight = torch.randn(V, D, generator=gen(3), requires_grad=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            loss, metrics = distill_loss_chunked(hidden, weight, b, params, chunk_size=10)
+            sums = eval_sums(hidden.detach(), weight.detach(), b)
+        loss.backward()
+        results.append((loss, metrics, hidden.grad, weight.grad, sums))
+    distill.release_workspace()
+    ref = results[0]
+    for loss, metrics, dh, dw, sums in results[1:]:
+        assert torch.equal(loss, ref[0]) and all(torch.equal(metrics[k], ref[1][k]) for k in ref[1])
+        assert torch.equal(dh, ref[2]) and torch.equal(dw, ref[3]) and sums == ref[4]

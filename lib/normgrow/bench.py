@@ -31,7 +31,7 @@ matmul peak in the candidates' dtype, so machine noise (shared cores) hits steps
 median over the timed rounds and ratios are taken between medians of the same run. MFU = a candidate's step FLOPs
 (student_step_flops of its own shape; hf_online's teacher forward is timed but not counted) / its median step time /
 the median peak.
-Also reported: the validation head (bench_eval_head), the teacher's forward throughput (timed inside hf_online)
+Also reported: the distillation head alone (bench_head), the teacher's forward throughput (timed inside hf_online)
 and the study-level teacher cost (one cached pass over the profile's tokens vs one teacher pass per run of
 params/study.yaml), and peak memory per step (RSS sampling, see measure_memory). Writes outputs/bench/<profile>.json.
 """
@@ -46,6 +46,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
@@ -299,28 +300,64 @@ def build_candidates(profile, batch: BenchBatch, names, dtype: torch.dtype, teac
     return candidates, info
 
 
-def bench_eval_head(batch: dict, d_model: int, vocab: int, dtype: torch.dtype, repeats: int, warmup: int) -> dict:
-    """The validation head on one batch: distill.eval_sums (fused; what train.evaluate and the diagnostics run)
-    against the per-chunk reference head under no_grad (distill_loss_chunked(fused=False): a log-softmax and a
-    masked logsumexp per chunk, like evaluation before eval_sums), interleaved; medians and their ratio. The head's
-    cost does not depend on the hidden states' values, so they are random."""
+@contextmanager
+def _row_block_bytes(n: int):
+    """distill.ROW_BLOCK_BYTES set to n inside the block."""
+    saved, distill.ROW_BLOCK_BYTES = distill.ROW_BLOCK_BYTES, n
+    try:
+        yield
+    finally:
+        distill.ROW_BLOCK_BYTES = saved
+
+
+ONE_BLOCK = 1 << 62
+"""ROW_BLOCK_BYTES that makes every chunk one row block: the fused head before row blocks (the same numbers)."""
+
+
+def bench_head(batch: dict, d_model: int, vocab: int, dtype: torch.dtype, params, repeats: int, warmup: int) -> dict:
+    """The distillation head alone on one batch, each variant interleaved with its baselines; medians and each
+    baseline's median over the fused head's.
+
+    eval: distill.eval_sums (fused, in L2-sized row blocks; what train.evaluate and the diagnostics run) against
+    one_block (the same head, each chunk one row block) and reference (distill_loss_chunked(fused=False): a
+    log-softmax and a masked logsumexp per chunk under no_grad). train: distill_loss_chunked with its gradients
+    (forward and backward of the head in a training step) against one_block. Every timed call follows an untimed
+    one of the same variant, so each times its own reusable buffers warm. The head's cost does not depend on the
+    hidden states' values, so they are random."""
     g = torch.Generator().manual_seed(0)
     rows = distill.flatten_batch(batch)
     hidden = torch.randn(rows["targets"].shape[0], d_model, generator=g)
     weight = 0.05 * torch.randn(vocab, d_model, generator=g)
-    heads = {"fused": lambda: distill.eval_sums(hidden, weight, rows),
-             "reference": lambda: distill.distill_loss_chunked(hidden, weight, rows, distill.REPORTED, fused=False)}
-    times: dict[str, list[float]] = {n: [] for n in heads}
+
+    def train_head():
+        h, w = hidden.clone().requires_grad_(), weight.clone().requires_grad_()
+        with torch.enable_grad():
+            loss, _ = distill.distill_loss_chunked(h, w, rows, params)
+            loss.backward()
+
+    variants = {("eval", "fused"): (lambda: distill.eval_sums(hidden, weight, rows), None),
+                ("eval", "one_block"): (lambda: distill.eval_sums(hidden, weight, rows), ONE_BLOCK),
+                ("eval", "reference"): (lambda: distill.distill_loss_chunked(hidden, weight, rows, distill.REPORTED,
+                                                                             fused=False), None),
+                ("train", "fused"): (train_head, None), ("train", "one_block"): (train_head, ONE_BLOCK)}
+    times: dict = {v: [] for v in variants}
     with torch.no_grad(), _autocast(CPU, dtype):
         for r in range(warmup + repeats):
-            for n, head in heads.items():
-                t0 = time.perf_counter()
-                head()
-                if r >= warmup:
-                    times[n].append(time.perf_counter() - t0)
-    med = {n: statistics.median(t) for n, t in times.items()}
-    return {"tokens": int(hidden.shape[0]), "fused_s": med["fused"], "reference_s": med["reference"],
-            "speedup": med["reference"] / med["fused"]}
+            for v, (head, block_bytes) in variants.items():
+                with _row_block_bytes(block_bytes or distill.ROW_BLOCK_BYTES):
+                    head()
+                    t0 = time.perf_counter()
+                    head()
+                    if r >= warmup:
+                        times[v].append(time.perf_counter() - t0)
+    distill.release_workspace()
+    med = {v: statistics.median(t) for v, t in times.items()}
+    out: dict = {"tokens": int(hidden.shape[0]), "row_block_bytes": distill.ROW_BLOCK_BYTES}
+    for part in ("eval", "train"):
+        names = [n for p, n in med if p == part]
+        out[part] = {f"{n}_s": med[(part, n)] for n in names} | {
+            f"{n}_vs_fused": med[(part, n)] / med[(part, "fused")] for n in names if n != "fused"}
+    return out
 
 
 # ----------------------------------------------------------------------------------------------- memory
@@ -498,7 +535,7 @@ def run_bench(profile_name: str = "cpu", repeats: int = 5, warmup: int = 1, cand
     ratios = {f"normgrow_vs_{n}": results[n]["step_s"] / results["normgrow"]["step_s"]
               for n in names if n != "normgrow" and "normgrow" in results}
     cfg = info["student"]
-    eval_head = bench_eval_head(batch.student, cfg.d_model, batch.vocab_size, dt, repeats, warmup)
+    head = bench_head(batch.student, cfg.d_model, batch.vocab_size, dt, profile.distill, repeats, warmup)
     compute = study_compute(profile, cfg, peak_flop_s, os.cpu_count() or 1)
     teacher_cost = None
     if info.get("teacher_times"):
@@ -522,7 +559,7 @@ def run_bench(profile_name: str = "cpu", repeats: int = 5, warmup: int = 1, cand
                                "before them, each candidate in a fresh subprocess after one warmup step (the fused "
                                "head's reusable chunk buffers are freed before, so they count)"
                                if memory == "subprocess" else "in-process RSS sampling (after the timed steps)",
-              "teacher": info.get("teacher"), "study_teacher_cost": teacher_cost, "eval_head": eval_head,
+              "teacher": info.get("teacher"), "study_teacher_cost": teacher_cost, "head": head,
               "study_compute": compute}
     out = out or outputs_dir() / "bench" / f"{profile.name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -557,9 +594,12 @@ def format_table(report: dict) -> str:
                  f"of forward); matmul peak {pk['dtype']} {pk['flop_s'] / 1e9:.0f} GFLOP/s (median of one "
                  f"{pk['size']}^3 sample per round; rounds {min(pk['per_round']) / 1e9:.0f}-"
                  f"{max(pk['per_round']) / 1e9:.0f})")
-    ev = report["eval_head"]
-    lines.append(f"validation head ({ev['tokens']:,} tokens): fused eval_sums {ev['fused_s']:.3f} s, reference "
-                 f"{ev['reference_s']:.3f} s ({ev['speedup']:.1f}x)")
+    hd = report["head"]
+    ev, tr = hd["eval"], hd["train"]
+    lines.append(f"head ({hd['tokens']:,} tokens, row blocks of {hd['row_block_bytes'] / 2**20:g} MiB): evaluation "
+                 f"{ev['fused_s'] * 1e3:.1f} ms, one block per chunk {ev['one_block_vs_fused']:.2f}x that, reference "
+                 f"{ev['reference_vs_fused']:.2f}x; training (forward + gradients) {tr['fused_s'] * 1e3:.1f} ms, one "
+                 f"block per chunk {tr['one_block_vs_fused']:.2f}x")
     sc = report.get("study_compute")
     if sc:
         lines.append(f"study: {sc['runs']} runs, {sc['flops'] / 1e12:.0f} TFLOP ({sc['eval_flops'] / sc['flops']:.0%} "
