@@ -211,16 +211,17 @@ def test_eval_sums_match_dense_reference():
                                     DistillParams(tail="renormalize", ce_weight=0.3)])
 def test_row_blocks_are_bitwise_one_block(monkeypatch, autocast, params):
     """The fused head's L2-sized row blocks (ROW_BLOCK_BYTES) give the loss, metrics, gradients and eval sums of
-    one block per chunk bit for bit: blocks of 1 and 3 rows (not dividing the chunk of 10) against a block of 64."""
+    one block per chunk bit for bit: blocks of 1 and 3 rows (not dividing the chunk of 10) against a block of 64
+    (the chunk), on 57 rows (a last chunk of 7, shorter than the block)."""
     from normgrow.train import distill
 
-    _, b = make_batch(6, n=60)
+    _, b = make_batch(6, n=57)
     b["mask"][10:20] = False  # an all-masked chunk
     results = []
     for block_rows in (64, 3, 1):
         monkeypatch.setattr(distill, "ROW_BLOCK_BYTES", 4 * V * block_rows)
         distill.release_workspace()
-        hidden = torch.randn(60, D, generator=gen(2), requires_grad=True)
+        hidden = torch.randn(57, D, generator=gen(2), requires_grad=True)
         weight = torch.randn(V, D, generator=gen(3), requires_grad=True)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
             loss, metrics = distill_loss_chunked(hidden, weight, b, params, chunk_size=10)

@@ -339,7 +339,7 @@ def _fused_row_blocks(logits: Tensor, rows: Mapping[str, Tensor], params: Distil
     row_weight, logits are overwritten with the gradient."""
     n = logits.shape[0]
     if block >= n:
-        loss, metrics, _ = _fused_rows(logits, rows, params, row_weight, x32_buf)
+        loss, metrics, _ = _fused_rows(logits, rows, params, row_weight, None if x32_buf is None else x32_buf[:n])
         return loss, metrics
     loss = logits.new_empty(n, dtype=torch.float32)
     metrics: dict[str, Tensor] = {}
