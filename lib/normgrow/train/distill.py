@@ -320,7 +320,7 @@ ROW_BLOCK_BYTES = 1 << 20
 through them a block of rows at a time, so its ~6 passes over the float32 rows stay in the core's L2 cache (1-2 MB
 on the CPUs measured) instead of streaming a [1024, V] chunk (53 MB at V = 12,981) through memory each time. Every
 operation of _fused_rows is row-wise and the losses are reduced over the whole chunk as before, so the values are
-bit for bit those of one block per chunk (tests/test_distill.py), so this is not a numerics version. The cpu profile's
+bit for bit those of one block per chunk (tests/test_distill.py): not a numerics version. The cpu profile's
 head (1,024 tokens, bf16, one thread, Xeon with AMX; `python -m normgrow.bench`, docs/LOG.md): training part 33.5 ms
 against 1.30x that in one block per chunk, evaluation 18.7 ms against 1.26x. On CUDA a chunk is one block (small
 blocks would only add kernel launches)."""
@@ -338,9 +338,6 @@ def _fused_row_blocks(logits: Tensor, rows: Mapping[str, Tensor], params: Distil
     """_fused_rows over logits [n, V] a block of rows at a time: (per-row loss [n], per-row metrics [n]); with
     row_weight, logits are overwritten with the gradient."""
     n = logits.shape[0]
-    if block >= n:
-        loss, metrics, _ = _fused_rows(logits, rows, params, row_weight, None if x32_buf is None else x32_buf[:n])
-        return loss, metrics
     loss = logits.new_empty(n, dtype=torch.float32)
     metrics: dict[str, Tensor] = {}
     for start in range(0, n, block):
