@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import copy
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -233,6 +236,30 @@ def test_gpu_ranks_are_launched_and_launched_jobs_need_their_processes_setting(m
     with pytest.raises(ParamError, match="train.processes=1 but this job was launched with 2 processes"):
         ranks.check_processes("train.processes", 1)
     ranks.check_processes("train.processes", 2)
+
+
+EXIT_CHECK = """
+import atexit
+import torch
+# registered before the ranks are joined, so it runs after normgrow's exit handler (atexit runs last in, first out)
+atexit.register(lambda: print(f"process group at exit: {torch.distributed.is_initialized()}", flush=True))
+from normgrow.ranks import _joined_ranks
+ranks = _joined_ranks(cpu=True)
+ranks.barrier()
+"""
+
+
+def test_a_launched_rank_destroys_its_process_group_before_it_exits(tmp_path):
+    """A rank that leaves its gloo group to the interpreter's exit sometimes aborts after its work is done
+    ("terminate called without an active exception"; 10 of 40 two-rank launches here), and the launcher then reports
+    the whole job failed. Each rank of a launched job destroys its group first."""
+    script = tmp_path / "job.py"
+    script.write_text(EXIT_CHECK)
+    torchrun = Path(sys.executable).with_name("torchrun")
+    proc = subprocess.run([str(torchrun), "--standalone", "--nproc_per_node", "2", str(script)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stdout.count("process group at exit: False") == 2, proc.stdout
 
 
 def test_teacher_processes_do_not_change_a_runs_identity():

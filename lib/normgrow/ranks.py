@@ -23,6 +23,7 @@ rank ends as an error, not a hang.
 """
 from __future__ import annotations
 
+import atexit
 import datetime
 import gc
 import os
@@ -129,10 +130,21 @@ def _free_port() -> str:
 
 
 def _joined_ranks(cpu: bool) -> Ranks:
-    """Join the job's process group through accelerate (gloo on CPU, NCCL on GPUs) and say where this process is."""
+    """Join the job's process group through accelerate (gloo on CPU, NCCL on GPUs) and say where this process is.
+    The group is destroyed when the process exits (_leave_job)."""
     from accelerate import PartialState
     state = PartialState(cpu=cpu, timeout=RANK_TIMEOUT)
+    atexit.unregister(_leave_job)  # registered once however often a process asks for its ranks
+    atexit.register(_leave_job)
     return Ranks(state.process_index, state.num_processes, state.local_process_index)
+
+
+def _leave_job() -> None:
+    """Destroy this process's process group while the interpreter is whole. Left to the interpreter's exit, gloo's
+    worker threads can be torn down unjoined: a rank that finished its work then aborts now and then ("terminate
+    called without an active exception", SIGABRT), and the launcher reports the whole job failed."""
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 def launched_ranks(device: torch.device) -> Ranks:
