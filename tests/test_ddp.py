@@ -251,8 +251,8 @@ ranks.barrier()
 
 def test_a_launched_rank_destroys_its_process_group_before_it_exits(tmp_path):
     """A rank that leaves its gloo group to the interpreter's exit sometimes aborts after its work is done
-    ("terminate called without an active exception"; 10 of 40 two-rank launches here), and the launcher then reports
-    the whole job failed. Each rank of a launched job destroys its group first."""
+    ("terminate called without an active exception"; 10 of 40 two-rank launches, docs/LOG.md), and the launcher then
+    reports the whole job failed. Each rank of a launched job destroys its group first."""
     script = tmp_path / "job.py"
     script.write_text(EXIT_CHECK)
     torchrun = Path(sys.executable).with_name("torchrun")
