@@ -90,6 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     args.func(args)
+    from .ranks import end_launched_rank, launched_world
+    if launched_world() > 1:  # a rank of `accelerate launch -m normgrow ...`
+        end_launched_rank()
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ rank ends as an error, not a hang.
 """
 from __future__ import annotations
 
-import atexit
 import datetime
 import gc
 import os
@@ -130,21 +129,20 @@ def _free_port() -> str:
 
 
 def _joined_ranks(cpu: bool) -> Ranks:
-    """Join the job's process group through accelerate (gloo on CPU, NCCL on GPUs) and say where this process is.
-    The group is destroyed when the process exits (_leave_job)."""
+    """Join the job's process group through accelerate (gloo on CPU, NCCL on GPUs) and say where this process is."""
     from accelerate import PartialState
     state = PartialState(cpu=cpu, timeout=RANK_TIMEOUT)
-    atexit.unregister(_leave_job)  # registered once however often a process asks for its ranks
-    atexit.register(_leave_job)
     return Ranks(state.process_index, state.num_processes, state.local_process_index)
 
 
-def _leave_job() -> None:
-    """Destroy this process's process group while the interpreter is whole. Left to the interpreter's exit, gloo's
-    worker threads can be torn down unjoined: a rank that finished its work then aborts now and then ("terminate
-    called without an active exception", SIGABRT), and the launcher reports the whole job failed."""
-    if torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
+def end_launched_rank() -> None:
+    """End a launched rank's process once its work is done and written, without the interpreter's finalization. There
+    gloo's worker threads (of the process group, of DDP's reducer) can be torn down unjoined, and a rank that finished
+    aborts now and then ("terminate called without an active exception", SIGABRT): the launcher then reports the whole
+    job failed. os._exit skips finalization, as a forked rank's exit does."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def launched_ranks(device: torch.device) -> Ranks:
@@ -302,5 +300,6 @@ def run_job(job: str) -> None:
 
 
 if __name__ == "__main__":
-    from normgrow.ranks import run_job as _run_job  # the package's module, not this __main__ copy of it
-    _run_job(sys.argv[1])
+    from normgrow.ranks import end_launched_rank, run_job  # the package's module, not this __main__ copy of it
+    run_job(sys.argv[1])
+    end_launched_rank()
