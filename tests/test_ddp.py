@@ -251,7 +251,7 @@ end_launched_rank()
 
 def test_a_launched_rank_ends_without_the_interpreters_finalization(tmp_path):
     """A rank that leaves its gloo threads to the interpreter's finalization sometimes aborts after its work is done
-    ("terminate called without an active exception"; a two-rank run job failed that way about once in ten), and the
+    ("terminate called without an active exception"; 10 of 40 launches of a small two-rank job, docs/LOG.md), and the
     launcher then reports the whole job failed. A launched rank ends with end_launched_rank: its output flushed, no
     finalization (no exit handler runs), exit status 0."""
     script = tmp_path / "job.py"

@@ -137,9 +137,9 @@ def _joined_ranks(cpu: bool) -> Ranks:
 
 def end_launched_rank() -> None:
     """End a launched rank's process once its work is done and written, without the interpreter's finalization. There
-    gloo's worker threads (of the process group, of DDP's reducer) can be torn down unjoined, and a rank that finished
-    aborts now and then ("terminate called without an active exception", SIGABRT): the launcher then reports the whole
-    job failed. os._exit skips finalization, as a forked rank's exit does."""
+    gloo's worker threads can be torn down unjoined (which object holds them in a training rank was not pinned down),
+    and a rank that finished aborts now and then ("terminate called without an active exception", SIGABRT): the
+    launcher then reports the whole job failed. os._exit skips finalization, as a forked rank's exit does."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
