@@ -151,11 +151,12 @@ def test_identities_recorded_before_processes_and_compile_still_match():
     assert rundir.identity_differences(old, two) == ["profile.train.processes"]
 
 
-def test_compile_setting_resolves_per_device():
-    cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    assert train.compile_enabled("auto", cuda) and not train.compile_enabled("off", cuda)
-    assert train.compile_enabled("on", cpu)
-    assert train.compile_enabled("auto", cpu) and not train.compile_enabled("auto", torch.device("mps"))
+def test_compile_setting_resolves_per_device_and_dtype():
+    cpu, cuda, bf16, f32 = torch.device("cpu"), torch.device("cuda"), torch.bfloat16, torch.float32
+    assert train.compile_enabled("auto", cuda, f32) and not train.compile_enabled("off", cuda, bf16)
+    assert train.compile_enabled("on", cpu, f32)
+    assert train.compile_enabled("auto", cpu, bf16) and not train.compile_enabled("auto", cpu, f32)
+    assert not train.compile_enabled("auto", torch.device("mps"), bf16)
 
 
 def test_compiled_blocks_train_like_the_eager_ones(outputs):

@@ -99,7 +99,8 @@ def test_two_settings_that_make_the_same_run_share_it(grids):
 
 
 @pytest.mark.parametrize("text, needle", [
-    ("placements: [pre, post]\nseeds: [0]\n", "needs exactly the keys placements, seeds, settings"),
+    ("placements: [pre, post]\nseeds: [0]\n", "needs the keys placements, seeds, settings and may have schedules"),
+    ("placements: [pre, post]\nseeds: [0]\nschedules: [joint, grow]\nsettings: [{name: a}]\n", "holding joint and single"),
     ("placements: [pre, pre]\nseeds: [0]\nsettings: [{name: a}]\n", "two different placements"),
     ("placements: [pre, post]\nseeds: [0, -1]\nsettings: [{name: a}]\n", "seeds=[0, -1] must be"),
     ("placements: [pre, post]\nseeds: [0]\nsettings: [{name: a, colour: red}]\n", "keys of name, about"),
@@ -181,3 +182,32 @@ def test_a_setting_is_judged_by_the_claim_declarations_on_its_own_pair(monkeypat
     monkeypatch.setitem(grid.SETTING_CLAIMS, "matched_verdict", "obs1-matched")
     with pytest.raises(ParamError, match="claim 'obs1-matched' reads gap 'matched' \\(post-joint-matched - post-grow\\)"):
         grid.setting_reference(load_reference(), "pre", "mix")
+
+
+@pytest.mark.slow  # trains 16 tiny runs
+def test_a_ladder_grid_of_joint_and_single_arms_measures_the_depth_gain_per_rung(grids, outputs):
+    """A grid of schedules [joint, single] (the regime ladder): per setting, each placement's depth gain (single -
+    joint, paired by seed, with its interval), the rung's regime from its overrides, the compute of its joint run,
+    no grow verdict, and the depth figure with a point per placement and setting (no forest without grown runs)."""
+    write_grid(grids, "ladder", "placements: [pre, post]\nseeds: [0, 1]\nschedules: [joint, single]\nsettings:\n"
+                                "  - {name: short, about: the profile}\n"
+                                "  - {name: long, overrides: {train.stage_tokens: [256, 256, 256], "
+                                "train.warmup_steps: 3}, about: twice the tokens}\n")
+    plan = grid.plan_grid("tiny", grid.load_grid("ladder"), overrides=OVERRIDES)
+    assert {c.schedule for c in plan.cells} == {"joint", "single"} and len(plan.jobs) == 16
+    for job in plan.jobs.values():
+        run_variant(make_run_spec(profile="tiny", **job.params), progress=False)
+    files = grid.write_grid(plan, command="test")
+    frame = pd.read_csv(files["grid"]).set_index("setting")
+    by = grid.setting_runs(plan, "long").set_index(["variant", "seed"])["val_ce"]
+    for side, norm in (("a", "pre"), ("b", "post")):
+        gains = [by[(f"{norm}-single", s)] - by[(f"{norm}-joint", s)] for s in (0, 1)]
+        assert frame.loc["long", f"depth_gain_{side}"] == pytest.approx(sum(gains) / 2, abs=1e-12)
+        low, high = frame.loc["long", [f"depth_gain_{side}_ci_low", f"depth_gain_{side}_ci_high"]]
+        assert low < sum(gains) / 2 < high
+    assert (frame.loc["long", ["run_tokens", "warmup_steps", "d_model"]].tolist() == [768, 3, 16]
+            and frame.loc["short", "run_tokens"] == 384)
+    assert frame.loc["long", "joint_tflop"] == pytest.approx(2 * frame.loc["short", "joint_tflop"])
+    assert frame["grow_verdict"].str.startswith(NOT_TESTABLE).all() and frame["grow_gap"].isna().all()
+    assert "figure" not in files and files["depth"].read_text().count("<circle") == 2 * 2
+    assert "fig-depth" in files["report"].read_text()

@@ -181,15 +181,29 @@ def test_empty_profile_gives_empty_report(outputs):
 
 
 def test_unigram_val_ce():
-    from normgrow.data.corpus import unigram_val_ce
+    from normgrow.data.corpus import unigram_logp, unigram_val_ce
     train = np.array([[0, 1, 2, 3], [0, 0, 1, 1]])  # counts 3, 3, 1, 1 of 8
     val = np.array([[0, 1, 2, 3]])
     starts = np.array([[True, False, True, False]])  # the target at position 1 is a new document's BOS: masked
     # loss positions t = 0 and 2 (t = 3 has no target), targets 1 and 3
     expected = -(np.log(3 / 8) + np.log(1 / 8)) / 2
-    assert unigram_val_ce(train, val, starts, vocab_size=4, pseudo_count=0.0) == pytest.approx(expected)
+    assert -unigram_logp(train, val, 4, pseudo_count=0.0)[[1, 3]].mean() == pytest.approx(expected)
     smoothed = -(np.log(3.5 / 10) + np.log(1.5 / 10)) / 2
     assert unigram_val_ce(train, val, starts, vocab_size=4) == pytest.approx(smoothed)
+
+
+def test_the_unigram_level_smooths_over_the_ids_that_occur_not_the_teachers_vocabulary():
+    """A teacher vocabulary of 262,144 ids over a corpus using 4 of them: the smoothing mass stays on the 4 ids (the
+    level is the same as with a 4-id vocabulary, where it used to grow with the teacher's vocabulary); an id that
+    occurs only in the validation tokens is in the support with the pseudo count alone."""
+    from normgrow.data.corpus import UNIGRAM_PSEUDO_COUNT, unigram_logp, unigram_val_ce
+    train = np.array([[0, 1, 2, 3], [0, 0, 1, 1]])
+    val, starts = np.array([[0, 1, 2, 3]]), np.array([[True, False, True, False]])
+    assert unigram_val_ce(train, val, starts, vocab_size=262_144) == pytest.approx(
+        unigram_val_ce(train, val, starts, vocab_size=4))
+    logp = unigram_logp(train, np.array([[0, 7]]), vocab_size=262_144)
+    assert np.isfinite(logp).sum() == 5 and np.exp(logp[np.isfinite(logp)]).sum() == pytest.approx(1.0)
+    assert np.exp(logp[7]) == pytest.approx(UNIGRAM_PSEUDO_COUNT / (8 + 5 * UNIGRAM_PSEUDO_COUNT))
 
 
 # ------------------------------------------------------------------------------------------------------------ gaps

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -281,3 +282,46 @@ def test_zero_out_growth_of_pre_norm_keeps_the_validation_loss(outputs):
     summary = run(norm="pre", schedule="grow", overrides=fakes.TINY_OVERRIDES | {"student.new_block_init": "zero_out"})
     for before, after in zip(summary["phases"], summary["phases"][1:]):
         assert after["val_ce_after_growth"] == pytest.approx(before["val_ce"], abs=1e-6)
+
+
+def test_evaluations_read_by_a_claim_or_gate_cover_the_whole_split():
+    """numerics version 4: phase ends and the last eval_every point at or before 80% of the run's steps (the
+    flatness gate's v_80) are full; the other eval_every points and the growth evaluations read the subset."""
+    from types import SimpleNamespace
+    from normgrow.train.run import evaluation_plan
+    params = SimpleNamespace(eval_every=128, eval_after_growth=(8, 32, 64))
+    joint = evaluation_plan(plan_phases("joint", (3, 6, 9), (262144,) * 3, 1024), params)
+    assert {s: (e.kind, e.full) for s, e in joint.items()} == {
+        128: ("eval", False), 256: ("eval", False), 384: ("eval", False), 512: ("eval", True), 640: ("eval", False),
+        768: ("phase_end", True)}
+    grow = evaluation_plan(plan_phases("grow", (3, 6, 9), (262144,) * 3, 1024), params)
+    assert {s for s, e in grow.items() if e.full} == {256, 512, 768}
+    assert {s for s, e in grow.items() if e.kind == "growth_eval"} == {264, 288, 320, 520, 544, 576}
+    assert not any(e.full for e in grow.values() if e.kind != "phase_end")  # 512, the gate's point, is a phase end
+
+
+def test_the_validation_subset_is_evenly_spread_and_fixed():
+    from normgrow.train.run import subset_rows
+    rows = subset_rows(256, 16384, 256)
+    assert len(rows) == 64 and rows[0] == 0 and rows[-1] == 255 and (rows == subset_rows(256, 16384, 256)).all()
+    assert set(np.diff(rows).tolist()) == {4, 5}  # 255 / 63 apart: no stretch of the split left out
+    assert (subset_rows(10, 0, 256) == range(10)).all() and (subset_rows(10, 1 << 20, 256) == range(10)).all()
+
+
+def test_subset_points_are_recorded_as_such_and_the_gate_reads_whole_split_points(outputs):
+    """A run's records say which evaluations read the subset; its full-split points are the values a run on the
+    whole split records at the same steps, and the flatness curve (stats.eval_curve) holds only those."""
+    from normgrow.analysis.stats import eval_curve
+    subset = {**fakes.TINY_OVERRIDES, "train.eval_tokens": 64}  # 4 of the fake cache's 8 validation rows
+    run(norm="pre", schedule="joint", overrides=subset, run_name="subset")
+    run(norm="pre", schedule="joint", run_name="whole")
+    read = lambda name: [json.loads(l) for l in (outputs / "runs" / "tiny" / name / "metrics.jsonl").read_text()
+                         .splitlines() if json.loads(l)["kind"] != "train"]
+    sub, whole = read("subset"), read("whole")
+    assert [r["step"] for r in sub] == [r["step"] for r in whole]
+    assert any(not r["full_split"] for r in sub) and all(r["full_split"] for r in whole)
+    for s, w in zip(sub, whole):
+        assert (s["val_ce"] == w["val_ce"]) == s["full_split"]  # the same model: equal exactly where both are full
+        assert s["eval_positions"] < w["eval_positions"] or s["full_split"]
+    assert [r["step"] for r in eval_curve(outputs / "runs" / "tiny" / "subset")] == [
+        r["step"] for r in sub if r["full_split"]]

@@ -15,10 +15,11 @@ Candidates (same batch, same initial weights; every one is a full training step:
 grad-norm clip, AdamW step, loss.item()):
   normgrow           the study's step: train.DistillStep (the student's blocks, compiled when train.compile resolves
                      to on here, + the fused distillation head) under train._autocast, train.make_optimizer's AdamW
-                     (numerics version 3: blocks compiled on CPU and CUDA, attention kernel in float32 on CPU, fused
-                     AdamW). Compiled, its first call compiles, so it needs warmup >= 1
+                     (numerics version 4: blocks compiled on CUDA and for bf16 on CPU, attention kernel in float32
+                     on CPU, fused AdamW; version 4 changed evaluations, not this step, which is version 3's).
+                     Compiled, its first call compiles, so it needs warmup >= 1
   normgrow_v2        the same step under numerics version 2: the blocks eager; ratios.normgrow_vs_normgrow_v2 is
-                     v2 / v3 step time (--compare times these two alone)
+                     v2 / this version's step time (--compare times these two alone)
   normgrow_v1        the step under numerics version 1: eager, StudentConfig.attention_kernel="autocast" and
                      make_optimizer(fused=False)
   hf_cached          transformers Qwen3ForCausalLM converted from the same student (same vocabulary) under the same
@@ -60,8 +61,10 @@ from .train import distill
 from .config import PARAMS_DIR, outputs_dir, read_yaml
 from .train.growth import plan_phases
 from .student.model import Student, StudentConfig
-from .train.run import DistillStep, _autocast, compile_enabled, evaluation_after, make_optimizer, rows_to_batch
+from .train.run import (DistillStep, _autocast, compile_enabled, evaluation_plan, make_optimizer, rows_to_batch,
+                        subset_rows)
 from .train.spec import _choice, run_profile
+from .rundir import NUMERICS_VERSION
 from .analysis.variants import load_variants
 from .utils import TRAIN_DTYPES, dtype_name, machine_description, resolve_dtype
 
@@ -243,7 +246,7 @@ def build_candidates(profile, batch: BenchBatch, names, dtype: torch.dtype, teac
         model.load_state_dict(proto.state_dict())
         model.train()
         optimizer = make_optimizer(model, tp, None, fused=fused)
-        forward = DistillStep(model, P, compile_enabled(tp.compile, CPU) if compiled is None else compiled)
+        forward = DistillStep(model, P, compile_enabled(tp.compile, CPU, dtype) if compiled is None else compiled)
 
         def step() -> float:
             with _autocast(CPU, dtype):
@@ -445,14 +448,14 @@ def study_compute(profile, cfg: StudentConfig, peak_flop_s: float, cores: int) -
     """The matmul FLOPs of the study's runs (study_phases: params/study.yaml's runs x seeds) and their time at the
     measured peak on every core, the physical limit a study's wall time is measured against. A training step counts
     3 x forward for the trainable blocks and the head and 1 x for a frozen prefix (nothing below it trains, so no
-    gradient flows through it); each evaluation a run makes (train.evaluation_after, plus step 0 and each grown
-    model before its first update) counts one forward over its validation rows. cfg: the study's student (its
+    gradient flows through it); each evaluation a run makes (train.evaluation_plan, plus step 0 and each grown
+    model before its first update, both on the whole split) counts one forward over its validation rows. cfg: the study's student (its
     vocabulary); per-token FLOPs as student_step_flops counts them."""
     phases, seeds = study_phases(profile)
     tp, L = profile.train, profile.data.seq_len
     tps = tp.batch_size * L
     val_tokens = (profile.data.val_tokens // L) * L
-    eval_tokens = val_tokens if tp.eval_tokens == 0 else min(val_tokens, max(1, tp.eval_tokens // L) * L)
+    subset_tokens = len(subset_rows(val_tokens // L, tp.eval_tokens, L)) * L
 
     def forward(depth: int) -> tuple[float, float]:  # (per token of one block, per token of the head)
         f = student_step_flops(replace(cfg, n_layers=depth), 1, L)
@@ -461,18 +464,16 @@ def study_compute(profile, cfg: StudentConfig, peak_flop_s: float, cores: int) -
 
     train = evals = 0.0
     for ps in phases.values():
-        start = 0
-        for i, phase in enumerate(ps):
+        plan, start = evaluation_plan(ps, tp), 0
+        for phase in ps:
             block, head = forward(phase.depth)
             frozen = phase.first_trainable_block
             train += phase.steps * tps * (3 * ((phase.depth - frozen) * block + head) + frozen * block)
             whole = phase.depth * block + head
             # the untrained model at step 0 (run.start_run), each grown one before its first update (train_phase)
-            evals += (eval_tokens if i == 0 else val_tokens) * whole
-            for step in range(start + 1, start + phase.steps + 1):
-                kind = evaluation_after(step, phase, start, tp)
-                if kind is not None:
-                    evals += (eval_tokens if kind == "eval" else val_tokens) * whole
+            evals += val_tokens * whole
+            evals += sum(val_tokens if e.full else subset_tokens for step, e in plan.items()
+                         if start < step <= start + phase.steps) * whole
             start += phase.steps
     total = seeds * (train + evals)
     return {"train_flops": seeds * train, "eval_flops": seeds * evals, "flops": total, "runs": len(phases) * seeds,
@@ -588,7 +589,7 @@ def format_table(report: dict) -> str:
     for name, what in (("normgrow_v2", "v2: the blocks eager"),
                        ("normgrow_v1", "v1: eager, attention kernel in the autocast dtype, for-loop AdamW")):
         if f"normgrow_vs_{name}" in report["ratios"]:
-            lines.append(f"numerics version 3 vs {name[-1]}: {name} / normgrow step time = "
+            lines.append(f"numerics version {NUMERICS_VERSION} vs {name[-1]}: {name} / normgrow step time = "
                          f"{report['ratios'][f'normgrow_vs_{name}']:.3f} ({what})")
     lines.append(f"student step: {report['flops']['step'] / 1e9:.1f} GFLOP (head {100 * report['flops']['head_fraction']:.0f}% "
                  f"of forward); matmul peak {pk['dtype']} {pk['flop_s'] / 1e9:.0f} GFLOP/s (median of one "

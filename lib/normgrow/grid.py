@@ -16,16 +16,21 @@ Choices:
     that needs it names it: ``grid-<setting>-<norm>-<schedule>-s<seed>``). A directory that holds other settings
     is refused, never counted; the study's report does not count ``grid-`` runs.
   - Execution is the study's (study.execute_runs): resumable, ``jobs`` at a time (params/study.yaml), one teacher
-    cache. A setting that cannot run (a placement without an lr) is reported, and the others go on.
+    cache per distinct data. A setting that cannot run (a placement without an lr) is reported, and the others go on.
   - Judged per setting by the study's own claim declarations (params/reference.yaml, SETTING_CLAIMS): headline-grow
     on the grow gap (a-grow - b-grow) and headline-ratio on the interaction (grow gap - joint gap), their gaps
     re-pointed at the setting's pair, paired by seed with 95% t-intervals, through the study's judges and gates
     (claims.JUDGES, gate_claims: every variant compared trained, stats.regime_check; depth_gate: depth pays for
     both placements, params/reference.yaml's depth_margin). A gated verdict says which gate failed, and the numbers
     are still shown.
+  - A grid may train only the joint and single arms (``schedules: [joint, single]``: the regime ladder,
+    params/grids/ladder.yaml): its rows then carry each placement's depth gain against the compute of a joint run,
+    and no grow verdict. A setting that changes the data (data.train_tokens) trains on a teacher cache of its own,
+    built once before the runs, and is gated against its own unigram level.
 Outputs: outputs/grid/<profile>/<grid>/grid.csv (a row per setting), runs.csv (a row per run), grid.json (the plan:
-every cell's run, the settings, date, command, git commit), report.html (the forest plot and the table) and
-forest.svg (the forest plot as a static figure, for README). They always cover every setting of the grid, from the
+every cell's run, the settings, date, command, git commit), report.html (the forest plot, the depth gains and the
+table), depth.svg (depth gain against compute, for README) and, with grown runs, forest.svg (the forest plot as a
+static figure, for README). They always cover every setting of the grid, from the
 finished runs, whichever settings an invocation trained (``--settings``), so running one setting never drops the
 others from the record.
 """
@@ -57,6 +62,7 @@ from .analysis.variants import Reference, StudyRuns, Variant, load_reference, lo
 
 GRIDS_DIR = PARAMS_DIR / "grids"
 GRID_KEYS = ("placements", "seeds", "settings")
+OPTIONAL_GRID_KEYS = ("schedules",)
 SETTING_KEYS = ("name", "about", "overrides", "placements", "lr_of")
 CORE = ("joint", "grow", "single")  # the variants of every setting, per placement
 
@@ -75,6 +81,7 @@ class Grid:
     name: str
     seeds: tuple[int, ...]
     settings: tuple[Setting, ...]
+    schedules: tuple[str, ...] = CORE  # the schedules each setting trains per placement (joint and single always)
 
 
 def _pair(value, where: str) -> tuple[str, str]:
@@ -85,16 +92,20 @@ def _pair(value, where: str) -> tuple[str, str]:
 
 
 def load_grid(name: str) -> Grid:
-    """params/grids/<name>.yaml, validated: exactly GRID_KEYS; every setting's keys of SETTING_KEYS, a unique name
-    usable in run names, placements a pair of placements, lr_of schedule -> schedule. Overrides are validated per run
-    by make_run_spec (plan_grid), which names the key."""
+    """params/grids/<name>.yaml, validated: GRID_KEYS and maybe OPTIONAL_GRID_KEYS (schedules: those of CORE each
+    setting trains, joint and single among them, since the depth gate reads both; default all three); every
+    setting's keys of SETTING_KEYS, a unique name usable in run names, placements a pair of placements, lr_of
+    schedule -> schedule. Overrides are validated per run by make_run_spec (plan_grid), which names the key."""
     path = GRIDS_DIR / f"{check_name('grid', name)}.yaml"
     if not path.is_file():
         grids = sorted(p.stem for p in GRIDS_DIR.glob("*.yaml"))
         raise ParamError(f"grid={name!r} has no file {path}; allowed values: {', '.join(grids) or 'none'}")
     raw = read_yaml(path) or {}
-    if not isinstance(raw, dict) or set(raw) != set(GRID_KEYS):
-        raise ParamError(f"{path}: needs exactly the keys {', '.join(GRID_KEYS)}")
+    if not isinstance(raw, dict) or not set(GRID_KEYS) <= set(raw) <= set(GRID_KEYS + OPTIONAL_GRID_KEYS):
+        raise ParamError(f"{path}: needs the keys {', '.join(GRID_KEYS)} and may have {', '.join(OPTIONAL_GRID_KEYS)}")
+    schedules = raw.get("schedules", list(CORE))
+    if not (isinstance(schedules, list) and set(schedules) <= set(CORE) and {"joint", "single"} <= set(schedules)):
+        raise ParamError(f"{path}: schedules={schedules!r} must be a list of {', '.join(CORE)} holding joint and single")
     placements = _pair(raw["placements"], f"{path}: placements")
     seeds = raw["seeds"]
     if not (isinstance(seeds, list) and seeds and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
@@ -123,7 +134,7 @@ def load_grid(name: str) -> Grid:
     names = [s.name for s in settings]
     if len(set(names)) != len(names):
         raise ParamError(f"{path}: setting names must be unique (got {', '.join(names)})")
-    return Grid(name, tuple(dict.fromkeys(seeds)), tuple(settings))
+    return Grid(name, tuple(dict.fromkeys(seeds)), tuple(settings), tuple(s for s in CORE if s in schedules))
 
 
 # ------------------------------------------------------------------------------------------------------ the plan
@@ -146,6 +157,7 @@ class GridPlan:
     jobs: dict[str, Job]  # run name -> its job (each run once, whichever cells share it)
     identities: dict[str, dict]  # run name -> the identity its directory must hold
     not_run: dict[str, str]  # setting -> why it cannot run
+    overrides: dict = field(default_factory=dict)  # dotted profile keys of every run (plan_grid's overrides)
 
 
 def run_overrides(profile: str, setting: Setting, norm: str, schedule: str, base: dict | None = None) -> dict:
@@ -184,7 +196,7 @@ def plan_grid(profile: str, grid: Grid, seeds: list[int] | None = None, only: li
         try:
             planned = []
             for norm in setting.placements:
-                for schedule in CORE:
+                for schedule in grid.schedules:
                     arm = run_overrides(profile, setting, norm, schedule, overrides)
                     for seed in seeds:
                         spec = make_run_spec(profile=profile, norm=norm, schedule=schedule, seed=seed,
@@ -210,15 +222,22 @@ def plan_grid(profile: str, grid: Grid, seeds: list[int] | None = None, only: li
                                  {**params, "overrides": arm})
                 identities[name] = {**identity, "run_name": name}
             cells.append(Cell(setting.name, norm, schedule, seed, by_identity[key], spec.profile.train.lr))
-    return GridPlan(profile, grid, tuple(cells), jobs, identities, not_run)
+    return GridPlan(profile, grid, tuple(cells), jobs, identities, not_run, dict(overrides or {}))
 
 
 # -------------------------------------------------------------------------------------------------- the verdicts
 
 GRID_FIELDS = ("setting", "about", "a", "b", "n_seeds", "joint_gap", "joint_ci_low", "joint_ci_high",
                "grow_gap", "grow_ci_low", "grow_ci_high", "grow_mde", "interaction", "interaction_ci_low",
-               "interaction_ci_high", "interaction_mde", "depth_gain_a", "depth_gain_b", "depth_margin", "depth_pays",
-               "trained", "grow_verdict", "interaction_verdict", "gate", "lrs", "runs_finished", "runs_needed")
+               "interaction_ci_high", "interaction_mde", "depth_gain_a", "depth_gain_a_ci_low", "depth_gain_a_ci_high",
+               "depth_gain_b", "depth_gain_b_ci_low", "depth_gain_b_ci_high", "depth_margin", "depth_pays",
+               "trained", "grow_verdict", "interaction_verdict", "gate", "lrs", "runs_finished", "runs_needed",
+               "unigram_val_ce", "unique_tokens", "run_tokens", "d_model", "warmup_steps", "joint_tflop")
+"""grid.csv's columns. depth_gain_*: single - joint final val_ce of the placement (the depth gate's reading, means
+over seeds) and the 95% interval of its paired differences by seed; unique_tokens (data.train_tokens),
+run_tokens (train.stage_tokens summed), d_model and warmup_steps: the setting's regime; joint_tflop: the matmul
+TFLOP of one joint run of placement a (bench.student_step_flops per token x its tokens), the compute a depth gain
+is plotted against."""
 
 
 def run_status(profile: str, run_name: str) -> str:
@@ -265,16 +284,51 @@ def setting_reference(reference: Reference, a: str, b: str) -> Reference:
     return dataclasses.replace(reference, gaps=gaps)
 
 
+def setting_profile(plan: GridPlan, setting: Setting):
+    """The profile of the setting's runs (its overrides; the lr aside, which lr_of may change per arm)."""
+    return load_profile(plan.profile, {**plan.overrides, **setting.overrides})
+
+
+def setting_unigram(plan: GridPlan, setting: Setting) -> float | None:
+    """The unigram level of the setting's data (stats.baselines: its own teacher cache), None without a cache."""
+    return baselines(plan.profile, {**plan.overrides, **setting.overrides}).get("unigram_val_ce")
+
+
+def joint_tflop(plan: GridPlan, setting: Setting) -> float:
+    """The matmul TFLOP of a finished joint run of the setting's placement a (bench.student_step_flops per token of
+    its student, vocabulary as it trained, x its tokens); NaN when there is none."""
+    from .bench import student_step_flops
+    from .student.model import StudentConfig
+    a = setting.placements[0]
+    names = [c.run_name for c in plan.cells if (c.setting, c.norm, c.schedule) == (setting.name, a, "joint")
+             and run_status(plan.profile, c.run_name) == "finished"]
+    if not names:
+        return math.nan
+    summary = read_finished(run_path(plan.profile, names[0]))[0]
+    prof = setting_profile(plan, setting)
+    cfg = StudentConfig.from_params(prof.student, vocab_size=summary.vocab["size"], n_layers=summary.depth, norm=a,
+                                    max_seq_len=prof.data.seq_len)
+    return student_step_flops(cfg, 1, prof.data.seq_len)["step"] * summary.tokens / prof.data.seq_len / 1e12
+
+
 def judge_setting(plan: GridPlan, setting: Setting, reference: Reference, unigram: float | None,
                   level: float = LEVEL) -> dict:
-    """One row of grid.csv (GRID_FIELDS): the gaps' numbers, the gates' findings and the SETTING_CLAIMS verdicts."""
+    """One row of grid.csv (GRID_FIELDS): the gaps' numbers, the gates' findings and the SETTING_CLAIMS verdicts. A
+    grid without grown runs has no grow gap: its verdicts are NOT_TESTABLE and its rows carry the depth gains."""
     a, b = setting.placements
     runs = setting_runs(plan, setting.name)
     cells = [c for c in plan.cells if c.setting == setting.name]
     margin = reference.depth_margin
+    prof = setting_profile(plan, setting)
     row = {"setting": setting.name, "about": setting.about, "a": a, "b": b, "depth_margin": margin,
            "runs_needed": len(cells), "runs_finished": len(runs),
-           "lrs": " ".join(f"{n}-{s} {lr:g}" for n, s, lr in dict.fromkeys((c.norm, c.schedule, c.lr) for c in cells))}
+           "lrs": " ".join(f"{n}-{s} {lr:g}" for n, s, lr in dict.fromkeys((c.norm, c.schedule, c.lr) for c in cells)),
+           "unigram_val_ce": unigram, "unique_tokens": prof.data.train_tokens,
+           "run_tokens": sum(prof.train.stage_tokens), "d_model": prof.student.d_model,
+           "warmup_steps": prof.train.warmup_steps, "joint_tflop": joint_tflop(plan, setting)}
+    for name, norm in (("a", a), ("b", b)):
+        gain = mean_ci(paired_differences(runs, f"{norm}-single", f"{norm}-joint").values, level)
+        row |= {f"depth_gain_{name}_ci_low": gain["ci_low"], f"depth_gain_{name}_ci_high": gain["ci_high"]}
     joint = paired_differences(runs, f"{a}-joint", f"{b}-joint")
     grow = paired_differences(runs, f"{a}-grow", f"{b}-grow")
     both = sorted(set(joint.index) & set(grow.index))
@@ -285,7 +339,7 @@ def judge_setting(plan: GridPlan, setting: Setting, reference: Reference, unigra
                 f"{name}_ci_low": s["ci_low"], f"{name}_ci_high": s["ci_high"]}
     row |= {"grow_mde": stats["grow"]["half_width"], "interaction_mde": stats["interaction"]["half_width"],
             "n_seeds": stats["interaction"]["n"]}
-    variants = {f"{n}-{s}": Variant(f"{n}-{s}", n, s) for n in (a, b) for s in CORE}
+    variants = {f"{n}-{s}": Variant(f"{n}-{s}", n, s) for n in (a, b) for s in plan.grid.schedules}
     ref = setting_reference(reference, a, b)
     claims = [JUDGES[ref.claim(name).kind](ref.claim(name), ref, runs, "val_ce", level)
               for name in SETTING_CLAIMS.values()]
@@ -304,14 +358,15 @@ def judge_setting(plan: GridPlan, setting: Setting, reference: Reference, unigra
         row["gate"] = ("; ".join(regime.loc[~regime["trained"].astype(bool), "reason"]) if not row["trained"] else
                        "; ".join(gains.loc[~gains["pays"].astype(bool), "reason"]) if not row["depth_pays"] else
                        "judged")
+    if "grow" not in plan.grid.schedules:
+        return row | dict.fromkeys(SETTING_CLAIMS, f"{NOT_TESTABLE}: the grid trains no grown runs")
     return row | {column: claim.status for column, claim in zip(SETTING_CLAIMS, claims)}
 
 
 def grid_frame(plan: GridPlan, level: float = LEVEL) -> pd.DataFrame:
+    """grid.csv: a row per setting (judge_setting), each gated against the unigram level of its own data."""
     reference = load_reference()
-    unigram = baselines(plan.profile).get("unigram_val_ce")
-    rows = [judge_setting(plan, s, reference, unigram, level) for s in plan.grid.settings
-            if s.name not in plan.not_run and any(c.setting == s.name for c in plan.cells)]
+    rows = [judge_setting(plan, s, reference, setting_unigram(plan, s), level) for s in plan.grid.settings if s.name not in plan.not_run and any(c.setting == s.name for c in plan.cells)]
     rows += [{"setting": name, "about": next(s.about for s in plan.grid.settings if s.name == name),
               "grow_verdict": NOT_TESTABLE, "interaction_verdict": NOT_TESTABLE, "gate": f"not run: {why}"}
              for name, why in plan.not_run.items()]
@@ -322,6 +377,7 @@ def grid_frame(plan: GridPlan, level: float = LEVEL) -> pd.DataFrame:
 
 def grid_report_html(plan: GridPlan, frame: pd.DataFrame) -> str:
     import html
+    from .viz.depth import depth_figure
     from .viz.forest import forest_figure, reference_marks
     from .viz.render import Page, table
     e = html.escape
@@ -336,7 +392,12 @@ def grid_report_html(plan: GridPlan, frame: pd.DataFrame) -> str:
              "post). A row is judged only where every variant is trained and depth pays for both placements "
              "(params/reference.yaml's depth_margin); otherwise its verdict names the failed gate and the interval "
              "is the ungated reading.</p>")
-    page.figure(forest_figure(frame, ref), div_id="fig-forest")
+    if "grow" in plan.grid.schedules:
+        page.figure(forest_figure(frame, ref), div_id="fig-forest")
+    page.add("<h2>Where does depth pay?</h2><p>Depth gain: the single arm (the first-stage prefix alone, same tokens) "
+             "minus the joint arm, per placement, paired by seed with 95% intervals, against the compute of one joint "
+             "run; the gate asks for the depth margin (dashed).</p>")
+    page.figure(depth_figure(frame), div_id="fig-depth")
     shown = frame.assign(
         grow=[f"{m:+.4f} [{lo:+.4f}, {hi:+.4f}]" if pd.notna(m) else "" for m, lo, hi in
               zip(frame["grow_gap"], frame["grow_ci_low"], frame["grow_ci_high"])],
@@ -355,7 +416,9 @@ def grid_report_html(plan: GridPlan, frame: pd.DataFrame) -> str:
 
 
 def write_grid(plan: GridPlan, command: str = "", level: float = LEVEL) -> dict[str, Path]:
-    """grid.csv, runs.csv, grid.json, report.html and forest.svg in grid_dir (module docstring)."""
+    """grid.csv, runs.csv, grid.json, report.html, depth.svg and, with grown runs, forest.svg in grid_dir (module
+    docstring)."""
+    from .viz.depth import depth_svg
     from .viz.render import write_text
     from .viz.forest import forest_svg, reference_marks
     from .sweep import git_commit
@@ -364,7 +427,7 @@ def write_grid(plan: GridPlan, command: str = "", level: float = LEVEL) -> dict[
     frame = grid_frame(plan, level)
     runs = pd.DataFrame([c.__dict__ | {"status": run_status(plan.profile, c.run_name)} for c in plan.cells])
     files = {"grid": out / "grid.csv", "runs": out / "runs.csv", "json": out / "grid.json",
-             "report": out / "report.html", "figure": out / "forest.svg"}
+             "report": out / "report.html", "depth": out / "depth.svg"}
     atomic_write_text(files["grid"], frame.to_csv(index=False))
     atomic_write_text(files["runs"], runs.to_csv(index=False))
     atomic_write_json(files["json"], {
@@ -373,7 +436,10 @@ def write_grid(plan: GridPlan, command: str = "", level: float = LEVEL) -> dict[
         "settings": [s.__dict__ | {"placements": list(s.placements)} for s in plan.grid.settings],
         "rows": frame.to_dict("records")})
     write_text(files["report"], grid_report_html(plan, frame))
-    write_text(files["figure"], forest_svg(frame, reference_marks()))
+    write_text(files["depth"], depth_svg(frame))
+    if "grow" in plan.grid.schedules:
+        files["figure"] = out / "forest.svg"
+        write_text(files["figure"], forest_svg(frame, reference_marks()))
     return files
 
 
@@ -381,17 +447,23 @@ def write_grid(plan: GridPlan, command: str = "", level: float = LEVEL) -> dict[
 
 def run_grid(profile: str, grid_name: str, seeds: list[int] | None = None, only: list[str] | None = None,
              jobs: int | None = None, processes: int | None = None, command: str = "") -> int:
-    prof = load_profile(profile, with_processes(None, processes))
     plan = plan_grid(profile, load_grid(grid_name), seeds, only, processes)
     for name, why in plan.not_run.items():
         print(f"setting {name}: not run: {why}")
     jobs = study_jobs(profile) if jobs is None else jobs
     out = grid_dir(profile, grid_name)
     out.mkdir(parents=True, exist_ok=True)
-    teacher_key = ensure_teacher_cache(prof, out, processes)
+    teacher_keys = {}  # run name -> the key of its setting's cache; settings that change no data share one cache
+    for setting in plan.grid.settings:
+        names = {c.run_name for c in plan.cells if c.setting == setting.name}
+        if names:
+            overrides = with_processes(setting.overrides, processes)
+            key = ensure_teacher_cache(load_profile(profile, overrides), out, processes, setting.overrides,
+                                       f"00_teacher-{setting.name}.ipynb")
+            teacher_keys |= dict.fromkeys(names, key)
     failed = {}
     for name in plan.jobs:
-        conflict = directory_conflict(run_path(profile, name), plan.identities[name], teacher_key)
+        conflict = directory_conflict(run_path(profile, name), plan.identities[name], teacher_keys[name])
         if conflict:
             failed[name] = conflict
             print(f"refused {name}: {conflict}")

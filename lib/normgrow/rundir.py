@@ -40,12 +40,14 @@ from .config import SECTIONS, ParamError, outputs_dir
 from .utils import atomic_write_json, read_json
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-NUMERICS_VERSION = 3
+NUMERICS_VERSION = 4
 """Bump when a code change changes the numbers a run produces: runs recorded with another value no longer count.
 2: every row begins with the document-start token (data.PACK_VERSION 2, one sectioning rule), the attention kernel in
 float32 on CPU, fused AdamW.
 3: train.compile auto compiles the student's blocks on CPU too (inductor reorders and fuses their arithmetic), and
-every evaluation runs through the compiled blocks (the untrained model's and the one just after growth included)."""
+every evaluation runs through the compiled blocks (the untrained model's and the one just after growth included).
+4: evaluations no claim or gate reads cover a fixed subset of the validation split (train.run.evaluation_plan; every
+record says full_split); train.compile auto compiles on CPU only in bfloat16 (eager in float32, where it did not pay)."""
 
 SWEEP_RUN_PREFIX = "sweep-"
 """Run names of the lr sweep (sweep.py) start with this; they share outputs/runs/<profile>/ with the study's runs, so
@@ -58,7 +60,8 @@ skips them like sweep runs (their results are outputs/grid/<profile>/<grid>/).""
 CONFIG, SUMMARY, METRICS, LOCK, NOTEBOOK = "config.json", "summary.json", "metrics.jsonl", "LOCK", "run.ipynb"
 GROWTH_EVAL = "growth_eval"
 """The metrics.jsonl kind of the extra evaluations after a growth (train.eval_after_growth): drawn with the curves,
-never counted by the regime's flatness (stats.CURVE_KINDS), whose points stay those of eval_every and phase ends."""
+never counted by the regime's flatness (stats.CURVE_KINDS), whose points are the whole-split ones of eval_every and
+phase ends."""
 DIAGNOSTICS = "diagnostics.json"  # a run's cached diagnostics (<run>/), and the study's (outputs/study/<profile>/)
 CHECKPOINTS, LAST, FINAL = "checkpoints", "last.pt", "final.pt"
 PHASE_FILE = re.compile(r"phase(\d+)_depth(\d+)\.pt")

@@ -287,13 +287,15 @@ def _show_cache_build(bar) -> None:
     bar.refresh()
 
 
-def build_teacher_cache(profile: str, out_dir: Path, processes: int | None = None) -> None:
-    """Execute notebooks/00_teacher.ipynb, with a live bar of the teacher's pass over the corpus."""
+def build_teacher_cache(profile: str, out_dir: Path, processes: int | None = None, overrides: dict | None = None,
+                        notebook: str = "00_teacher.ipynb") -> None:
+    """Execute notebooks/00_teacher.ipynb (into out_dir/notebook) on the profile with dotted overrides, with a live
+    bar of the teacher's pass over the corpus."""
     bar = tqdm(desc="teacher cache", unit="tok", file=sys.stdout)
     poller = Poller(lambda: _show_cache_build(bar))
     try:
-        execute_notebook(NOTEBOOKS / "00_teacher.ipynb", out_dir / "00_teacher.ipynb",
-                         {"profile": profile, "processes": processes})
+        execute_notebook(NOTEBOOKS / "00_teacher.ipynb", out_dir / notebook,
+                         {"profile": profile, "processes": processes, "overrides": overrides or {}})
         bar.n = bar.total or 0  # done (the last poll may predate the last batches)
     finally:
         poller.close()
@@ -318,17 +320,18 @@ def finished_jobs(names: list[str], profile: str, failed: dict[str, str]) -> set
     return done
 
 
-def ensure_teacher_cache(prof, out_dir: Path, processes: int | None = None) -> str:
-    """The key of the profile's teacher cache, built first (notebooks/00_teacher.ipynb, executed into out_dir) when
-    it is not complete."""
+def ensure_teacher_cache(prof, out_dir: Path, processes: int | None = None, overrides: dict | None = None,
+                         notebook: str = "00_teacher.ipynb") -> str:
+    """The key of the teacher cache of prof (the profile with the dotted overrides it was loaded with), built first
+    (notebooks/00_teacher.ipynb, executed into out_dir/notebook) when it is not complete."""
     from .data.teacher_cache import open_cache
     try:
         key = open_cache(prof).key
         print(f"teacher cache: complete, reused (outputs/teacher/{key})")
         return key
     except FileNotFoundError:
-        print("teacher cache: building (notebooks/00_teacher.ipynb)")
-        build_teacher_cache(prof.name, out_dir, processes)
+        print(f"teacher cache: building (notebooks/00_teacher.ipynb{' with ' + str(overrides) if overrides else ''})")
+        build_teacher_cache(prof.name, out_dir, processes, overrides, notebook)
         return open_cache(prof).key
 
 

@@ -325,15 +325,17 @@ def crossover_table(runs: pd.DataFrame, a: str, b: str, metric: str = "val_ce",
 
 
 def eval_curve(run_dir: Path) -> list[dict]:
-    """The validation records of run_dir/metrics.jsonl (kind in CURVE_KINDS; kind, step, tokens, val_ce), ordered by
-    step (rundir.read_metrics: one per step); [] when the file is missing or damaged, and the run then counts as not
-    flattened (see flatness)."""
+    """The whole-split validation records of run_dir/metrics.jsonl (kind in CURVE_KINDS, full_split, which records
+    before numerics version 4 lack and were: kind, step, tokens, val_ce), ordered by step (rundir.read_metrics: one
+    per step); [] when the file is missing or damaged, and the run then counts as not flattened (see flatness). The
+    subset points are left out so that the gate compares numbers over the same positions."""
     try:
         records = read_metrics(run_dir)
     except RunDirError as err:
         print(f"no validation curve: {err}")
         return []
-    curve = [{k: r[k] for k in ("kind", "step", "tokens", "val_ce")} for r in records if r.get("kind") in CURVE_KINDS]
+    curve = [{k: r[k] for k in ("kind", "step", "tokens", "val_ce")} for r in records
+             if r.get("kind") in CURVE_KINDS and r.get("full_split", True)]
     return sorted(curve, key=lambda r: r["step"])
 
 
@@ -444,22 +446,22 @@ def depth_check(runs: pd.DataFrame, variants: dict[str, Variant], margin: float)
     return pd.DataFrame(rows, columns=list(DEPTH_FIELDS))
 
 
-def baselines(profile: str) -> dict:
-    """{"teacher_val_ce", "unigram_val_ce"} on the profile's validation positions (the levels that frame a student's
-    val_ce) with where each comes from ("teacher_source", "unigram_source"), or {} when there is no teacher cache for
-    it (not built, or runs without a profile file)."""
+def baselines(profile: str, overrides: dict | None = None) -> dict:
+    """{"teacher_val_ce", "unigram_val_ce"} on the validation positions of the profile (with dotted overrides: a
+    grid setting's data) (the levels that frame a student's val_ce) with where each comes from ("teacher_source",
+    "unigram_source"), or {} when there is no teacher cache for it (not built, or runs without a profile file)."""
     from ..config import ParamError, load_profile
     from ..data.corpus import unigram_val_ce
     from ..data.teacher_cache import open_cache
     try:
-        cache = open_cache(load_profile(profile))
+        cache = open_cache(load_profile(profile, overrides))
     except (FileNotFoundError, ParamError):
         return {}
     where = f"outputs/teacher/{cache.key}"
     return {"teacher_val_ce": cache.report["val_ce"], "teacher_source": f"{where}/teacher.json (val_ce)",
             "unigram_val_ce": unigram_val_ce(cache.train.tokens, cache.val.tokens, cache.val.doc_start,
                                              cache.meta["vocab_size"]),
-            "unigram_source": f"normgrow.data.corpus.unigram_val_ce: unigram fitted on {where}/train tokens, scored on "
-                              f"{where}/val"}
+            "unigram_source": f"normgrow.data.corpus.unigram_val_ce: unigram fitted on {where}/train tokens, "
+                              f"add-0.5 smoothed over the ids that occur in the cache, scored on {where}/val"}
 
 

@@ -331,18 +331,37 @@ def loss_mask_np(doc_start: np.ndarray) -> np.ndarray:
     return mask
 
 
-def unigram_logp(train_tokens: np.ndarray, vocab_size: int, pseudo_count: float = 0.5) -> np.ndarray:
-    """[vocab_size] log-probabilities of a unigram model fitted on the training tokens, add-`pseudo_count`
-    smoothed: the context-free level a model must beat."""
-    counts = np.bincount(np.asarray(train_tokens).ravel(), minlength=vocab_size) + pseudo_count
-    return np.log(counts / counts.sum())
+UNIGRAM_PSEUDO_COUNT = 0.5
+"""Add-one-half smoothing of the unigram model, over its support only (unigram_logp)."""
 
 
-def unigram_val_ce(train_tokens: np.ndarray, val_tokens: np.ndarray, val_doc_start: np.ndarray, vocab_size: int,
-                   pseudo_count: float = 0.5) -> float:
+def occurring_ids(*token_arrays: np.ndarray) -> np.ndarray:
+    """Sorted ids that occur in any of the token arrays: the corpus vocabulary (vocab.corpus_ids: what a
+    corpus-vocabulary student can emit) and the unigram model's support."""
+    return np.unique(np.concatenate([np.unique(np.asarray(t)) for t in token_arrays]))
+
+
+def unigram_logp(train_tokens: np.ndarray, val_tokens: np.ndarray, vocab_size: int,
+                 pseudo_count: float = UNIGRAM_PSEUDO_COUNT) -> np.ndarray:
+    """[vocab_size] log-probabilities of the unigram model: the context-free level every gate and page compares a
+    model with. Fitted on the training tokens, add-`pseudo_count` smoothed over its support, the ids that occur in
+    the training or validation tokens (occurring_ids), and -inf elsewhere. The support is what a corpus-vocabulary
+    student can emit: smoothing over the whole teacher vocabulary instead put two thirds of the mass of a
+    262,144-id teacher's unigram on ids that never occur (8.128 nats against 7.090 over the occurring ids, 65k
+    training tokens), which made a student look trained that was not. A full-vocabulary student can emit more ids,
+    none of which is ever a target, so for it this is the stronger of the two levels."""
+    support = occurring_ids(train_tokens, val_tokens)
+    counts = np.bincount(np.asarray(train_tokens).ravel(), minlength=vocab_size)[support] + pseudo_count
+    logp = np.full(vocab_size, -np.inf)
+    logp[support] = np.log(counts / counts.sum())
+    return logp
+
+
+def unigram_val_ce(train_tokens: np.ndarray, val_tokens: np.ndarray, val_doc_start: np.ndarray,
+                   vocab_size: int) -> float:
     """Validation next-token CE (nats/token, over loss_mask positions, as every student metric) of the unigram
     model (unigram_logp)."""
-    logp = unigram_logp(train_tokens, vocab_size, pseudo_count)
+    logp = unigram_logp(train_tokens, val_tokens, vocab_size)
     val = np.asarray(val_tokens)
     mask = loss_mask_np(val_doc_start)
     return float(-logp[val[:, 1:][mask[:, :-1]]].mean())

@@ -243,6 +243,11 @@ def teacher_pass(ranks: Ranks, params: TeacherParams, splits: list[str], tmp: Pa
     ranks.barrier()
 
 
+def _unigram(d: Path, vocab_size: int) -> np.ndarray:
+    """corpus.unigram_logp of the cache (or build) directory d's splits."""
+    return unigram_logp(*(np.load(d / split / "tokens.npy", mmap_mode="r") for split in SPLITS), vocab_size)
+
+
 def _split_stats(out: Path, unigram: np.ndarray) -> dict:
     """The teacher's CE and tail mass over a finished split (read back from the files the ranks wrote), and the CE
     of the teacher and of the unigram model (log-probs `unigram`) in the sanity gate's position buckets."""
@@ -277,11 +282,12 @@ def sanity_failures(positions: dict) -> list[str]:
 
 
 def check_sanity(cache: "TeacherCache", mode: str) -> None:
-    """Apply the sanity gate to an opened cache: raise (enforce) or print (warn) on a failed check. The checks run on
-    teacher.json's position buckets at every open (the thresholds live here, not in the file); a cache built before
-    the buckets were recorded has none and passes."""
-    positions = cache.report.get("positions")
-    failures = sanity_failures(positions["val"]) if positions else []
+    """Apply the sanity gate to an opened cache: raise (enforce) or print (warn) on a failed check. The position
+    buckets of the validation split are computed again at every open (_split_stats, 65k positions of the cpu cache:
+    milliseconds), so the gate applies today's thresholds and unigram level (corpus.unigram_logp) whatever
+    teacher.json recorded when the cache was built."""
+    positions = _split_stats(cache.dir / "val", _unigram(cache.dir, int(cache.meta["vocab_size"])))["positions"]
+    failures = sanity_failures(positions)
     if not failures:
         return
     what = (f"the teacher of cache {cache.dir} fails the sanity gate: {'; '.join(failures)}. Its distillation "
@@ -490,8 +496,7 @@ def _build_cache(profile: Profile, ranks: Ranks, tokenizer, bos_id: int, dkey: s
         loaded = read_json(tmp / PASS_FILE)
         for leftover in [tmp / PASS_FILE, *tmp.glob(PROGRESS_FILES)]:
             os.remove(leftover)
-        unigram = unigram_logp(np.load(tmp / "train" / "tokens.npy", mmap_mode="r"), loaded["vocab_size"])
-        stats = {split: _split_stats(tmp / split, unigram) for split in SPLITS}
+        stats = {split: _split_stats(tmp / split, _unigram(tmp, loaded["vocab_size"])) for split in SPLITS}
         n_tok = sum(s["tokens"] for s in stats.values())
         special = sorted({int(i) for i in tokenizer.all_special_ids} | {bos_id})
         meta = {

@@ -25,12 +25,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .corpus import occurring_ids
+
 VOCABS = ("full", "corpus")  # allowed values of student.vocab (config.choices refers here)
 
 
 def corpus_ids(cache) -> np.ndarray:
     """Sorted teacher ids that occur in the cache's train and validation tokens."""
-    return np.union1d(np.unique(np.asarray(cache.train.tokens)), np.unique(np.asarray(cache.val.tokens)))
+    return occurring_ids(cache.train.tokens, cache.val.tokens)
 
 
 class VocabMap:

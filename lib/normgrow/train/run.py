@@ -39,7 +39,11 @@ Choices made explicit here (see growth.py for the schedules and the token accoun
     (ranks hold different numbers of positions). Counters and logged numbers are those of the global batch; rank 0
     alone holds the run lock and writes (metrics, checkpoints, summary). The forward is wrapped again after every
     growth step, because DDP fixes its parameter set when it wraps.
-  - Compilation (train.compile, auto = on for CPU and CUDA, numerics version 3): torch.compile of each block
+  - Evaluations (evaluation_plan, numerics version 4): the whole validation split where a claim, a gate or the
+    summary reads the number (step 0, each grown model before its first update, phase ends, the flatness gate's
+    point), a fixed evenly spaced subset of train.eval_tokens (subset_rows) at the points only curves draw; each
+    record says which (full_split).
+  - Compilation (train.compile, auto = on for CUDA and for bf16 on CPU, numerics version 4): torch.compile of each block
     (compile_blocks: one graph shared by the blocks and the depths of a run), done before the first evaluation and
     right after each growth, so every evaluation and every step of a run goes through the same compiled blocks.
     The fused distillation head stays eager: it is a custom autograd function with hand-written gradients and
@@ -66,6 +70,7 @@ from torch import nn
 
 from . import distill
 from ..config import NOTEBOOKS, ParamError
+from ..analysis.stats import FLAT_TAIL
 from ..data.corpus import loss_mask, loss_mask_np
 from .growth import Phase, plan_phases
 from ..student.growth_ops import GROWTH_OPS
@@ -194,22 +199,30 @@ the training batch's 4 x 256 (one thread, bf16; eager 4.34 s either way; docs/LO
 of distill.DEFAULT_CHUNK rows, so memory grows only by the body's activations of one batch."""
 
 
+def subset_rows(n_rows: int, eval_tokens: int, seq_len: int) -> np.ndarray:
+    """The validation rows of a subset evaluation: train.eval_tokens // seq_len rows spaced evenly over the split (its
+    first and last row included), so that every part of the corpus the split holds is in it; every row when
+    eval_tokens is 0 or covers the split. Fixed for a profile: every subset point of every run reads the same rows."""
+    n = n_rows if eval_tokens == 0 else max(1, min(n_rows, eval_tokens // seq_len))
+    return np.unique(np.linspace(0, n_rows - 1, n).round().astype(np.int64))
+
+
 @torch.no_grad()
-def evaluate(model: Student, split, n_rows: int, batch_size: int, device, dtype, vocab: VocabMap,
+def evaluate(model: Student, split, rows: np.ndarray, batch_size: int, device, dtype, vocab: VocabMap,
              ranks: Ranks = Ranks()) -> dict:
-    """Student next-token CE and soft-target CE against the teacher (T=1, tail bucket) on the first n_rows
-    validation sequences, averaged over loss_mask positions (nats/token). Under data parallelism the ranks take
-    the batches in turn and their sums are added."""
+    """Student next-token CE and soft-target CE against the teacher (T=1, tail bucket) on the given validation rows
+    (ascending), averaged over loss_mask positions (nats/token). Under data parallelism the ranks take the batches
+    in turn and their sums are added."""
     was_training = model.training
     model.eval()
     sums = {"val_ce": 0.0, "val_kd_ce": 0.0}
     count = 0
-    for start in range(ranks.rank * batch_size, n_rows, batch_size * ranks.world):
-        batch = rows_to_batch(split, np.arange(start, min(start + batch_size, n_rows)), device, vocab)
-        rows = distill.flatten_batch(batch)
+    for start in range(ranks.rank * batch_size, len(rows), batch_size * ranks.world):
+        batch = rows_to_batch(split, rows[start:start + batch_size], device, vocab)
+        rows_ = distill.flatten_batch(batch)
         with _autocast(device, dtype):
             batch_sums, batch_count = distill.eval_sums(model.hidden(batch["tokens"]).flatten(0, 1),
-                                                        model.head_weight, rows)
+                                                        model.head_weight, rows_)
         sums["val_ce"] += batch_sums["ce"]
         sums["val_kd_ce"] += batch_sums["kd_ce"]
         count += batch_count
@@ -341,7 +354,8 @@ class Run:
     counters: dict
     log: MetricsLog | None  # rank 0 only
     batches: Batches
-    eval_rows: int
+    evaluations: dict  # global step -> Evaluation (evaluation_plan)
+    eval_subset: np.ndarray  # the validation rows of a subset evaluation (subset_rows)
     resume_optimizer: dict | None  # the optimiser state of last.pt, consumed by the phase it belongs to
     bar: object  # a tqdm bar (ranks.progress_bar)
     ranks: Ranks = Ranks()
@@ -357,15 +371,18 @@ class Run:
     def wall_s(self) -> float:
         return self.wall_before + time.perf_counter() - self.session_start
 
-    def evaluate(self, n_rows: int) -> dict:
-        """The validation metrics of the model now, its wall seconds added to counters["eval_s"]. Batches of
-        EVAL_BATCH_TOKENS tokens, or of train.batch_size rows if those are more."""
+    def evaluate(self, full: bool) -> dict:
+        """The validation metrics of the model now on the whole split (full) or the fixed subset (eval_subset), with
+        "full_split" saying which, its wall seconds added to counters["eval_s"]. Batches of EVAL_BATCH_TOKENS tokens,
+        or of train.batch_size rows if those are more."""
         tp, t0 = self.spec.profile.train, time.perf_counter()
-        rows = max(tp.batch_size, EVAL_BATCH_TOKENS // self.spec.profile.data.seq_len)
-        metrics = evaluate(self.model, self.cache.val, n_rows, rows, self.device, self.dtype, self.vocab, self.ranks)
+        batch_rows = max(tp.batch_size, EVAL_BATCH_TOKENS // self.spec.profile.data.seq_len)
+        rows = np.arange(self.cache.val.tokens.shape[0]) if full else self.eval_subset
+        metrics = evaluate(self.model, self.cache.val, rows, batch_rows, self.device, self.dtype, self.vocab,
+                           self.ranks)
         check_finite(self.spec.run_name, self.counters["step"], {k: metrics[k] for k in ("val_ce", "val_kd_ce")})
         self.counters["eval_s"] += time.perf_counter() - t0
-        return metrics
+        return metrics | {"full_split": bool(full or len(rows) == self.cache.val.tokens.shape[0])}
 
     def save(self, path: Path, extra: dict) -> None:
         """save_student of the model now, its wall seconds added to counters["checkpoint_s"] (counted in the next
@@ -394,23 +411,24 @@ def start_run(spec: RunSpec, cache, run_dir: Path, phases: list[Phase], state: d
         if ranks.main:
             print(f"resuming {run_dir} at step {counters['step']}")
     model.to(device).train()
-    val_rows = cache.val.tokens.shape[0]
-    run = Run(spec=spec, dir=run_dir, cache=cache, vocab=vocab, device=device, dtype=resolve_dtype(tp.dtype, device),
+    dtype = resolve_dtype(tp.dtype, device)
+    run = Run(spec=spec, dir=run_dir, cache=cache, vocab=vocab, device=device, dtype=dtype,
               phases=phases, model=model, counters=counters,
               log=MetricsLog(run_dir / METRICS, counters["metrics_lines"],
                              RunTrackers(tp.trackers, run_dir, spec.run_name, spec.identity(), counters["step"])
                              if tp.trackers else None) if ranks.main else None,
               batches=Batches(cache.train, tp.batch_size, spec.seed, device, vocab, ranks),
-              eval_rows=val_rows if tp.eval_tokens == 0 else max(1, min(val_rows, tp.eval_tokens // prof.data.seq_len)),
+              evaluations=evaluation_plan(phases, tp),
+              eval_subset=subset_rows(cache.val.tokens.shape[0], tp.eval_tokens, prof.data.seq_len),
               resume_optimizer=None if state is None else state.get("optimizer"),
               bar=progress_bar(total=sum(p.steps for p in phases), initial=counters["step"], desc=spec.run_name,
                                disable=not (progress and ranks.main), unit="step"),
               ranks=ranks, accelerator=_accelerator(device) if ranks.world > 1 else None,
-              compiled=compile_enabled(tp.compile, device), wall_before=counters["wall_s"])
+              compiled=compile_enabled(tp.compile, device, dtype), wall_before=counters["wall_s"])
     if run.compiled:
         compile_blocks(model)
     if counters["step"] == 0:  # the untrained model: the start of every learning curve (no checkpoint: no lines)
-        metrics = run.evaluate(run.eval_rows)
+        metrics = run.evaluate(full=True)  # the regime gate's flatness reads it
         if ranks.main:
             run.log.write({"kind": "eval", "step": 0, "phase": 0, "depth": phases[0].depth, "tokens": 0,
                            "active_layer_tokens": 0, **metrics})
@@ -455,16 +473,35 @@ class DistillStep(nn.Module):
                                             self.params)
 
 
-def evaluation_after(step: int, phase: Phase, phase_start: int, params) -> str | None:
-    """The kind of evaluation made after global step `step` of `phase` (which starts at phase_start), or None:
-    phase_end (the whole split) at the phase's last step, eval (eval_tokens) every eval_every steps, GROWTH_EVAL (the
-    whole split) at eval_after_growth steps into a grown phase. Besides these a run evaluates its untrained model
-    at step 0 and each grown model before its first update (train_phase)."""
-    if step == phase_start + phase.steps:
-        return "phase_end"
-    if step % params.eval_every == 0:
-        return "eval"
-    return GROWTH_EVAL if phase.index and step - phase_start in params.eval_after_growth else None
+@dataclass(frozen=True)
+class Evaluation:
+    """An evaluation after a step: its metrics.jsonl kind, and whether it covers the whole validation split (full)
+    or the fixed subset (subset_rows)."""
+    kind: str
+    full: bool
+
+
+def evaluation_plan(phases: list[Phase], params) -> dict[int, Evaluation]:
+    """The evaluations a run makes after its steps, by global step (numerics version 4). Full split where a claim,
+    a gate or the summary reads the number: each phase's last step (phase_end: the phase tables, the final val_ce)
+    and the last eval_every point at or before 1 - FLAT_TAIL of the run's steps (the regime gate's flatness reads
+    it beside the first and the final points). The fixed subset elsewhere: eval every eval_every steps and
+    GROWTH_EVAL at eval_after_growth steps into a grown phase, points only curves draw (docs/DESIGN.md, "Evaluation",
+    states the subset's standard error). Besides these a run evaluates its untrained model at step 0 and each grown
+    model before its first update, both on the full split (start_run, train_phase)."""
+    total = sum(p.steps for p in phases)
+    gate_step = int((1 - FLAT_TAIL) * total) // params.eval_every * params.eval_every
+    plan, start = {}, 0
+    for phase in phases:
+        for step in range(start + 1, start + phase.steps + 1):
+            if step == start + phase.steps:
+                plan[step] = Evaluation("phase_end", True)
+            elif step % params.eval_every == 0:
+                plan[step] = Evaluation("eval", step == gate_step)
+            elif phase.index and step - start in params.eval_after_growth:
+                plan[step] = Evaluation(GROWTH_EVAL, False)
+        start += phase.steps
+    return plan
 
 
 def train_phase(run: Run, phase: Phase, phase_start: int, optimizer: torch.optim.Optimizer | None):
@@ -488,7 +525,7 @@ def train_phase(run: Run, phase: Phase, phase_start: int, optimizer: torch.optim
 
     if grows:
         at_step(phase_start)
-        counters["val_ce_after_growth"] = run.evaluate(run.cache.val.tokens.shape[0])["val_ce"]
+        counters["val_ce_after_growth"] = run.evaluate(full=True)["val_ce"]
     set_trainable(model, phase)
     optimizer = make_optimizer(model, tp, optimizer)
     if run.resume_optimizer is not None and counters["step"] > phase_start:
@@ -534,10 +571,10 @@ def train_phase(run: Run, phase: Phase, phase_start: int, optimizer: torch.optim
         counters["trainable_layer_tokens"] += run.tokens_per_step * (phase.depth - phase.first_trainable_block)
         step_s = time.perf_counter() - t0
         at_phase_end = counters["step"] == phase_end
-        kind = evaluation_after(counters["step"], phase, phase_start, tp)
-        if kind is not None:
-            metrics = run.evaluate(run.eval_rows if kind == "eval" else run.cache.val.tokens.shape[0])
-            record = {"kind": kind, "step": counters["step"], "phase": phase.index, "depth": phase.depth,
+        evaluation = run.evaluations.get(counters["step"])
+        if evaluation is not None:
+            metrics = run.evaluate(evaluation.full)
+            record = {"kind": evaluation.kind, "step": counters["step"], "phase": phase.index, "depth": phase.depth,
                       "tokens": counters["tokens"], "active_layer_tokens": counters["active_layer_tokens"], **metrics}
         if not run.ranks.main:  # the other ranks only take part in the collectives above
             continue
@@ -547,7 +584,7 @@ def train_phase(run: Run, phase: Phase, phase_start: int, optimizer: torch.optim
         run.bar.update(1)
         run.bar.set_postfix(phase=phase.index, depth=phase.depth, loss=f"{step_means['loss']:.3f}",
                             tok_s=f"{run.tokens_per_step / step_s:.0f}")
-        if kind is not None:
+        if evaluation is not None:
             run.log.write(record)
         if at_phase_end or counters["step"] % tp.checkpoint_every == 0:
             counters["wall_s"] = run.wall_s()
@@ -663,10 +700,11 @@ def _accelerator(device: torch.device):
     return Accelerator(cpu=device.type == "cpu", mixed_precision="no")
 
 
-def compile_enabled(setting: str, device: torch.device) -> bool:
-    """train.compile resolved: on / off as given; auto compiles on CPU and CUDA (numerics version 3). On CPU the
-    compiled blocks made the cpu profile's step 1.17x faster in bf16 and no slower in float32 (docs/LOG.md); other
-    devices (mps) stay eager."""
+def compile_enabled(setting: str, device: torch.device, dtype: torch.dtype) -> bool:
+    """train.compile resolved: on / off as given; auto compiles on CUDA, and on CPU where the run computes in
+    bfloat16 (numerics version 4). Measured per CPU kind (docs/LOG.md): compiled blocks made the cpu profile's bf16
+    step 1.17-1.33x faster with AMX (Intel Xeon) and with AVX512-BF16 (AMD EPYC), and 0.97x in float32 on an AVX2-only
+    CPU (where train.dtype auto chooses float32), so a float32 CPU run stays eager; other devices (mps) stay eager."""
     if setting != "auto":
         return setting == "on"
-    return device.type in ("cpu", "cuda")
+    return device.type == "cuda" or (device.type == "cpu" and dtype == torch.bfloat16)

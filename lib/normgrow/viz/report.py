@@ -77,7 +77,8 @@ class Report:
             return "Baselines: no teacher cache for this profile, so the teacher and unigram levels are not shown."
         b = self.baselines
         return (f"Baselines on the same validation positions: teacher {b['teacher_val_ce']:.3f} nats/token; "
-                f"unigram model fitted on the training tokens {b['unigram_val_ce']:.3f} nats/token.")
+                f"unigram model fitted on the training tokens (over the ids that occur in the corpus) "
+                f"{b['unigram_val_ce']:.3f} nats/token.")
 
     def claims_frame(self) -> pd.DataFrame:
         df = pd.DataFrame([c.to_json() for c in self.claims], columns=["claim", "status", "supported", "sentence", "statement", "variants",

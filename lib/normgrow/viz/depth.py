@@ -1,0 +1,94 @@
+"""Where does depth pay? A grid's depth gains (single - joint final val_ce, paired by seed, with 95% intervals) of both
+placements against the compute of a joint run (grid.csv's joint_tflop, log scale), the depth margin of the gate
+marked: as a plotly figure for the grid's page and as a static SVG for README (plotly's image export needs a
+browser). Drawn from grid.csv's frame (grid.grid_frame)."""
+from __future__ import annotations
+
+import html
+import math
+
+import pandas as pd
+
+PLACEMENT_COLORS = ("#1f77b4", "#d62728")  # placement a, placement b
+
+
+def _points(frame: pd.DataFrame) -> list[dict]:
+    """One point per setting and placement with a finished joint run: setting, placement, x (TFLOP), gain, interval."""
+    points = []
+    for _, r in frame[pd.to_numeric(frame["joint_tflop"], errors="coerce").notna()].iterrows():
+        for side, colour in zip("ab", PLACEMENT_COLORS):
+            if pd.notna(r[f"depth_gain_{side}"]):
+                points.append({"setting": r["setting"], "norm": r[side], "x": float(r["joint_tflop"]),
+                               "gain": float(r[f"depth_gain_{side}"]), "low": r[f"depth_gain_{side}_ci_low"],
+                               "high": r[f"depth_gain_{side}_ci_high"], "colour": colour})
+    return points
+
+
+def depth_figure(frame: pd.DataFrame):
+    """Plotly: the depth gains of every setting against its joint run's TFLOP, one trace per placement role."""
+    import plotly.graph_objects as go
+    from .render import style_figure
+    fig = go.Figure()
+    points = _points(frame)
+    for side, colour in zip("ab", PLACEMENT_COLORS):
+        mine = [p for p in points if p["colour"] == colour]
+        if not mine:
+            continue
+        fig.add_trace(go.Scatter(
+            x=[p["x"] for p in mine], y=[p["gain"] for p in mine], mode="markers", marker=dict(size=9, color=colour),
+            name=f"placement {side} ({', '.join(sorted({p['norm'] for p in mine}))})",
+            error_y=dict(type="data", symmetric=False, color=colour,
+                         array=[p["high"] - p["gain"] if pd.notna(p["high"]) else 0 for p in mine],
+                         arrayminus=[p["gain"] - p["low"] if pd.notna(p["low"]) else 0 for p in mine]),
+            text=[f"{p['setting']} ({p['norm']})" for p in mine],
+            hovertemplate="%{text}: %{y:.3f} nats at %{x:.1f} TFLOP<extra></extra>"))
+    margin = frame["depth_margin"].dropna()
+    if len(margin):
+        fig.add_hline(y=float(margin.iloc[0]), line=dict(color="#888", dash="dash"), annotation_text="depth margin",
+                      annotation_position="bottom right")
+    fig.add_hline(y=0, line=dict(color="#444", width=1))
+    fig.update_xaxes(type="log", title_text="matmul TFLOP of one joint run")
+    fig.update_yaxes(title_text="depth gain: single - joint val_ce (nats)")
+    return style_figure(fig, height=420)
+
+
+def depth_svg(frame: pd.DataFrame) -> str:
+    """depth_figure as a static SVG: the same points, intervals, zero and margin lines, and a label per point."""
+    points = _points(frame)
+    width, height, left, right, top, bottom = 760, 420, 70, 220, 30, 60
+    xs = [math.log10(p["x"]) for p in points] or [0.0, 1.0]
+    margin = frame["depth_margin"].dropna()
+    ys = [v for p in points for v in (p["gain"], p["low"], p["high"]) if pd.notna(v)] + [0.0] + (
+        [float(margin.iloc[0])] if len(margin) else [])
+    x_lo, x_hi = min(xs) - 0.1, max(xs) + 0.1
+    y_lo, y_hi = min(ys), max(ys)
+    pad = 0.08 * (y_hi - y_lo or 1.0)
+    y_lo, y_hi = y_lo - pad, y_hi + pad
+    plot_w, plot_h = width - left - right, height - top - bottom
+    x = lambda v: left + (math.log10(v) - x_lo) / (x_hi - x_lo) * plot_w
+    y = lambda v: top + (y_hi - v) / (y_hi - y_lo) * plot_h
+    out = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' font-family='sans-serif' "
+           "font-size='11'>", "<rect width='100%' height='100%' fill='white'/>",
+           f"<rect x='{left}' y='{top}' width='{plot_w}' height='{plot_h}' fill='none' stroke='#ccc'/>",
+           f"<line x1='{left}' x2='{left + plot_w}' y1='{y(0)}' y2='{y(0)}' stroke='#444'/>",
+           f"<text x='{left - 6}' y='{y(0) + 4}' text-anchor='end'>0</text>"]
+    if len(margin):
+        ym = y(float(margin.iloc[0]))
+        out.append(f"<line x1='{left}' x2='{left + plot_w}' y1='{ym}' y2='{ym}' stroke='#888' stroke-dasharray='5,4'/>"
+                   f"<text x='{left - 6}' y='{ym + 4}' text-anchor='end' fill='#666'>{float(margin.iloc[0]):.3f}</text>"
+                   f"<text x='{left + plot_w - 4}' y='{ym - 4}' text-anchor='end' fill='#666'>depth margin</text>")
+    for tick in range(math.ceil(x_lo), math.floor(x_hi) + 1):
+        out.append(f"<text x='{x(10 ** tick)}' y='{top + plot_h + 16}' text-anchor='middle'>{10 ** tick:g}</text>")
+    for p in points:
+        px = x(p["x"])
+        if pd.notna(p["low"]) and pd.notna(p["high"]):
+            out.append(f"<line x1='{px}' x2='{px}' y1='{y(p['low'])}' y2='{y(p['high'])}' stroke='{p['colour']}'/>")
+        out.append(f"<circle cx='{px}' cy='{y(p['gain'])}' r='4' fill='{p['colour']}'/>")
+    for i, p in enumerate(sorted(points, key=lambda p: (p["setting"], p["colour"]))):
+        out.append(f"<text x='{left + plot_w + 10}' y='{top + 12 + 14 * i}' fill='{p['colour']}'>"
+                   f"{html.escape(p['setting'])} {html.escape(p['norm'])}: {p['gain']:+.3f}</text>")
+    out.append(f"<text x='{left + plot_w / 2}' y='{height - 22}' text-anchor='middle' fill='#666'>matmul TFLOP of one "
+               "joint run (log scale)</text>")
+    out.append(f"<text x='14' y='{top + plot_h / 2}' text-anchor='middle' fill='#666' transform='rotate(-90 14 "
+               f"{top + plot_h / 2})'>depth gain: single - joint val_ce (nats)</text></svg>")
+    return "\n".join(out)
