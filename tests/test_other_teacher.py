@@ -105,3 +105,57 @@ def test_export_loads_and_generates_with_transformers(world, outputs, tmp_path):
                          pad_token_id=tok.pad_token_id)
     assert out.shape == (1, ids.shape[1] + 6) or out[0, -1] == tok.eos_token_id
     assert isinstance(teacher.generate(model, tok, ["The king said"], max_new_tokens=4)[0], str)
+
+
+def test_a_pass_in_row_pieces_records_its_throughput_and_matches_the_whole_batch_pass(world, tmp_path, monkeypatch,
+                                                                                     capsys):
+    """With room for one row's log-probabilities per forward the pass takes its batches a row at a time: the same
+    top-k (float32 teacher), an estimate printed after the first batch, the matmul throughput in teacher.json."""
+    _, profile, cache, _ = world
+    monkeypatch.setenv("NORMGROW_OUTPUTS", str(tmp_path))
+    monkeypatch.setattr(teacher_cache, "LOGITS_BUDGET_BYTES", profile.data.seq_len * cache.meta["vocab_size"] * 4)
+    assert teacher_cache.rows_per_forward(profile.teacher.batch_size, profile.data.seq_len,
+                                          cache.meta["vocab_size"]) == 1
+    pieces = teacher_cache.ensure_cache(profile, progress=True)
+    assert "teacher pass: about" in capsys.readouterr().out
+    for a, b in ((pieces.train, cache.train), (pieces.val, cache.val)):
+        np.testing.assert_array_equal(a.topk_ids, b.topk_ids)
+        np.testing.assert_allclose(a.topk_logp, b.topk_logp, atol=1e-5, rtol=0)
+    timings = pieces.report["timings"]
+    assert timings["flops_per_token"] > 2 * sum(p.numel() for p in teacher.load_teacher(profile.teacher)[0]
+                                                 .get_output_embeddings().parameters())
+    assert 0 < timings["peak_fraction"] < 1 and timings["flop_s"] == pytest.approx(
+        timings["tok_per_s"] * timings["flops_per_token"], rel=1e-3)
+
+
+PEAK_SCRIPT = """
+import resource, sys, numpy as np, torch
+from transformers import LlamaConfig, LlamaForCausalLM
+from normgrow.config import load_profile
+from normgrow.data import teacher, teacher_cache
+from normgrow.ranks import Ranks
+torch.manual_seed(0)
+model = LlamaForCausalLM(LlamaConfig(vocab_size=262144, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                     num_attention_heads=2, num_key_value_heads=1)).eval()
+teacher.load_teacher = lambda params, progress=True, device=None: (model, None)
+if sys.argv[2] == "whole":
+    teacher_cache.LOGITS_BUDGET_BYTES = 1 << 40
+tmp = __import__("pathlib").Path(sys.argv[1])
+rng = np.random.default_rng(0)
+teacher_cache._allocate_split(rng.integers(0, 262144, (8, 256)), np.zeros((8, 256), bool), tmp / "train", 32)
+params = load_profile("tiny", {"teacher.batch_size": 8, "teacher.dtype": "float32"}).teacher
+teacher_cache.teacher_pass(Ranks(), params, ["train"], tmp, 32, False)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+"""
+
+
+@pytest.mark.parametrize("mode, bound", [("pieces", lambda peak: peak < 3e9), ("whole", lambda peak: peak > 3e9)])
+def test_the_pass_over_a_262144_id_vocabulary_stays_under_3_gb(tmp_path, mode, bound):
+    """A batch of 8 x 256 positions over 262,144 ids: in row pieces (LOGITS_BUDGET_BYTES) the process peaks under
+    3 GB; taken whole, as before the bound, it peaks above (two 2.1 GB float32 arrays)."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", PEAK_SCRIPT, str(tmp_path), mode], capture_output=True, text=True,
+                         env={**__import__("os").environ, "OMP_NUM_THREADS": "1"}, check=True)
+    peak = int(out.stdout.strip().splitlines()[-1])
+    assert bound(peak), f"{mode}: peak {peak / 1e9:.2f} GB"

@@ -129,6 +129,30 @@ class TeacherCache:
 
 
 # ----------------------------------------------------------------------------------------------- the teacher pass
+LOGITS_BUDGET_BYTES = 1 << 29
+"""Bytes of one float32 [positions, vocabulary] array the pass may hold at once (rows_per_forward); the logits and
+their log-softmax are two such arrays. A 262,144-id teacher's 2,048-position batch built 2.1 GB arrays of this kind
+(7.25 GB peak for Gemma-3-270M); the bundled 49,152-id teacher's batch of 8 x 256 positions (403 MB) fits, so its
+forwards are unchanged."""
+
+
+def rows_per_forward(batch_rows: int, seq_len: int, vocab: int) -> int:
+    """Rows of a teacher.batch_size batch that one forward takes: all of them where their float32 log-probabilities
+    fit LOGITS_BUDGET_BYTES, else as many as fit (at least one). A pure function of the profile and the teacher, so
+    a cache is computed the same way every time (rounding may depend on the rows a forward holds)."""
+    return max(1, min(batch_rows, LOGITS_BUDGET_BYTES // (seq_len * vocab * 4)))
+
+
+def teacher_flops_per_token(model, seq_len: int) -> float:
+    """Matmul FLOPs of the teacher's forward per token: 2 x in x out of every linear layer (the head included) plus
+    attention's QK^T and AV over the full square (2 x 2 x seq_len x the query width per layer), as
+    bench.student_step_flops counts the student's."""
+    linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+    cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    return float(2 * linear + 4 * seq_len * cfg.num_attention_heads * head_dim * cfg.num_hidden_layers)
+
+
 @torch.no_grad()
 def topk_forward(model, tokens: torch.Tensor, k: int, chunk_positions: int = 2048):
     """One teacher forward over full-length rows: (topk_ids, topk_logp, tail_logp, target_logp), all on CPU.
@@ -213,9 +237,13 @@ def teacher_pass(ranks: Ranks, params: TeacherParams, splits: list[str], tmp: Pa
         raise ParamError(f"cache.k={k} must be smaller than the teacher's vocabulary ({vocab})")
     if ranks.main:
         atomic_write_json(tmp / PASS_FILE, {"vocab_size": vocab, "teacher_class": type(model).__name__,
-                                            "device": str(device), "load_s": round(time.time() - t0, 2)})
+                                            "device": str(device), "load_s": round(time.time() - t0, 2),
+                                            "flops_per_token": teacher_flops_per_token(
+                                                model, next(iter(np.load(tmp / split / "tokens.npy", mmap_mode="r")
+                                                                 for split in splits)).shape[1])})
     inputs = {split: np.load(tmp / split / "tokens.npy", mmap_mode="r") for split in splits}
     tokens_total, done = sum(t.size for t in inputs.values()), 0
+    step = rows_per_forward(params.batch_size, next(iter(inputs.values())).shape[1], vocab)
     bar = progress_bar(total=tokens_total // ranks.world,
                        desc=f"teacher pass (rank 0 of {ranks.world})" if ranks.world > 1 else "teacher pass",
                        unit="tok", disable=not (progress and ranks.main))
@@ -223,13 +251,20 @@ def teacher_pass(ranks: Ranks, params: TeacherParams, splits: list[str], tmp: Pa
     for split, tokens in inputs.items():
         N, L = tokens.shape
         outputs = [np.load(tmp / split / f"{name}.npy", mmap_mode="r+") for name in OUTPUTS]
-        for s in range(ranks.rank * params.batch_size, N, params.batch_size * ranks.world):
-            e = min(N, s + params.batch_size)
-            results = topk_forward(model, torch.from_numpy(np.array(tokens[s:e], dtype=np.int64)), k)
-            for array, result in zip(outputs, results):
-                array[s:e] = result.numpy()
-            done += (e - s) * L
-            bar.update((e - s) * L)
+        for start in range(ranks.rank * params.batch_size, N, params.batch_size * ranks.world):
+            stop = min(N, start + params.batch_size)  # a batch of the one-process pass, `step` rows per forward
+            for s in range(start, stop, step):
+                e = min(stop, s + step)
+                results = topk_forward(model, torch.from_numpy(np.array(tokens[s:e], dtype=np.int64)), k)
+                for array, result in zip(outputs, results):
+                    array[s:e] = result.numpy()
+            if done == 0 and ranks.main and progress:  # the first batch, warm-up included: an upper bound
+                per_token = (time.time() - t1) / ((stop - start) * L)
+                print(f"teacher pass: about {per_token * tokens_total / ranks.world / 60:.0f} min for "
+                      f"{tokens_total:,} tokens on {ranks.world} process(es) (from the first batch: "
+                      f"{1 / per_token:,.0f} tok/s)", flush=True)
+            done += (stop - start) * L
+            bar.update((stop - start) * L)
             bar.set_postfix(tok_s=f"{done / max(time.time() - t1, 1e-9):,.0f}")
             atomic_write_json(tmp / PROGRESS_FILES.replace("*", str(ranks.rank)),
                               {"tokens_done": done, "tokens_total": tokens_total})
@@ -478,6 +513,19 @@ def ensure_cache(profile: Profile, progress: bool = True) -> TeacherCache:
 SPLITS = ("train", "val")
 
 
+def _peak_fraction(tok_s: float, flops_per_token: float, dtype: str, device: str, processes: int) -> dict:
+    """The pass's matmul FLOP/s against the matmul peak measured now in its dtype (bench.matmul_peak_sampler: the
+    median of 5 samples on this process's threads, times the processes); on CPU only (a GPU pass is timed by its
+    device, not this process)."""
+    out = {"flops_per_token": flops_per_token, "flop_s": tok_s * flops_per_token}
+    if not device.startswith("cpu"):
+        return out
+    from ..bench import matmul_peak_sampler
+    sample = matmul_peak_sampler(getattr(torch, dtype))
+    peak = float(np.median([sample() for _ in range(5)])) * processes
+    return out | {"matmul_peak_flop_s": peak, "peak_fraction": out["flop_s"] / peak}
+
+
 def _build_cache(profile: Profile, ranks: Ranks, tokenizer, bos_id: int, dkey: str, key: str, data: DataSet,
                  progress: bool) -> None:
     """Rank 0 (or the one process): allocate the cache in a temp directory, run the pass on the ranks, then write
@@ -524,7 +572,9 @@ def _build_cache(profile: Profile, ranks: Ranks, tokenizer, bos_id: int, dkey: s
                        "margin": SANITY_MARGIN, "first_positions_slack": FIRST_POSITIONS_SLACK},
             "timings": {"load_s": loaded["load_s"], "cache_build_s": round(build_s, 2),
                         "tok_per_s": round(n_tok / max(build_s, 1e-9), 1), "threads": torch.get_num_threads(),
-                        "processes": profile.teacher.processes},
+                        "processes": profile.teacher.processes, **_peak_fraction(
+                            n_tok / max(build_s, 1e-9), loaded["flops_per_token"], meta["dtype"], meta["device"],
+                            profile.teacher.processes)},
             "teacher": profile.teacher.source, "dtype": meta["dtype"], "device": meta["device"],
             "key": key, "data_key": dkey, "profile": profile.name,
         }
