@@ -62,7 +62,7 @@ from .config import PARAMS_DIR, outputs_dir, read_yaml
 from .train.growth import plan_phases
 from .student.model import Student, StudentConfig
 from .train.run import (DistillStep, _autocast, compile_enabled, evaluation_plan, make_optimizer, rows_to_batch,
-                        subset_rows)
+                        subset_rows, update)
 from .train.spec import _choice, run_profile
 from .rundir import NUMERICS_VERSION
 from .analysis.variants import load_variants
@@ -212,12 +212,9 @@ class Candidate:
 
 
 def _finish(model: nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tensor, grad_clip: float) -> float:
-    """What train_phase does after the forward in one process: backward, global-norm clip over the trainable
-    parameters, optimiser step, zero_grad, loss.item()."""
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], grad_clip)
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
+    """What a run's step does after the forward in one process (train.update: backward, global-norm clip over the
+    trainable parameters, optimiser step, zero_grad), then loss.item()."""
+    update(loss, [p for p in model.parameters() if p.requires_grad], optimizer, grad_clip)
     return loss.item()
 
 

@@ -504,20 +504,112 @@ def evaluation_plan(phases: list[Phase], params) -> dict[int, Evaluation]:
     return plan
 
 
+def update(loss: torch.Tensor, trainable: list, optimizer: torch.optim.Optimizer, grad_clip: float,
+           accelerator=None, check=None) -> torch.Tensor:
+    """The end of a training step, the run loop's and the bench's: backward (accelerate's under data parallelism),
+    global-norm clip over the trainable parameters, check(grad_norm) before any parameter moves (the run's
+    finiteness check), AdamW step, zero_grad. Returns the gradient norm before clipping."""
+    if accelerator is None:
+        loss.backward()
+    else:
+        accelerator.backward(loss)
+    grad_norm = torch.nn.utils.clip_grad_norm_(trainable, grad_clip)
+    if check is not None:
+        check(grad_norm)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return grad_norm
+
+
+def grow_to(run: Run, phase: Phase) -> bool:
+    """Append the phase's new blocks (student.new_block_init, from a generator of (seed, phase)) unless the model
+    has them already (resumed inside the phase: the blocks are in the checkpoint); compiled before the evaluation
+    after growth, so that it runs the blocks the phase trains. Whether it grew."""
+    model = run.model
+    if model.cfg.n_layers >= phase.depth:
+        return False
+    model.append_blocks(phase.depth - model.cfg.n_layers, run.spec.profile.student.new_block_init,
+                        generator=_grow_generator(run.spec.seed, phase.index))
+    model.to(run.device)
+    if run.compiled:
+        compile_blocks(model)
+    return True
+
+
+def phase_optimizer(run: Run, phase: Phase, phase_start: int, previous: torch.optim.Optimizer | None):
+    """Freeze the phase's prefix and build its AdamW (train.optimizer_on_grow: from `previous` or fresh), with the
+    optimiser state of last.pt where the run resumes inside this phase."""
+    set_trainable(run.model, phase)
+    optimizer = make_optimizer(run.model, run.spec.profile.train, previous)
+    if run.resume_optimizer is not None and run.counters["step"] > phase_start:
+        optimizer.load_state_dict(run.resume_optimizer)
+    run.resume_optimizer = None
+    return optimizer
+
+
+def train_step(run: Run, phase: Phase, step_fn: nn.Module, optimizer: torch.optim.Optimizer, trainable: list,
+               lr: float) -> tuple[dict, float]:
+    """One optimiser step at lr on the step's batch: the forward under autocast (the head's matmuls too; the loss
+    math in float32), the global batch's mean loss (a rank's mean is weighted by N x its positions / the global
+    positions, exactly 1.0 in one process, so that DDP's average is its gradient), update() with the finiteness
+    check, and the counters. Returns the step's means over the global batch and its gradient norm."""
+    counters, tp = run.counters, run.spec.profile.train
+    step = counters["step"]
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    batch = run.batches(step)
+    with _autocast(run.device, run.dtype):
+        loss, stats = step_fn(batch)
+    positions, global_positions = int(batch["mask"].sum()), max(run.batches.positions(step), 1)
+    means = {}
+
+    def check(grad_norm: torch.Tensor) -> None:
+        local = [loss.item(), *(float(v) for v in stats.values())]
+        if run.ranks.world > 1:
+            local = [v / global_positions for v in run.ranks.sum([v * positions for v in local])]
+        means.update(zip(["loss", *stats], local))
+        check_finite(run.spec.run_name, step + 1, {"loss": means["loss"], "grad_norm": float(grad_norm)})
+
+    grad_norm = update(loss * (positions * run.ranks.world / global_positions), trainable, optimizer, tp.grad_clip,
+                       run.accelerator, check)
+    counters["step"] += 1
+    counters["tokens"] += run.tokens_per_step
+    counters["active_layer_tokens"] += run.tokens_per_step * phase.depth
+    counters["trainable_layer_tokens"] += run.tokens_per_step * (phase.depth - phase.first_trainable_block)
+    return means, float(grad_norm)
+
+
+def checkpoint(run: Run, phase: Phase, optimizer: torch.optim.Optimizer, phase_end_record: dict | None) -> None:
+    """last.pt (model, optimiser, counters) and, at the phase's end (phase_end_record: its evaluation), the phase's
+    summary and its checkpoint, which carries the counters, so that a damaged last.pt can resume from it
+    (load_resume_state)."""
+    counters = run.counters
+    counters["wall_s"] = run.wall_s()
+    if phase_end_record is not None:
+        counters["phases"].append(dataclasses.asdict(PhaseSummary(
+            phase=phase.index, depth=phase.depth, step=counters["step"], tokens=counters["tokens"],
+            active_layer_tokens=counters["active_layer_tokens"],
+            trainable_layer_tokens=counters["trainable_layer_tokens"], val_ce=phase_end_record["val_ce"],
+            val_kd_ce=phase_end_record["val_kd_ce"],
+            val_ce_after_growth=counters.get("val_ce_after_growth") if phase.index else None)))
+    counters["metrics_lines"] = run.log.lines
+    if phase_end_record is not None:
+        run.save(phase_checkpoint(run.dir, phase.index, phase.depth),
+                 {"step": counters["step"], "phase": phase.index, "run": run.spec.run_name,
+                  "vocab": run.vocab.to_json(), "counters": counters})
+    run.save(run.dir / CHECKPOINTS / LAST, {"optimizer": optimizer.state_dict(), "counters": counters,
+                                            "vocab": run.vocab.to_json()})
+
+
 def train_phase(run: Run, phase: Phase, phase_start: int, optimizer: torch.optim.Optimizer | None):
-    """One phase: grow the model to the phase's depth (student.new_block_init) and evaluate it before any update,
-    freeze its prefix, then step to the phase's end with evaluations, the phase checkpoint and resume checkpoints.
-    Returns the phase's optimiser."""
+    """One phase: grow the model to the phase's depth and evaluate it before any update (grow_to), freeze its prefix
+    and build its optimiser (phase_optimizer), then step to the phase's end (train_step), logging each step and the
+    evaluations of evaluation_plan, with the phase checkpoint and resume checkpoints (checkpoint). Returns the
+    phase's optimiser."""
     spec, tp, counters, model = run.spec, run.spec.profile.train, run.counters, run.model
     phase_end = phase_start + phase.steps
     grow_op = GROWTH_OPS[spec.profile.student.new_block_init]
-    grows = model.cfg.n_layers < phase.depth  # False when resumed inside the phase: the blocks are in the checkpoint
-    if grows:
-        model.append_blocks(phase.depth - model.cfg.n_layers, grow_op.name,
-                            generator=_grow_generator(spec.seed, phase.index))
-        model.to(run.device)
-        if run.compiled:  # before the evaluation after growth, so it runs the blocks the phase trains
-            compile_blocks(model)
+    grows = grow_to(run, phase)
     grown = model.blocks[run.phases[phase.index - 1].depth:] if phase.index else []
 
     def at_step(step: int) -> None:  # the operator sees the phase's updates after this step (growth_ops.py)
@@ -526,82 +618,37 @@ def train_phase(run: Run, phase: Phase, phase_start: int, optimizer: torch.optim
     if grows:
         at_step(phase_start)
         counters["val_ce_after_growth"] = run.evaluate(full=True)["val_ce"]
-    set_trainable(model, phase)
-    optimizer = make_optimizer(model, tp, optimizer)
-    if run.resume_optimizer is not None and counters["step"] > phase_start:
-        optimizer.load_state_dict(run.resume_optimizer)
-    run.resume_optimizer = None
+    optimizer = phase_optimizer(run, phase, phase_start, optimizer)
     trainable = [p for p in model.parameters() if p.requires_grad]
-    ckpt_dir = run.dir / CHECKPOINTS
     step_fn = DistillStep(model, spec.profile.distill, run.compiled)
     if run.accelerator is not None:  # wrapped per phase: DDP fixes its parameters (appended, frozen) when it wraps
         run.accelerator.free_memory()  # drops the previous phase's wrapper
         step_fn = run.accelerator.prepare_model(step_fn)
 
     while counters["step"] < phase_end:
-        step = counters["step"]
         t0 = time.perf_counter()
-        lr = lr_at(step, run.phases, tp)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        at_step(step + 1)  # the model this step trains is the one evaluated after it
-        batch = run.batches(step)
-        with _autocast(run.device, run.dtype):  # the head's matmuls too; the loss math itself runs in float32
-            loss, stats = step_fn(batch)
-        # loss is this rank's mean over its positions: weighted so that DDP's average over ranks is the gradient of
-        # the global batch's mean (the weight is exactly 1.0 in a single process)
-        positions, global_positions = int(batch["mask"].sum()), max(run.batches.positions(step), 1)
-        weighted = loss * (positions * run.ranks.world / global_positions)
-        if run.accelerator is None:
-            weighted.backward()
-        else:
-            run.accelerator.backward(weighted)
-        grad_norm = torch.nn.utils.clip_grad_norm_(trainable, tp.grad_clip)
-        names = ["loss", *stats]
-        local = [loss.item(), *(float(v) for v in stats.values())]
-        if run.ranks.world > 1:
-            local = [v / global_positions for v in run.ranks.sum([v * positions for v in local])]
-        step_means = dict(zip(names, local))
-        check_finite(spec.run_name, step + 1, {"loss": step_means["loss"], "grad_norm": float(grad_norm)})
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        counters["step"] += 1
-        counters["tokens"] += run.tokens_per_step
-        counters["active_layer_tokens"] += run.tokens_per_step * phase.depth
-        counters["trainable_layer_tokens"] += run.tokens_per_step * (phase.depth - phase.first_trainable_block)
+        lr = lr_at(counters["step"], run.phases, tp)
+        at_step(counters["step"] + 1)  # the model this step trains is the one evaluated after it
+        means, grad_norm = train_step(run, phase, step_fn, optimizer, trainable, lr)
         step_s = time.perf_counter() - t0
-        at_phase_end = counters["step"] == phase_end
         evaluation = run.evaluations.get(counters["step"])
         if evaluation is not None:
-            metrics = run.evaluate(evaluation.full)
             record = {"kind": evaluation.kind, "step": counters["step"], "phase": phase.index, "depth": phase.depth,
-                      "tokens": counters["tokens"], "active_layer_tokens": counters["active_layer_tokens"], **metrics}
+                      "tokens": counters["tokens"], "active_layer_tokens": counters["active_layer_tokens"],
+                      **run.evaluate(evaluation.full)}
         if not run.ranks.main:  # the other ranks only take part in the collectives above
             continue
         run.log.write({"kind": "train", "step": counters["step"], "phase": phase.index, "depth": phase.depth,
-                       "lr": lr, **step_means, "grad_norm": float(grad_norm), "tokens": counters["tokens"],
+                       "lr": lr, **means, "grad_norm": grad_norm, "tokens": counters["tokens"],
                        "active_layer_tokens": counters["active_layer_tokens"], "tok_s": run.tokens_per_step / step_s})
         run.bar.update(1)
-        run.bar.set_postfix(phase=phase.index, depth=phase.depth, loss=f"{step_means['loss']:.3f}",
+        run.bar.set_postfix(phase=phase.index, depth=phase.depth, loss=f"{means['loss']:.3f}",
                             tok_s=f"{run.tokens_per_step / step_s:.0f}")
         if evaluation is not None:
             run.log.write(record)
+        at_phase_end = counters["step"] == phase_end
         if at_phase_end or counters["step"] % tp.checkpoint_every == 0:
-            counters["wall_s"] = run.wall_s()
-            if at_phase_end:
-                counters["phases"].append(dataclasses.asdict(PhaseSummary(
-                    phase=phase.index, depth=phase.depth, step=counters["step"], tokens=counters["tokens"],
-                    active_layer_tokens=counters["active_layer_tokens"],
-                    trainable_layer_tokens=counters["trainable_layer_tokens"], val_ce=record["val_ce"],
-                    val_kd_ce=record["val_kd_ce"],
-                    val_ce_after_growth=counters.get("val_ce_after_growth") if phase.index else None)))
-            counters["metrics_lines"] = run.log.lines
-            if at_phase_end:  # carries the counters, so a damaged last.pt can resume from here (load_resume_state)
-                run.save(phase_checkpoint(run.dir, phase.index, phase.depth),
-                         {"step": counters["step"], "phase": phase.index, "run": spec.run_name,
-                          "vocab": run.vocab.to_json(), "counters": counters})
-            run.save(ckpt_dir / LAST, {"optimizer": optimizer.state_dict(), "counters": counters,
-                                       "vocab": run.vocab.to_json()})
+            checkpoint(run, phase, optimizer, record if at_phase_end else None)
     return optimizer
 
 
