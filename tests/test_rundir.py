@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -105,6 +106,18 @@ def test_non_finite_loss_stops_the_run_naming_the_step(outputs, monkeypatch):
     run_dir = outputs / "runs" / "tiny" / "pre-grow-s0"
     assert not (run_dir / "summary.json").exists()
     assert "NaN" not in (run_dir / "metrics.jsonl").read_text()
+
+
+def test_non_finite_loss_from_the_cache_names_its_file_and_row(outputs, tmp_path):
+    """A row of the teacher cache that is not a distribution (NaN log-probs) makes the loss NaN: the error names
+    the cache file, the row and the position, and says to rebuild the cache rather than lower the lr."""
+    from normgrow.data import teacher_cache
+    cache = teacher_cache.ensure_cache(None)  # the synthetic cache of the outputs fixture
+    cache.dir = tmp_path / "teacher" / cache.key
+    cache.train.topk_logp[37, 5] = np.nan
+    with pytest.raises(NonFiniteError, match=r"loss=nan.*the teacher cache is the cause: .*train/topk_logp.npy: the "
+                                             r"top-k probabilities .* at row 37, position 5 is nan.*rm -rf"):
+        run_variant(spec(), progress=False)
 
 
 def _interrupt_at(monkeypatch, step):

@@ -247,13 +247,22 @@ class NonFiniteError(RuntimeError):
     """A loss, gradient norm or validation metric is NaN or infinite: the run stops unfinished."""
 
 
-def check_finite(run_name: str, step: int, values: dict) -> None:
-    """NonFiniteError naming the step and the values when any of them is NaN or infinite."""
+def check_finite(run_name: str, step: int, values: dict, cache=None, split: str = "", rows=()) -> None:
+    """NonFiniteError naming the step and the values when any of them is NaN or infinite. The teacher cache's rows
+    the values came from (split, rows) are then checked (teacher_cache.bad_rows, only after a failure: it reads
+    every array of those rows): when one of them is not a distribution, the message names the cache file, the row
+    and the position, and says to rebuild the cache instead of lowering the lr."""
     bad = {k: v for k, v in values.items() if not math.isfinite(v)}
-    if bad:
-        raise NonFiniteError(f"run {run_name}: {', '.join(f'{k}={v}' for k, v in bad.items())} at step {step}; the "
-                             "run stops unfinished (its last checkpoint is kept). Lower train.lr, check "
-                             "distill.temperature and the teacher cache, then rerun with force=True")
+    if not bad:
+        return
+    what = f"run {run_name}: {', '.join(f'{k}={v}' for k, v in bad.items())} at step {step}; the run stops unfinished"
+    from ..data.teacher_cache import bad_rows
+    finding = bad_rows(cache, split, rows) if cache is not None and len(rows) else None
+    if finding is not None:
+        raise NonFiniteError(f"{what}: the teacher cache is the cause: {finding}. Delete the cache (rm -rf "
+                             f"{cache.dir}); the next run rebuilds it. Then rerun with force=True")
+    raise NonFiniteError(f"{what} (its last checkpoint is kept). Lower train.lr, check distill.temperature and the "
+                         "teacher cache, then rerun with force=True")
 
 
 def _grow_generator(seed: int, phase: int) -> torch.Generator:
@@ -363,7 +372,8 @@ class Run:
         tp, t0 = self.spec.profile.train, time.perf_counter()
         rows = max(tp.batch_size, EVAL_BATCH_TOKENS // self.spec.profile.data.seq_len)
         metrics = evaluate(self.model, self.cache.val, n_rows, rows, self.device, self.dtype, self.vocab, self.ranks)
-        check_finite(self.spec.run_name, self.counters["step"], {k: metrics[k] for k in ("val_ce", "val_kd_ce")})
+        check_finite(self.spec.run_name, self.counters["step"], {k: metrics[k] for k in ("val_ce", "val_kd_ce")},
+                     self.cache, "val", np.arange(n_rows))
         self.counters["eval_s"] += time.perf_counter() - t0
         return metrics
 
@@ -525,7 +535,8 @@ def train_phase(run: Run, phase: Phase, phase_start: int, optimizer: torch.optim
         if run.ranks.world > 1:
             local = [v / global_positions for v in run.ranks.sum([v * positions for v in local])]
         step_means = dict(zip(names, local))
-        check_finite(spec.run_name, step + 1, {"loss": step_means["loss"], "grad_norm": float(grad_norm)})
+        check_finite(spec.run_name, step + 1, {"loss": step_means["loss"], "grad_norm": float(grad_norm)}, run.cache,
+                     "train", run.batches.local_rows(step))
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         counters["step"] += 1
