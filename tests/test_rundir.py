@@ -59,6 +59,20 @@ def test_summary_record_fails_loudly(outputs):
         rundir.read_summary(run_dir)
 
 
+def test_a_finished_run_missing_its_summary_is_finished_again(outputs):
+    """summary.json records metrics.jsonl (lines, sha256); a finished run whose summary.json was lost resumes from
+    its last phase checkpoint (it has no last.pt) and is finished again with the same numbers, without training."""
+    first = run_variant(spec(), progress=False)
+    run_dir = outputs / "runs" / "tiny" / "pre-grow-s0"
+    assert first["metrics"] == rundir.metrics_record(run_dir)
+    assert first["metrics"]["lines"] == len((run_dir / "metrics.jsonl").read_text().splitlines())
+    (run_dir / "summary.json").unlink()
+    again = run_variant(spec(), progress=False)
+    assert {k: again[k] for k in ("val_ce", "steps", "tokens", "phases", "metrics")} == \
+        {k: first[k] for k in ("val_ce", "steps", "tokens", "phases", "metrics")}
+    rundir.read_finished(run_dir)
+
+
 def test_records_written_before_the_placement_keys_still_read_and_match(outputs):
     """summary.json without val_ce_after_growth reads it as None; config.json without student.mix_alpha and
     student.gate_ramp_steps (absent keys compare as their defaults) is the same identity when the profile has their

@@ -8,7 +8,8 @@ Every module that reads or writes a run goes through here; nothing else builds t
         metrics.jsonl    one JSON record per line (kind: eval | train | phase_end | growth_eval)
         checkpoints/     last.pt (resume state, deleted when the run finishes), phase<i>_depth<d>.pt (the model at
                          the end of phase i), final.pt (hard link to the last phase checkpoint)
-        summary.json     a Summary record, written last: its presence means the run finished
+        summary.json     a Summary record, written last: its presence means the run finished; it records what
+                         metrics.jsonl held then (its line count and sha256), so a changed file is named as damage
         run.ipynb        the executed notebook (train.run.record_notebook)
         diagnostics.json the run's cached diagnostics (analysis/diagnostics.py)
     outputs/study/<profile>/   the study's tables, claims, report
@@ -37,7 +38,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from .config import SECTIONS, ParamError, outputs_dir
-from .utils import atomic_write_json, read_json
+from .utils import atomic_write_json, file_sha256, read_json
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 NUMERICS_VERSION = 3
@@ -270,13 +271,16 @@ class Summary:
     # wall seconds of wall_s spent in evaluations and in writing checkpoints (None: written before they were recorded)
     eval_s: float | None = None
     checkpoint_s: float | None = None
+    # what metrics.jsonl held when the run finished: {"lines", "sha256"} (metrics_record); None: not recorded (runs
+    # finished before it was, the committed ones included), which count as before
+    metrics: dict | None = None
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self) | {"phases": [dataclasses.asdict(p) for p in self.phases]}
 
 
 _TYPES = {"str": (str,), "bool": (bool,), "int": (int,), "float": (int, float), "dict": (dict,),
-          "str | None": (str, type(None)), "float | None": (int, float, type(None))}
+          "str | None": (str, type(None)), "float | None": (int, float, type(None)), "dict | None": (dict, type(None))}
 
 
 def _typed(cls, raw, where: str):
@@ -348,11 +352,38 @@ def runner_lock() -> RunLock:
     return RunLock(outputs_dir())
 
 
+def metrics_record(run_dir: Path) -> dict:
+    """What a run's metrics.jsonl holds now: {"lines": its line count, "sha256": of its bytes} (Summary.metrics)."""
+    path = Path(run_dir) / METRICS
+    return {"lines": path.read_bytes().count(b"\n"), "sha256": file_sha256(path)}
+
+
+def check_metrics(run_dir: Path, summary: Summary) -> None:
+    """RunDirError naming metrics.jsonl when it no longer holds what summary.json recorded at the end of the run
+    (lines cut, added or changed): the run's curves are not those it finished with, so it is damaged. A summary
+    without the record (written before it existed) is not checked."""
+    if summary.metrics is None:
+        return
+    path = Path(run_dir) / METRICS
+    try:
+        have = metrics_record(run_dir)
+    except OSError as err:
+        raise RunDirError(f"{path} cannot be read ({err}); summary.json recorded {summary.metrics['lines']} lines: "
+                          "the run is damaged: move the directory away or rerun it with force=True") from err
+    if have != summary.metrics:
+        raise RunDirError(f"{path} holds {have['lines']} lines (sha256 {have['sha256'][:12]}), but summary.json "
+                          f"recorded {summary.metrics['lines']} lines (sha256 {summary.metrics['sha256'][:12]}) when "
+                          "the run finished: its curves were changed since; move the directory away or rerun it "
+                          "with force=True")
+
+
 def read_finished(run_dir: Path) -> tuple[Summary, dict]:
-    """A finished run's summary and identity. A run counts as finished only when both read and validate: a missing
-    config.json, or a summary.json or config.json that does not read or validate, is a RunDirError naming the file
-    (the run is damaged: its numbers or its parameters are unknown)."""
+    """A finished run's summary and identity. A run counts as finished only when both read and validate and its
+    metrics.jsonl is what summary.json recorded (check_metrics): a missing config.json, a summary.json or
+    config.json that does not read or validate, or a changed metrics.jsonl is a RunDirError naming the file (the
+    run is damaged: its numbers, its parameters or its curves are unknown)."""
     summary = read_summary(run_dir)
+    check_metrics(run_dir, summary)
     identity = read_identity(run_dir)
     if identity is None:
         raise RunDirError(f"{Path(run_dir) / CONFIG} is missing; the run's parameters are unknown: move the directory "

@@ -72,8 +72,8 @@ from ..student.growth_ops import GROWTH_OPS
 from ..student.model import Student, StudentConfig, save_student
 from ..ranks import Ranks, check_processes, on_ranks, outside_launch, progress_bar
 from ..rundir import (CHECKPOINTS, CONFIG, FINAL, GROWTH_EVAL, LAST, LOCK, METRICS, NOTEBOOK, PhaseSummary,
-                      RunDirError, RunLock, Summary, identity_differences, is_finished, phase_checkpoint,
-                      phase_checkpoints, read_identity, read_summary, run_path, write_summary)
+                      RunDirError, RunLock, Summary, identity_differences, is_finished, metrics_record,
+                      phase_checkpoint, phase_checkpoints, read_identity, read_summary, run_path, write_summary)
 from .spec import RunSpec
 from .tracking import RunTrackers
 from ..utils import (atomic_write_json, dtype_name, execute_notebook, machine_description, resolve_device, resolve_dtype,
@@ -598,9 +598,11 @@ def finish_run(run: Run) -> Summary:
         vocab={"mode": prof.student.vocab, "size": run.vocab.size,
                "teacher_mass_outside": run.vocab.outside_mass(run.cache.val, loss_mask_np(run.cache.val.doc_start))},
         phases=tuple(PhaseSummary(**p) for p in counters["phases"]), eval_s=counters["eval_s"],
-        checkpoint_s=counters["checkpoint_s"])
+        checkpoint_s=counters["checkpoint_s"], metrics=metrics_record(run.dir))
     write_summary(run.dir, summary)
-    os.remove(ckpt_dir / LAST)  # optimiser state is only needed to resume; the phase checkpoints stay
+    # optimiser state is only needed to resume; the phase checkpoints stay. A run finished again after its
+    # summary.json was lost resumed from its last phase checkpoint and has no last.pt
+    (ckpt_dir / LAST).unlink(missing_ok=True)
     return summary
 
 
