@@ -152,6 +152,44 @@ def test_export_finds_the_runs_tokenizer(study_run, tmp_path):
     assert info["tokenizer_dir"] is None and "No tokenizer found" in info["message"]
 
 
+def test_a_corpus_vocabulary_export_carries_the_student_s_own_special_ids(tmp_path, capsys):
+    """Tokenizer ids <bos> 0, <eos> 1, "nl" 2, <pad> 3; the corpus holds <bos>, nl, <pad> and words but never <eos>,
+    so the student's id 1 is nl. The exported config maps bos and pad to the student's ids (0 and 2) and sets eos,
+    which the student lacks, to None with a warning: a student that always predicts nl generates past it (with the
+    tokenizer's eos id 1 it stopped at the first newline), and pads a batch's prompt with its pad id."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+
+    words = {"<bos>": 0, "<eos>": 1, "nl": 2, "<pad>": 3, **{f"w{i}": i + 4 for i in range(V)}}
+    tok = Tokenizer(models.WordLevel(words, unk_token="<eos>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>",
+                            pad_token="<pad>").save_pretrained(tmp_path / "tok")
+    teacher_ids = [0, 2, 3, *range(4, 4 + V - 3)]  # student ids: 0 <bos>, 1 nl, 2 <pad>, then words
+    model = random_student("pre", tie=False)
+    with torch.no_grad():  # blocks add nothing, every embedding is the same: the head alone picks nl (id 1)
+        for block in model.blocks:
+            for name, p in block.named_parameters():
+                if "norm" not in name:
+                    p.zero_()
+        model.embed_tokens.weight.fill_(1.0)
+        model.norm.weight.fill_(1.0)
+        model.lm_head.weight.zero_()
+        model.lm_head.weight[1] = 1.0
+    src = run_dir(tmp_path, model, {"tokenizer_dir": str(tmp_path / "tok"),
+                                    "vocab": {"teacher_vocab_size": 4 + V, "teacher_ids": teacher_ids}})
+    info = export_student(src, tmp_path / "hf")
+    assert info["token_ids"] == {"bos_token_id": 0, "eos_token_id": None, "pad_token_id": 2}
+    assert "eos_token_id=1 of the tokenizer is not in the student's corpus vocabulary" in capsys.readouterr().out
+    assert "eos_token_id=1" in info["message"]
+    hf = AutoModelForCausalLM.from_pretrained(tmp_path / "hf").float().eval()
+    assert (hf.config.bos_token_id, hf.config.eos_token_id, hf.config.pad_token_id) == (0, None, 2)
+    prompts = torch.tensor([[2, 0, 5], [0, 6, 7]])  # the first prompt left-padded with the student's pad id
+    out = hf.generate(prompts, attention_mask=(prompts != hf.config.pad_token_id).long(), max_new_tokens=4,
+                      do_sample=False)
+    assert out[:, 3:].tolist() == [[1] * 4, [1] * 4]  # four newlines each: no stop at the first one
+
+
 @pytest.mark.parametrize("error", [OSError(errno.ENOSPC, "No space left on device"),
                                    RuntimeError("[enforce fail at inline_container.cc:659] . unexpected pos 320 vs "
                                                 "206. PytorchStreamWriter failed writing file data/0: file write "
