@@ -1,5 +1,6 @@
 import errno
 import json
+import re
 
 import pytest
 import torch
@@ -90,11 +91,13 @@ def test_cli_copies_tokenizer(tmp_path, capsys):
     assert (config["bos_token_id"], config["eos_token_id"]) == (0, 1)
 
 
-def test_cli_errors(tmp_path):
+def test_cli_errors(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main([])
-    with pytest.raises(FileNotFoundError, match="checkpoints/final.pt"):
-        main(["export", str(tmp_path), str(tmp_path / "out")])
+    capsys.readouterr()
+    assert main(["export", str(tmp_path), str(tmp_path / "out")]) == 2  # one error line, no traceback
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "checkpoints/final.pt" in err and len(err.splitlines()) == 1
 
 
 @pytest.fixture
@@ -110,26 +113,30 @@ def study_run(tmp_path, monkeypatch):
     return run
 
 
-def test_export_refuses_run_dirs_and_nonempty_folders(study_run, tmp_path):
+def refused(capsys, args: list[str], match: str) -> None:
+    """The command line refuses: exit code 2 and one `error: ...` line matching match."""
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and len(err.splitlines()) == 1 and re.search(match, err), err
+
+
+def test_export_refuses_run_dirs_and_nonempty_folders(study_run, tmp_path, capsys):
     config_bytes = (study_run / "config.json").read_bytes()
     for dest in (study_run, study_run / "checkpoints", study_run / "new", study_run.parent / "other"):
         for force in ([], ["--force"]):
-            with pytest.raises(FileExistsError, match="would overwrite the run's files"):
-                main(["export", str(study_run), str(dest)] + force)
+            refused(capsys, ["export", str(study_run), str(dest)] + force, "would overwrite the run's files")
     assert (study_run / "config.json").read_bytes() == config_bytes
     assert not (study_run / "new").exists() and not (study_run.parent / "other").exists()
     # a folder holding another run's files, outside outputs/runs
     other = tmp_path / "elsewhere"
     (other / "checkpoints").mkdir(parents=True)
     (other / "config.json").write_text("{}")
-    with pytest.raises(FileExistsError, match=f"the run directory {other}"):
-        main(["export", str(study_run), str(other), "--force"])
+    refused(capsys, ["export", str(study_run), str(other), "--force"], f"the run directory {other}")
     # a non-empty folder: only with --force, which overwrites the exported files and deletes nothing
     dest = tmp_path / "dest"
     dest.mkdir()
     (dest / "keep.txt").write_text("mine")
-    with pytest.raises(FileExistsError, match="exists and is not empty.*--force"):
-        main(["export", str(study_run), str(dest)])
+    refused(capsys, ["export", str(study_run), str(dest)], "exists and is not empty.*--force")
     main(["export", str(study_run), str(dest), "--force"])
     assert (dest / "keep.txt").read_text() == "mine" and (dest / "model.safetensors").is_file()
 

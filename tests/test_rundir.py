@@ -270,3 +270,27 @@ def test_a_run_records_the_machine_it_trained_on_and_another_machine_still_count
     assert config["environment"]["avx512_bf16"] == ("avx512_bf16" in flags)
     monkeypatch.setattr(utils, "cpu_model", lambda: "Another CPU")
     assert run_variant(spec(), progress=False) == summary  # read back, not trained again
+
+
+def test_a_symlinked_run_directory_is_named_as_seen_and_never_emptied_through(outputs):
+    """pre-grow-s0 is a link to another run's directory (post-single-s0, other parameters): every refusal names the
+    link, not its target; the advice is to remove the link, never to delete the directory or to pass force=True,
+    and force=True does not empty the other run through the link."""
+    from normgrow import study
+    other = run_variant(spec("post-single-s0", norm="post", schedule="single"), progress=False)
+    runs = outputs / "runs" / "tiny"
+    (runs / "pre-grow-s0").symlink_to(runs / "post-single-s0", target_is_directory=True)
+    link = runs / "pre-grow-s0"
+    named = rf"^{link} holds a finished run .*remove the link \(rm {link}\); the directory it points to"
+    with pytest.raises(ParamError, match=named) as refused:
+        run_variant(spec(), progress=False)
+    assert "force=True" not in str(refused.value)
+    with pytest.raises(ParamError, match=rf"^{link} is a link to .*post-single-s0; force=True would empty"):
+        run_variant(spec(force=True), progress=False)
+    assert rundir.read_summary(runs / "post-single-s0").to_json() == other  # untouched
+    why = study.directory_conflict(rundir.run_path("tiny", "pre-grow-s0"), spec().identity(), None)
+    assert why.startswith(f"{link} holds a run made with other settings") and "remove the link" in why
+    assert "delete" not in why
+    (runs / "post-single-s0" / "config.json").unlink()
+    with pytest.raises(RunDirError, match=rf"^{link / 'config.json'} is missing.*remove the link"):
+        rundir.read_finished(link)

@@ -80,11 +80,21 @@ def check_name(what: str, value) -> str:
 
 
 def inside(root: Path, path: Path) -> Path:
-    """path, resolved, if it lies inside root (resolved); ParamError otherwise. Symlinks are followed."""
+    """path if it resolves (symlinks followed) inside root (resolved); ParamError otherwise. The path is returned as
+    given, not resolved, so that messages name a symlinked run directory by the path the user sees."""
     resolved, base = Path(path).resolve(), Path(root).resolve()
     if not resolved.is_relative_to(base):
         raise ParamError(f"{path} resolves to {resolved}, outside {base}; refusing to write or delete there")
-    return resolved
+    return Path(path)
+
+
+def set_aside(run_dir: Path) -> str:
+    """The advice for a run directory that is damaged or holds another run: move it away or delete it; for a
+    symlink, remove the link alone, since the directory it points to may be another run's."""
+    run_dir = Path(run_dir)
+    if run_dir.is_symlink():
+        return f"remove the link (rm {run_dir}); the directory it points to, {os.readlink(run_dir)}, stays as it is"
+    return f"move {run_dir} away or delete it"
 
 
 def runs_base() -> Path:
@@ -173,8 +183,8 @@ def read_identity(run_dir: Path) -> dict | None:
     try:
         return read_json(path)
     except (OSError, ValueError) as err:
-        raise RunDirError(f"{path} is damaged ({err}); the run's parameters are unknown: move the directory away or "
-                          "delete it") from err
+        raise RunDirError(f"{path} is damaged ({err}); the run's parameters are unknown: "
+                          f"{set_aside(run_dir)}") from err
 
 
 def _flatten(tree: dict, prefix: str = "") -> dict:
@@ -369,12 +379,11 @@ def check_metrics(run_dir: Path, summary: Summary) -> None:
         have = metrics_record(run_dir)
     except OSError as err:
         raise RunDirError(f"{path} cannot be read ({err}); summary.json recorded {summary.metrics['lines']} lines: "
-                          "the run is damaged: move the directory away or rerun it with force=True") from err
+                          f"the run is damaged: {set_aside(run_dir)}") from err
     if have != summary.metrics:
         raise RunDirError(f"{path} holds {have['lines']} lines (sha256 {have['sha256'][:12]}), but summary.json "
                           f"recorded {summary.metrics['lines']} lines (sha256 {summary.metrics['sha256'][:12]}) when "
-                          "the run finished: its curves were changed since; move the directory away or rerun it "
-                          "with force=True")
+                          f"the run finished: its curves were changed since; {set_aside(run_dir)}")
 
 
 def read_finished(run_dir: Path) -> tuple[Summary, dict]:
@@ -386,8 +395,8 @@ def read_finished(run_dir: Path) -> tuple[Summary, dict]:
     check_metrics(run_dir, summary)
     identity = read_identity(run_dir)
     if identity is None:
-        raise RunDirError(f"{Path(run_dir) / CONFIG} is missing; the run's parameters are unknown: move the directory "
-                          "away or delete it")
+        raise RunDirError(f"{Path(run_dir) / CONFIG} is missing; the run's parameters are unknown: "
+                          f"{set_aside(run_dir)}")
     return summary, identity
 
 

@@ -73,7 +73,8 @@ from ..student.model import Student, StudentConfig, save_student
 from ..ranks import Ranks, check_processes, on_ranks, outside_launch, progress_bar
 from ..rundir import (CHECKPOINTS, CONFIG, FINAL, GROWTH_EVAL, LAST, LOCK, METRICS, NOTEBOOK, PhaseSummary,
                       RunDirError, RunLock, Summary, identity_differences, is_finished, metrics_record,
-                      phase_checkpoint, phase_checkpoints, read_identity, read_summary, run_path, write_summary)
+                      phase_checkpoint, phase_checkpoints, read_identity, read_summary, run_path, set_aside,
+                      write_summary)
 from .spec import RunSpec
 from .tracking import RunTrackers
 from ..utils import (atomic_write_json, dtype_name, execute_notebook, machine_description, resolve_device, resolve_dtype,
@@ -273,8 +274,12 @@ def prepare_run_dir(spec: RunSpec, teacher_key: str) -> tuple[Path, Summary | No
     """Create or validate the run directory (the caller holds its lock). Returns (dir, summary if finished).
 
     A directory holding a run (finished or not) with another identity is never reused nor overwritten; force=True
-    empties only a directory inside outputs/runs/<profile>/ (run_path checks), keeping its LOCK."""
+    empties only a directory inside outputs/runs/<profile>/ (run_path checks), keeping its LOCK, and never through a
+    symlink (the directory it points to may be another run's)."""
     run_dir = spec.dir
+    if spec.force and run_dir.is_symlink():
+        raise ParamError(f"{run_dir} is a link to {os.readlink(run_dir)}; force=True would empty the directory it "
+                         f"points to. To train this run afresh, {set_aside(run_dir)}")
     if spec.force:
         for child in run_dir.iterdir():
             if child.name != LOCK:
@@ -288,8 +293,9 @@ def prepare_run_dir(spec: RunSpec, teacher_key: str) -> tuple[Path, Summary | No
     differing = identity_differences(existing, compared) if existing is not None else []
     if differing:
         state = "a finished" if is_finished(run_dir) else "an unfinished"
+        discard = set_aside(run_dir) if run_dir.is_symlink() else "pass force=True to discard it"
         raise ParamError(f"{run_dir} holds {state} run with different parameters ({', '.join(differing[:6])}); "
-                         "pass force=True to discard it, or choose another run_name")
+                         f"{discard}, or choose another run_name")
     if is_finished(run_dir):
         return run_dir, read_summary(run_dir)
     (run_dir / CHECKPOINTS).mkdir(parents=True, exist_ok=True)
