@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 import torch
+import yaml
 
 import fakes
 from normgrow import rundir
@@ -294,3 +295,29 @@ def test_a_symlinked_run_directory_is_named_as_seen_and_never_emptied_through(ou
     (runs / "post-single-s0" / "config.json").unlink()
     with pytest.raises(RunDirError, match=rf"^{link / 'config.json'} is missing.*remove the link"):
         rundir.read_finished(link)
+
+
+def test_a_profile_file_outside_the_repository_runs(outputs, tmp_path, capsys):
+    """A profile is a name or a path: the tiny profile's file copied to a folder outside the repository trains as
+    --profile <path>; its runs go under outputs/runs/<file stem>, its notebook parameters carry the path (the kernel
+    loads the same file), and the other entry points take it too (study results, sweep learning rates by stem)."""
+    from normgrow import config, study, sweep
+    from normgrow.__main__ import main
+    path = tmp_path / "elsewhere" / "mytiny.yaml"
+    path.parent.mkdir()
+    raw = yaml.safe_load((config.PARAMS_DIR / "profiles" / "tiny.yaml").read_text())
+    for dotted, value in fakes.TINY_OVERRIDES.items():  # the tiny profile on the synthetic cache, in the file itself
+        section, key = dotted.split(".")
+        raw[section][key] = value
+    path.write_text(yaml.safe_dump(raw))
+    s = make_run_spec(profile=str(path))
+    assert s.dir == outputs / "runs" / "mytiny" / "pre-grow-s0" and s.notebook_parameters()["profile"] == str(path)
+    summary = run_variant(s, progress=False)
+    assert summary["profile"] == "mytiny" and rundir.is_finished(outputs / "runs" / "mytiny" / "pre-grow-s0")
+    assert rundir.study_dir(str(path)) == outputs / "study" / "mytiny"
+    assert study.load_study(profile=str(path), variants=["pre-grow"])[0].name == "pre-grow-s0"
+    (tmp_path / "sweep.yaml").write_text("lrs: {tiny: [0.001]}\n")
+    with pytest.raises(ParamError, match="no candidate learning rates for profile 'mytiny'"):
+        sweep.make_plan(str(path), config_path=tmp_path / "sweep.yaml")
+    assert main(["cache", "--profile", str(tmp_path / "missing.yaml")]) == 2
+    assert "missing.yaml is not a profile file" in capsys.readouterr().err

@@ -74,11 +74,11 @@ def build_parser() -> argparse.ArgumentParser:
     export.set_defaults(func=_export, input_errors=(FileNotFoundError, FileExistsError))
     cache = sub.add_parser("cache", help="build (or check) a profile's teacher cache, on teacher.processes ranks")
     run = sub.add_parser("run", help="one run of the study, as notebooks/run_variant.ipynb does it (its executed notebook lands in the run directory)")
-    from .config import available_profiles
+    from .config import profile_help
     from .train.growth import SCHEDULES
     from .student.placements import PLACEMENTS
     for p in (cache, run):
-        p.add_argument("--profile", required=True, help=f"a file of params/profiles: {', '.join(available_profiles())}")
+        p.add_argument("--profile", required=True, help=profile_help())
         p.add_argument("--overrides", help="YAML mapping of dotted profile keys, e.g. '{train.processes: 2}'")
     run.add_argument("--norm", required=True, help=f"a placement: {', '.join(PLACEMENTS)}")
     run.add_argument("--schedule", required=True, help=f"a schedule: {', '.join(SCHEDULES)}")

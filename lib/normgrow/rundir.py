@@ -37,10 +37,9 @@ import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from .config import SECTIONS, ParamError, outputs_dir
+from .config import SECTIONS, ParamError, check_name, outputs_dir, profile_name
 from .utils import atomic_write_json, file_sha256, read_json
 
-NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 NUMERICS_VERSION = 3
 """Bump when a code change changes the numbers a run produces: runs recorded with another value no longer count.
 2: every row begins with the document-start token (data.PACK_VERSION 2, one sectioning rule), the attention kernel in
@@ -71,14 +70,6 @@ class RunDirError(RuntimeError):
 
 # ----------------------------------------------------------------------------------------------------------- paths
 
-def check_name(what: str, value) -> str:
-    """value if it is a safe profile / run name, else ParamError naming the parameter."""
-    if not isinstance(value, str) or not NAME.fullmatch(value):
-        raise ParamError(f"{what}={value!r} must be 1-128 letters, digits, '.', '_' or '-', starting with a letter or "
-                         "digit (no '/', no '..', no spaces)")
-    return value
-
-
 def inside(root: Path, path: Path) -> Path:
     """path if it resolves (symlinks followed) inside root (resolved); ParamError otherwise. The path is returned as
     given, not resolved, so that messages name a symlinked run directory by the path the user sees."""
@@ -103,7 +94,7 @@ def runs_base() -> Path:
 
 
 def runs_root(profile: str) -> Path:
-    return inside(outputs_dir(), runs_base() / check_name("profile", profile))
+    return inside(outputs_dir(), runs_base() / check_name("profile", profile_name(profile)))
 
 
 def run_path(profile: str, run_name: str) -> Path:
@@ -111,7 +102,7 @@ def run_path(profile: str, run_name: str) -> Path:
 
 
 def study_dir(profile: str) -> Path:
-    return inside(outputs_dir(), outputs_dir() / "study" / check_name("profile", profile))
+    return inside(outputs_dir(), outputs_dir() / "study" / check_name("profile", profile_name(profile)))
 
 
 def study_diagnostics(profile: str) -> Path:
@@ -122,13 +113,13 @@ def study_diagnostics(profile: str) -> Path:
 def sweep_dir(profile: str, placements: str | None = None) -> Path:
     """outputs/sweep/<profile>/ (the study's placements: the report draws it), or outputs/sweep/<profile>/<placements>/
     for a sweep of other placements (sweep.py names it), so that it never overwrites the study's sweep files."""
-    root = outputs_dir() / "sweep" / check_name("profile", profile)
+    root = outputs_dir() / "sweep" / check_name("profile", profile_name(profile))
     return root if placements is None else inside(root, root / check_name("placements", placements))
 
 
 def grids_root(profile: str) -> Path:
     """outputs/grid/<profile>/: every grid of a profile."""
-    return inside(outputs_dir(), outputs_dir() / "grid" / check_name("profile", profile))
+    return inside(outputs_dir(), outputs_dir() / "grid" / check_name("profile", profile_name(profile)))
 
 
 def grid_dir(profile: str, grid: str) -> Path:

@@ -450,9 +450,8 @@ def report_failures(failed: dict[str, str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m normgrow.study", description=__doc__.splitlines()[0])
-    from .config import available_profiles
-    parser.add_argument("--profile", default="cpu", help=f"a file of params/profiles: {', '.join(available_profiles())} "
-                        "(default: cpu)")
+    from .config import profile_help
+    parser.add_argument("--profile", default="cpu", help=profile_help("cpu"))
     parser.add_argument("--seeds", nargs="+", help="override the seeds of params/study.yaml: seeds and inclusive "
                         "ranges, e.g. 0 1 2, 0-5, or 0-2 7")
     parser.add_argument("--runs", nargs="+", help="only these run files (donors of matched runs must be included)")
