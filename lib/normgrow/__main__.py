@@ -99,8 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     code = runner_exit(lambda: args.func(args), args.input_errors)
     from .ranks import end_launched_rank, launched_world
-    if launched_world() > 1:  # a rank of `accelerate launch -m normgrow ...`
-        end_launched_rank()
+    if launched_world() > 1 and code == 0:  # a finished rank of `accelerate launch -m normgrow ...`; a refused
+        end_launched_rank()  # one exits with its code, so that the launcher reports the job failed
     return code
 
 
