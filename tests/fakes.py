@@ -25,6 +25,7 @@ class FakeSplit:
     topk_ids: np.ndarray
     topk_logp: np.ndarray
     tail_logp: np.ndarray
+    target_logp: np.ndarray
 
 
 def _split(rng: np.random.Generator, logits: torch.Tensor, n_rows: int, seq_len: int, k: int) -> FakeSplit:
@@ -35,8 +36,9 @@ def _split(rng: np.random.Generator, logits: torch.Tensor, n_rows: int, seq_len:
     logp = torch.log_softmax(logits[torch.from_numpy(tokens).long()], dim=-1)
     top = logp.topk(k, dim=-1)
     rest = logp.scatter(-1, top.indices, float("-inf")).logsumexp(-1)
+    target = logp[:, :-1].gather(-1, torch.from_numpy(tokens[:, 1:, None]).long())[..., 0]  # log p(next token)
     return FakeSplit(tokens, doc_start, top.indices.int().numpy(), top.values.float().numpy(),
-                     rest.clamp_min(-30.0).float().numpy())
+                     rest.clamp_min(-30.0).float().numpy(), torch.nn.functional.pad(target, (0, 1)).numpy())
 
 
 def fake_cache(seq_len: int = 16, k: int = 4, n_train: int = 64, n_val: int = 8, seed: int = 0):

@@ -1,5 +1,6 @@
 import errno
 import json
+import re
 
 import pytest
 import torch
@@ -90,11 +91,13 @@ def test_cli_copies_tokenizer(tmp_path, capsys):
     assert (config["bos_token_id"], config["eos_token_id"]) == (0, 1)
 
 
-def test_cli_errors(tmp_path):
+def test_cli_errors(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main([])
-    with pytest.raises(FileNotFoundError, match="checkpoints/final.pt"):
-        main(["export", str(tmp_path), str(tmp_path / "out")])
+    capsys.readouterr()
+    assert main(["export", str(tmp_path), str(tmp_path / "out")]) == 2  # one error line, no traceback
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "checkpoints/final.pt" in err and len(err.splitlines()) == 1
 
 
 @pytest.fixture
@@ -110,26 +113,30 @@ def study_run(tmp_path, monkeypatch):
     return run
 
 
-def test_export_refuses_run_dirs_and_nonempty_folders(study_run, tmp_path):
+def refused(capsys, args: list[str], match: str) -> None:
+    """The command line refuses: exit code 2 and one `error: ...` line matching match."""
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and len(err.splitlines()) == 1 and re.search(match, err), err
+
+
+def test_export_refuses_run_dirs_and_nonempty_folders(study_run, tmp_path, capsys):
     config_bytes = (study_run / "config.json").read_bytes()
     for dest in (study_run, study_run / "checkpoints", study_run / "new", study_run.parent / "other"):
         for force in ([], ["--force"]):
-            with pytest.raises(FileExistsError, match="would overwrite the run's files"):
-                main(["export", str(study_run), str(dest)] + force)
+            refused(capsys, ["export", str(study_run), str(dest)] + force, "would overwrite the run's files")
     assert (study_run / "config.json").read_bytes() == config_bytes
     assert not (study_run / "new").exists() and not (study_run.parent / "other").exists()
     # a folder holding another run's files, outside outputs/runs
     other = tmp_path / "elsewhere"
     (other / "checkpoints").mkdir(parents=True)
     (other / "config.json").write_text("{}")
-    with pytest.raises(FileExistsError, match=f"the run directory {other}"):
-        main(["export", str(study_run), str(other), "--force"])
+    refused(capsys, ["export", str(study_run), str(other), "--force"], f"the run directory {other}")
     # a non-empty folder: only with --force, which overwrites the exported files and deletes nothing
     dest = tmp_path / "dest"
     dest.mkdir()
     (dest / "keep.txt").write_text("mine")
-    with pytest.raises(FileExistsError, match="exists and is not empty.*--force"):
-        main(["export", str(study_run), str(dest)])
+    refused(capsys, ["export", str(study_run), str(dest)], "exists and is not empty.*--force")
     main(["export", str(study_run), str(dest), "--force"])
     assert (dest / "keep.txt").read_text() == "mine" and (dest / "model.safetensors").is_file()
 
@@ -150,6 +157,44 @@ def test_export_finds_the_runs_tokenizer(study_run, tmp_path):
     shutil.rmtree(study_run.parents[2] / "teacher")
     info = export_student(study_run, tmp_path / "hf3")
     assert info["tokenizer_dir"] is None and "No tokenizer found" in info["message"]
+
+
+def test_a_corpus_vocabulary_export_carries_the_student_s_own_special_ids(tmp_path, capsys):
+    """Tokenizer ids <bos> 0, <eos> 1, "nl" 2, <pad> 3; the corpus holds <bos>, nl, <pad> and words but never <eos>,
+    so the student's id 1 is nl. The exported config maps bos and pad to the student's ids (0 and 2) and sets eos,
+    which the student lacks, to None with a warning: a student that always predicts nl generates past it (with the
+    tokenizer's eos id 1 it stopped at the first newline), and pads a batch's prompt with its pad id."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+
+    words = {"<bos>": 0, "<eos>": 1, "nl": 2, "<pad>": 3, **{f"w{i}": i + 4 for i in range(V)}}
+    tok = Tokenizer(models.WordLevel(words, unk_token="<eos>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>",
+                            pad_token="<pad>").save_pretrained(tmp_path / "tok")
+    teacher_ids = [0, 2, 3, *range(4, 4 + V - 3)]  # student ids: 0 <bos>, 1 nl, 2 <pad>, then words
+    model = random_student("pre", tie=False)
+    with torch.no_grad():  # blocks add nothing, every embedding is the same: the head alone picks nl (id 1)
+        for block in model.blocks:
+            for name, p in block.named_parameters():
+                if "norm" not in name:
+                    p.zero_()
+        model.embed_tokens.weight.fill_(1.0)
+        model.norm.weight.fill_(1.0)
+        model.lm_head.weight.zero_()
+        model.lm_head.weight[1] = 1.0
+    src = run_dir(tmp_path, model, {"tokenizer_dir": str(tmp_path / "tok"),
+                                    "vocab": {"teacher_vocab_size": 4 + V, "teacher_ids": teacher_ids}})
+    info = export_student(src, tmp_path / "hf")
+    assert info["token_ids"] == {"bos_token_id": 0, "eos_token_id": None, "pad_token_id": 2}
+    assert "eos_token_id=1 of the tokenizer is not in the student's corpus vocabulary" in capsys.readouterr().out
+    assert "eos_token_id=1" in info["message"]
+    hf = AutoModelForCausalLM.from_pretrained(tmp_path / "hf").float().eval()
+    assert (hf.config.bos_token_id, hf.config.eos_token_id, hf.config.pad_token_id) == (0, None, 2)
+    prompts = torch.tensor([[2, 0, 5], [0, 6, 7]])  # the first prompt left-padded with the student's pad id
+    out = hf.generate(prompts, attention_mask=(prompts != hf.config.pad_token_id).long(), max_new_tokens=4,
+                      do_sample=False)
+    assert out[:, 3:].tolist() == [[1] * 4, [1] * 4]  # four newlines each: no stop at the first one
 
 
 @pytest.mark.parametrize("error", [OSError(errno.ENOSPC, "No space left on device"),

@@ -68,21 +68,22 @@ def test_truncated_and_garbled_arrays_are_named(tmp_path):
         verify_cache(d)
 
 
-def test_older_cache_without_checksums(tmp_path):
-    """Built before checksums.json: opens with the size check only; the builders record checksums once."""
+def test_a_cache_without_its_checksum_record_is_damaged_and_never_re_blessed(tmp_path, capsys):
+    """checksums.json is written by publish alone: a cache without it (older, or the record deleted) is damaged at
+    every open and the builders rebuild it; no record is ever written from the files found."""
     d = build(tmp_path)
     (d / cache_dirs.CHECKSUMS).unlink()
-    garble(d / "train" / "tokens.npy")  # undetectable without a record ...
-    verify_cache(d)
-    assert not (d / cache_dirs.CHECKSUMS).exists()  # ... and a plain open writes nothing
-    assert reuse_or_clear(d, KEY)  # the builder records them ...
-    garble(d / "train" / "topk_logp.npy")
-    with pytest.raises(CacheDamagedError, match="topk_logp.npy: content differs"):
-        verify_cache(d)  # ... so damage after that is caught
+    garble(d / "train" / "tokens.npy")  # undetectable without a record: so nothing may record these files
+    with pytest.raises(CacheDamagedError, match=r"checksums.json: missing, so the files cannot be proven"):
+        verify_cache(d)
+    assert not (d / cache_dirs.CHECKSUMS).exists()
+    assert not reuse_or_clear(d, KEY) and not d.exists()  # rebuilt, not re-blessed
+    assert "checksums.json: missing" in capsys.readouterr().out
+    d = build(tmp_path)
     truncate(d / "train" / "topk_logp.npy")
     (d / cache_dirs.CHECKSUMS).unlink()
     with pytest.raises(CacheDamagedError, match="its header needs"):
-        verify_cache(d)  # truncation is caught from the .npy header alone
+        verify_cache(d)  # truncation is named from the .npy header
 
 
 def test_builders_rebuild_a_damaged_cache(tmp_path, capsys):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -13,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from normgrow import config, study
+from normgrow import config, rundir, study
 from normgrow.analysis import variants
 from normgrow.viz import report
 from normgrow.config import ParamError
@@ -67,6 +68,34 @@ def test_damaged_summaries_are_named_and_never_counted(outputs):
     failed: dict[str, str] = {}
     done = study.finished_jobs(["post-grow-s0", "post-grow-s2", "post-joint-matched-s2"], "tiny", failed)
     assert done == {"post-grow-s2"} and all(why.startswith("damaged: ") for why in failed.values())
+
+
+def test_a_changed_metrics_file_is_damaged_and_an_unrecorded_one_counts(outputs, capsys):
+    """summary.json records metrics.jsonl's line count and sha256: a line added, a line cut or a value changed
+    after the run finished makes the run damaged (collect_runs, unassigned.csv, the runner's exit code); a summary
+    without the record (runs finished before it existed) counts as before."""
+    for seed in (0, 1, 2, 3):
+        d = write_run(outputs, "post-grow", seed, 5.0 + seed)
+        if seed < 3:
+            summary = json.loads((d / "summary.json").read_text())
+            (d / "summary.json").write_text(json.dumps(summary | {"metrics": rundir.metrics_record(d)}))
+    runs = outputs / "runs" / "tiny"
+    with open(runs / "post-grow-s0" / "metrics.jsonl", "a") as f:
+        f.write(json.dumps({"kind": "eval", "step": 999, "tokens": 999, "val_ce": 1.0}) + "\n")
+    lines = (runs / "post-grow-s1" / "metrics.jsonl").read_text().splitlines(keepends=True)
+    (runs / "post-grow-s1" / "metrics.jsonl").write_text("".join(lines[:-1]))
+    (runs / "post-grow-s3" / "metrics.jsonl").write_text("")  # not recorded: not checked
+    found = variants.collect_runs("tiny")
+    assert set(found.damaged) == {"post-grow-s0", "post-grow-s1"}
+    assert re.search(r"post-grow-s0/metrics.jsonl holds \d+ lines .*, but summary.json recorded \d+ lines",
+                     found.damaged["post-grow-s0"])
+    assert set(found.assigned) == {("post-grow", 2), ("post-grow", 3)}
+    table = pd.read_csv(report.write_report(report.build_report("tiny"))["unassigned"]).set_index("run")
+    assert table.loc["post-grow-s1", "status"] == "damaged"
+    failed: dict[str, str] = {}
+    assert study.finished_jobs([f"post-grow-s{seed}" for seed in range(4)], "tiny", failed) == {"post-grow-s2",
+                                                                                                "post-grow-s3"}
+    assert study.report_failures(failed) == 1 and "damaged post-grow-s0" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("value, expected", [("relout", "relout"), ("./a/../b", "b")])

@@ -6,8 +6,10 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
+import yaml
 
 import fakes
 from normgrow import rundir
@@ -58,6 +60,20 @@ def test_summary_record_fails_loudly(outputs):
         rundir.read_summary(run_dir)
 
 
+def test_a_finished_run_missing_its_summary_is_finished_again(outputs):
+    """summary.json records metrics.jsonl (lines, sha256); a finished run whose summary.json was lost resumes from
+    its last phase checkpoint (it has no last.pt) and is finished again with the same numbers, without training."""
+    first = run_variant(spec(), progress=False)
+    run_dir = outputs / "runs" / "tiny" / "pre-grow-s0"
+    assert first["metrics"] == rundir.metrics_record(run_dir)
+    assert first["metrics"]["lines"] == len((run_dir / "metrics.jsonl").read_text().splitlines())
+    (run_dir / "summary.json").unlink()
+    again = run_variant(spec(), progress=False)
+    assert {k: again[k] for k in ("val_ce", "steps", "tokens", "phases", "metrics")} == \
+        {k: first[k] for k in ("val_ce", "steps", "tokens", "phases", "metrics")}
+    rundir.read_finished(run_dir)
+
+
 def test_records_written_before_the_placement_keys_still_read_and_match(outputs):
     """summary.json without val_ce_after_growth reads it as None; config.json without student.mix_alpha and
     student.gate_ramp_steps (absent keys compare as their defaults) is the same identity when the profile has their
@@ -105,6 +121,18 @@ def test_non_finite_loss_stops_the_run_naming_the_step(outputs, monkeypatch):
     run_dir = outputs / "runs" / "tiny" / "pre-grow-s0"
     assert not (run_dir / "summary.json").exists()
     assert "NaN" not in (run_dir / "metrics.jsonl").read_text()
+
+
+def test_non_finite_loss_from_the_cache_names_its_file_and_row(outputs, tmp_path):
+    """A row of the teacher cache that is not a distribution (NaN log-probs) makes the loss NaN: the error names
+    the cache file, the row and the position, and says to rebuild the cache rather than lower the lr."""
+    from normgrow.data import teacher_cache
+    cache = teacher_cache.ensure_cache(None)  # the synthetic cache of the outputs fixture
+    cache.dir = tmp_path / "teacher" / cache.key
+    cache.train.topk_logp[37, 5] = np.nan
+    with pytest.raises(NonFiniteError, match=r"loss=nan.*the teacher cache is the cause: .*train/topk_logp.npy: the "
+                                             r"top-k probabilities .* at row 37, position 5 is nan.*rm -rf"):
+        run_variant(spec(), progress=False)
 
 
 def _interrupt_at(monkeypatch, step):
@@ -243,3 +271,53 @@ def test_a_run_records_the_machine_it_trained_on_and_another_machine_still_count
     assert config["environment"]["avx512_bf16"] == ("avx512_bf16" in flags)
     monkeypatch.setattr(utils, "cpu_model", lambda: "Another CPU")
     assert run_variant(spec(), progress=False) == summary  # read back, not trained again
+
+
+def test_a_symlinked_run_directory_is_named_as_seen_and_never_emptied_through(outputs):
+    """pre-grow-s0 is a link to another run's directory (post-single-s0, other parameters): every refusal names the
+    link, not its target; the advice is to remove the link, never to delete the directory or to pass force=True,
+    and force=True does not empty the other run through the link."""
+    from normgrow import study
+    other = run_variant(spec("post-single-s0", norm="post", schedule="single"), progress=False)
+    runs = outputs / "runs" / "tiny"
+    (runs / "pre-grow-s0").symlink_to(runs / "post-single-s0", target_is_directory=True)
+    link = runs / "pre-grow-s0"
+    named = rf"^{link} holds a finished run .*remove the link \(rm {link}\); the directory it points to"
+    with pytest.raises(ParamError, match=named) as refused:
+        run_variant(spec(), progress=False)
+    assert "force=True" not in str(refused.value)
+    with pytest.raises(ParamError, match=rf"^{link} is a link to .*post-single-s0; force=True would empty"):
+        run_variant(spec(force=True), progress=False)
+    assert rundir.read_summary(runs / "post-single-s0").to_json() == other  # untouched
+    why = study.directory_conflict(rundir.run_path("tiny", "pre-grow-s0"), spec().identity(), None)
+    assert why.startswith(f"{link} holds a run made with other settings") and "remove the link" in why
+    assert "delete" not in why
+    (runs / "post-single-s0" / "config.json").unlink()
+    with pytest.raises(RunDirError, match=rf"^{link / 'config.json'} is missing.*remove the link"):
+        rundir.read_finished(link)
+
+
+def test_a_profile_file_outside_the_repository_runs(outputs, tmp_path, capsys):
+    """A profile is a name or a path: the tiny profile's file copied to a folder outside the repository trains as
+    --profile <path>; its runs go under outputs/runs/<file stem>, its notebook parameters carry the path (the kernel
+    loads the same file), and the other entry points take it too (study results, sweep learning rates by stem)."""
+    from normgrow import config, study, sweep
+    from normgrow.__main__ import main
+    path = tmp_path / "elsewhere" / "mytiny.yaml"
+    path.parent.mkdir()
+    raw = yaml.safe_load((config.PARAMS_DIR / "profiles" / "tiny.yaml").read_text())
+    for dotted, value in fakes.TINY_OVERRIDES.items():  # the tiny profile on the synthetic cache, in the file itself
+        section, key = dotted.split(".")
+        raw[section][key] = value
+    path.write_text(yaml.safe_dump(raw))
+    s = make_run_spec(profile=str(path))
+    assert s.dir == outputs / "runs" / "mytiny" / "pre-grow-s0" and s.notebook_parameters()["profile"] == str(path)
+    summary = run_variant(s, progress=False)
+    assert summary["profile"] == "mytiny" and rundir.is_finished(outputs / "runs" / "mytiny" / "pre-grow-s0")
+    assert rundir.study_dir(str(path)) == outputs / "study" / "mytiny"
+    assert study.load_study(profile=str(path), variants=["pre-grow"])[0].name == "pre-grow-s0"
+    (tmp_path / "sweep.yaml").write_text("lrs: {tiny: [0.001]}\n")
+    with pytest.raises(ParamError, match="no candidate learning rates for profile 'mytiny'"):
+        sweep.make_plan(str(path), config_path=tmp_path / "sweep.yaml")
+    assert main(["cache", "--profile", str(tmp_path / "missing.yaml")]) == 2
+    assert "missing.yaml is not a profile file" in capsys.readouterr().err

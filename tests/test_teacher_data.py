@@ -7,6 +7,7 @@ conversion of the bundled teacher is shared with the real outputs/teacher/models
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import torch
 from normgrow import config
 from normgrow.data import cache as cache_dirs, corpus as data, teacher, teacher_cache
 from normgrow.config import ParamError, TeacherParams, load_profile
+from normgrow.utils import atomic_write_json
 
 REAL_MODELS = config.REPO_ROOT / "outputs" / "teacher" / "models"
 WORDS = ("the lord king god man house land day people son water city light hand word heart said went came saw "
@@ -285,8 +287,7 @@ def test_interrupted_write_is_detected_and_rebuilt(tiny_llama, corpus_files, mon
 
 def _rewrite_checksums(d: Path) -> None:
     """What someone who alters a cache and covers it up does: checksums.json made to match the altered files."""
-    (d / cache_dirs.CHECKSUMS).unlink()
-    cache_dirs._record_checksums(d)
+    atomic_write_json(d / cache_dirs.CHECKSUMS, cache_dirs._checksums(d))
 
 
 def test_foreign_cache_under_this_key_is_named(tiny_llama, corpus_files):
@@ -342,6 +343,33 @@ def test_altered_arrays_with_rewritten_checksums_are_named(tiny_llama, corpus_fi
         for kept_file, content in kept.items():
             kept_file.write_bytes(content)
     assert teacher_cache.open_cache(p).report["val_ce"] > 0
+
+
+def test_a_cache_without_a_matching_record_is_checked_in_full_then_refused_or_rebuilt(tiny_llama, corpus_files,
+                                                                                     capsys, monkeypatch):
+    """A cache whose checksums.json is missing is checked on every row (not the sample): a damaged row outside the
+    sample is named with its file and row; open_cache refuses it, ensure_cache rebuilds it, and neither ever writes
+    a record from the files found (an intact cache without its record is refused too)."""
+    p = _profile(tiny_llama, corpus_files)
+    cache = teacher_cache.ensure_cache(p, progress=False)
+    monkeypatch.setattr(teacher_cache, "SAMPLE_ROWS", 2)  # the sample reads the first and the last row, not row 1
+    (cache.dir / cache_dirs.CHECKSUMS).unlink()
+    with pytest.raises(cache_dirs.CacheDamagedError, match=r"checksums.json: missing.*every row of every array "
+                                                           r"passes the content checks.*Delete it"):
+        teacher_cache.open_cache(p)
+    assert not (cache.dir / cache_dirs.CHECKSUMS).exists()
+    logp = np.load(cache.dir / "train" / "topk_logp.npy")
+    logp[1, 3] = np.nan
+    np.save(cache.dir / "train" / "topk_logp.npy", logp)
+    named = (r"checksums.json: missing.*every row checked: .*train/topk_logp.npy: the top-k probabilities plus the "
+             r"tail mass \(tail_logp.npy\) at row 1, position 3 is nan")
+    with pytest.raises(cache_dirs.CacheDamagedError, match=named):
+        teacher_cache.open_cache(p)
+    assert not (cache.dir / cache_dirs.CHECKSUMS).exists()
+    rebuilt = teacher_cache.ensure_cache(p, progress=False)
+    assert re.search(named + r".*rebuilding it now", capsys.readouterr().out)
+    assert np.isfinite(np.load(rebuilt.dir / "train" / "topk_logp.npy")).all()
+    assert (rebuilt.dir / cache_dirs.CHECKSUMS).exists()  # written by the rebuild's publish
 
 
 def test_complete_marker_of_another_key_is_named_and_kept(tiny_llama, corpus_files):

@@ -49,7 +49,7 @@ def test_plan_phases_accounting():
     ({"schedule": "zigzag"}, "schedule='zigzag' is not allowed; allowed values: joint, grow, single"),
     ({"seed": -1}, "seed=-1 must be an integer in [0, 2**32)"),
     ({"seed": 18446744073709551616}, "seed=18446744073709551616 must be an integer in [0, 2**32)"),
-    ({"profile": "../../params/profiles/tiny"}, "profile='../../params/profiles/tiny' must be 1-128 letters"),
+    ({"profile": "../../params/profiles/tiny"}, "params/profiles/tiny is not a profile file"),
     ({"run_name": "a\n"}, "run_name='a\\n' must be 1-128 letters"),
     ({"overrides": {"name": "/tmp/victim"}}, "unknown profile section 'name'"),
     ({"schedule": "joint", "match_active_layer_tokens": "/tmp/fakedonor/zzz"},

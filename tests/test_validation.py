@@ -245,3 +245,55 @@ def test_study_seeds_per_profile(tmp_path):
         study_seeds("gpu", _write(path, "runs: [pre-joint]\nseeds: {cpu: [0]}\n"))
     with pytest.raises(ParamError, match=r"seeds.cpu=\[-1\] must be a non-empty list of integers >= 0"):
         study_seeds("cpu", _write(path, "runs: [pre-joint]\nseeds: {cpu: [-1]}\n"))
+
+
+@pytest.mark.parametrize("text,match", [
+    ("norm: banana\nschedule: grow\n", r"zz.yaml: norm: 'banana' is not allowed; allowed values: pre, post"),
+    ("norm: post\nschedule: sideways\n", r"zz.yaml: schedule: 'sideways' is not allowed; allowed values: joint, grow"),
+    ("norm: post\nschedule: grow\nfreeze_prefix: maybe\n",
+     r"zz.yaml: freeze_prefix: 'maybe' is not allowed; allowed values: true, false"),
+])
+def test_bad_run_file_values_name_the_file_and_key(tmp_path, monkeypatch, text, match):
+    """A value no run accepts is named with its run file and key when the run files are read, and the study runner
+    reads every run file (and params/reference.yaml) before its first run: nothing trains, nothing is written."""
+    from normgrow import study
+    from normgrow.analysis import variants
+    shutil.copytree(config.PARAMS_DIR, tmp_path / "params")
+    monkeypatch.setattr(variants, "PARAMS_DIR", tmp_path / "params")
+    monkeypatch.setenv("NORMGROW_OUTPUTS", str(tmp_path / "outputs"))
+    (tmp_path / "params" / "runs" / "zz.yaml").write_text(text)
+    with pytest.raises(ParamError, match=match):
+        variants.load_variants()
+    with pytest.raises(ParamError, match=match):
+        study.run_study("tiny", seeds=[0], variants=["post-grow"])  # zz is not one of its runs, and still read
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_the_reference_is_checked_before_the_first_run(tmp_path, monkeypatch):
+    from normgrow import study
+    from normgrow.analysis import variants
+    shutil.copytree(config.PARAMS_DIR, tmp_path / "params")
+    monkeypatch.setattr(variants, "PARAMS_DIR", tmp_path / "params")
+    monkeypatch.setenv("NORMGROW_OUTPUTS", str(tmp_path / "outputs"))
+    path = tmp_path / "params" / "reference.yaml"
+    path.write_text(path.read_text().replace("equivalence_margin: 0.02", "equivalence_margin: -1"))
+    with pytest.raises(ParamError, match="equivalence_margin"):
+        study.run_study("tiny", seeds=[0], variants=["post-grow"])
+    assert not (tmp_path / "outputs").exists()
+
+
+@pytest.mark.parametrize("args,match", [
+    (["run", "--profile", "tiny", "--norm", "banana", "--schedule", "grow"], "norm='banana' is not allowed"),
+    (["run", "--profile", "tiny", "--norm", "pre", "--schedule", "grow", "--overrides", "[1"],
+     "--overrides '\\[1' is not YAML"),
+    (["cache", "--profile", "tiny", "--overrides", "{cache.k: -1}"], r"cache.k=-1 must be > 0"),
+    (["cache", "--profile", "nosuch"], "profile='nosuch' is not a profile"),
+])
+def test_the_command_line_names_a_bad_parameter_in_one_line(tmp_path, monkeypatch, capsys, args, match):
+    """python -m normgrow run / cache: a bad parameter is one `error: ...` line and exit code 2, no traceback."""
+    import re
+    from normgrow.__main__ import main
+    monkeypatch.setenv("NORMGROW_OUTPUTS", str(tmp_path / "outputs"))
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and len(err.splitlines()) == 1 and re.search(match, err), err

@@ -23,9 +23,13 @@ def _export(args: argparse.Namespace) -> None:
 
 def _overrides(text: str | None) -> dict | None:
     """--overrides: a YAML/JSON mapping of dotted keys, as papermill's -y 'overrides: {...}' takes it."""
-    value = yaml.safe_load(text) if text else None
+    from .config import ParamError
+    try:
+        value = yaml.safe_load(text) if text else None
+    except yaml.YAMLError as err:
+        raise ParamError(f"--overrides {text!r} is not YAML ({str(err).splitlines()[0]})") from None
     if value is not None and not isinstance(value, dict):
-        raise SystemExit(f"--overrides {text!r} must be a mapping, e.g. '{{train.processes: 2}}'")
+        raise ParamError(f"--overrides {text!r} must be a mapping, e.g. '{{train.processes: 2}}'")
     return value
 
 
@@ -66,14 +70,15 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("out_dir", help="output folder (created; never a run directory or inside outputs/runs)")
     export.add_argument("--force", action="store_true",
                         help="write into an existing non-empty folder (overwrites the exported files; deletes nothing)")
-    export.set_defaults(func=_export)
+    # a missing source or a destination an export refuses is bad input too: one error line, exit 2
+    export.set_defaults(func=_export, input_errors=(FileNotFoundError, FileExistsError))
     cache = sub.add_parser("cache", help="build (or check) a profile's teacher cache, on teacher.processes ranks")
     run = sub.add_parser("run", help="one run of the study, as notebooks/run_variant.ipynb does it (its executed notebook lands in the run directory)")
-    from .config import available_profiles
+    from .config import profile_help
     from .train.growth import SCHEDULES
     from .student.placements import PLACEMENTS
     for p in (cache, run):
-        p.add_argument("--profile", required=True, help=f"a file of params/profiles: {', '.join(available_profiles())}")
+        p.add_argument("--profile", required=True, help=profile_help())
         p.add_argument("--overrides", help="YAML mapping of dotted profile keys, e.g. '{train.processes: 2}'")
     run.add_argument("--norm", required=True, help=f"a placement: {', '.join(PLACEMENTS)}")
     run.add_argument("--schedule", required=True, help=f"a schedule: {', '.join(SCHEDULES)}")
@@ -82,18 +87,22 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--run-name", default="")
     run.add_argument("--force", action="store_true", help="discard the run directory and train again")
-    cache.set_defaults(func=_cache)
-    run.set_defaults(func=_run)
+    cache.set_defaults(func=_cache, input_errors=())
+    run.set_defaults(func=_run, input_errors=())
     return parser
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
+    """The exit code: 0, or 2 after one `error: ...` line for bad input (study.runner_exit: a bad parameter names
+    the key, no traceback)."""
+    from .study import runner_exit
     args = build_parser().parse_args(argv)
-    args.func(args)
+    code = runner_exit(lambda: args.func(args), args.input_errors)
     from .ranks import end_launched_rank, launched_world
-    if launched_world() > 1:  # a rank of `accelerate launch -m normgrow ...`
-        end_launched_rank()
+    if launched_world() > 1 and code == 0:  # a finished rank of `accelerate launch -m normgrow ...`; a refused
+        end_launched_rank()  # one exits with its code, so that the launcher reports the job failed
+    return code
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -58,7 +58,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .train import distill
-from .config import PARAMS_DIR, outputs_dir, read_yaml
+from .config import PARAMS_DIR, outputs_dir, profile_help, read_yaml
 from .train.growth import plan_phases
 from .student.model import Student, StudentConfig
 from .train.run import (DistillStep, _autocast, compile_enabled, evaluation_plan, make_optimizer, rows_to_batch,
@@ -613,7 +613,7 @@ def format_table(report: dict) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m normgrow.bench", description=__doc__.split("\n")[0])
-    ap.add_argument("--profile", default="cpu")
+    ap.add_argument("--profile", default="cpu", help=profile_help("cpu"))
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--candidates", nargs="+", default=None, choices=CANDIDATES, help="default: all of them")

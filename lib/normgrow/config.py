@@ -250,6 +250,54 @@ def available_profiles() -> list[str]:
     return sorted(p.stem for p in (PARAMS_DIR / "profiles").glob("*.yaml"))
 
 
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+PROFILE_SUFFIXES = (".yaml", ".yml")
+
+
+def check_name(what: str, value) -> str:
+    """value if it is a safe profile / run name, else ParamError naming the parameter."""
+    if not isinstance(value, str) or not NAME.fullmatch(value):
+        raise ParamError(f"{what}={value!r} must be 1-128 letters, digits, '.', '_' or '-', starting with a letter or "
+                         "digit (no '/', no '..', no spaces)")
+    return value
+
+
+def is_profile_path(profile) -> bool:
+    """A profile is a name (a file of params/profiles) or a path to a profile file: a value with a path separator or
+    a .yaml / .yml suffix is a path."""
+    text = os.fspath(profile) if isinstance(profile, (str, os.PathLike)) else ""
+    return "/" in text or os.sep in text or text.endswith(PROFILE_SUFFIXES)
+
+
+def profile_name(profile) -> str:
+    """The name a profile's runs and results go under (outputs/runs/<name>): a path profile's file stem, checked to be a
+    plain name; a name as given (checked where it is used)."""
+    return check_name("profile (the file's stem)", Path(profile).stem) if is_profile_path(profile) else profile
+
+
+def profile_help(default: str | None = None) -> str:
+    """The --profile help of every command."""
+    return (f"a profile: a name of params/profiles ({', '.join(available_profiles())}) or the path of a profile file, "
+            "whose runs go under outputs/runs/<its file stem>" + (f" (default: {default})" if default else ""))
+
+
+def profile_file(profile) -> Path:
+    """The file of a profile: params/profiles/<name>.yaml for a name (only those: '../x' never reads another folder),
+    or the path given, by the one path rule (resolve_profile_path: relative to the repository, absolute as given),
+    which must be a .yaml / .yml file."""
+    if not is_profile_path(profile):
+        if profile not in available_profiles():
+            raise ParamError(f"profile={profile!r} is not a profile; allowed values: {', '.join(available_profiles())}"
+                             f" (files in {PARAMS_DIR / 'profiles'}), or the path of a profile file")
+        return PARAMS_DIR / "profiles" / f"{profile}.yaml"
+    path = resolve_profile_path(profile)
+    if not path.is_file() or path.suffix not in PROFILE_SUFFIXES:
+        raise ParamError(f"profile={os.fspath(profile)!r}: {path} is not a profile file (a .yaml file like "
+                         "params/profiles/tiny.yaml; relative paths are relative to the repository)")
+    profile_name(path)
+    return path
+
+
 def _coerce(key: str, value: Any, typ: Any) -> Any:
     """Check one leaf value against its dataclass type; ints are accepted where floats are."""
     if typ is Any:
@@ -318,12 +366,10 @@ SECTIONS = {"teacher": TeacherParams, "data": DataParams, "cache": CacheParams, 
             "train": TrainParams, "distill": DistillParams}
 
 
-def load_profile(name: str, overrides: dict | None = None) -> Profile:
-    """Read params/profiles/<name>.yaml, apply dotted overrides ({"cache.k": 16}), validate."""
-    if name not in available_profiles():  # a name, not a path: '../x' never reads or names another folder
-        raise ParamError(f"profile={name!r} is not a profile; allowed values: {', '.join(available_profiles())}"
-                         f" (files in {PARAMS_DIR / 'profiles'})")
-    path = PARAMS_DIR / "profiles" / f"{name}.yaml"
+def load_profile(profile: str | os.PathLike, overrides: dict | None = None) -> Profile:
+    """Read a profile (a name of params/profiles or a file's path: profile_file), apply dotted overrides
+    ({"cache.k": 16}), validate. Its name is the file's stem: where its runs and results go."""
+    path = profile_file(profile)
     raw = read_yaml(path)
     if not isinstance(raw, dict):
         raise ParamError(f"{path} is {'empty' if raw is None else 'not a mapping of sections'}; a profile needs the "
@@ -337,7 +383,7 @@ def load_profile(name: str, overrides: dict | None = None) -> Profile:
         if not isinstance(dotted, str):
             raise ParamError(f"override key {dotted!r} must be a dotted string like 'train.lr'")
         _set_dotted(raw, dotted, value)
-    return profile_from_dict(raw, name)
+    return profile_from_dict(raw, path.stem)
 
 
 def profile_from_dict(raw: dict, name: str) -> Profile:

@@ -12,7 +12,9 @@ any other -> no transformers architecture computes it (post-norm's norm after th
 The teacher's tokenizer is copied into OUT_DIR (find_tokenizer: the checkpoint's "tokenizer_dir" entry, else the
 teacher cache the run was trained on, named by teacher_key in the run's config.json / summary.json, else a tokenizer
 saved next to the checkpoint by an earlier export). A student with the corpus vocabulary (student.vocab: corpus,
-vocab.py) also gets OUT_DIR/normgrow_vocab.json: model id i is tokenizer id teacher_ids[i].
+vocab.py) also gets OUT_DIR/normgrow_vocab.json: model id i is tokenizer id teacher_ids[i]. The exported config's
+bos / eos / pad ids are the tokenizer's mapped to the student's ids (student_token_ids): the tokenizer's own ids
+would name other tokens of the student (its id 1 may be a newline, so generation would stop there).
 
 Destination safety: OUT_DIR must not be, or lie inside, a run directory or outputs/runs (an export there would
 overwrite the run's config.json), and an existing non-empty OUT_DIR needs force=True (files are then overwritten
@@ -138,6 +140,22 @@ def find_tokenizer(ckpt_path: Path, extra: dict) -> str | None:
     return str(folder) if (folder / "tokenizer_config.json").is_file() else None
 
 
+def student_token_ids(token_ids: dict, vocab: dict | None) -> tuple[dict, list[str]]:
+    """The tokenizer's special ids (bos_token_id, eos_token_id, pad_token_id) in the student's ids, and a warning
+    per id the student lacks. With the teacher's vocabulary (vocab None or without teacher_ids) they are the same
+    ids. With the corpus vocabulary, tokenizer id t is student id i where teacher_ids[i] == t; an id that never
+    occurred in the corpus has no student id and becomes None (generation then runs to max_new_tokens rather than
+    stopping on another token; transformers pads with eos, or asks for a pad id), and the warning says so."""
+    teacher_ids = (vocab or {}).get("teacher_ids")
+    if teacher_ids is None:
+        return dict(token_ids), []
+    index = {int(t): i for i, t in enumerate(teacher_ids)}
+    mapped = {name: index.get(int(t)) for name, t in token_ids.items()}
+    warnings = [f"{name}={token_ids[name]} of the tokenizer is not in the student's corpus vocabulary, so the exported "
+                f"config sets it to None" for name, i in mapped.items() if i is None]
+    return mapped, warnings
+
+
 def _copy_tokenizer(tokenizer_dir, out_dir: Path) -> dict:
     from transformers import AutoTokenizer
 
@@ -161,9 +179,12 @@ def export_student(src, out_dir, force: bool = False) -> dict:
 def _write_export(model: Student, extra: dict, ckpt_path: Path, out_dir: Path) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     tokenizer_dir = find_tokenizer(ckpt_path, extra)
-    token_ids = _copy_tokenizer(tokenizer_dir, out_dir) if tokenizer_dir else {}
+    vocab = extra.get("vocab") or {}
+    token_ids, warnings = student_token_ids(_copy_tokenizer(tokenizer_dir, out_dir) if tokenizer_dir else {}, vocab)
+    for warning in warnings:
+        print(f"WARNING: {warning}", flush=True)
     info = {"source": str(ckpt_path), "norm": model.cfg.norm, "n_layers": model.cfg.n_layers,
-            "tokenizer_dir": tokenizer_dir}
+            "tokenizer_dir": tokenizer_dir, "token_ids": token_ids, "warnings": warnings}
     if PLACEMENTS[model.cfg.norm].exports_to_qwen3:
         hf = to_qwen3(model, **token_ids)
         diff = max_logit_diff(model, hf)
@@ -180,12 +201,11 @@ def _write_export(model: Student, extra: dict, ckpt_path: Path, out_dir: Path) -
                     message=f"norm={model.cfg.norm!r} is not a transformers architecture (Qwen3 and its relatives "
                             f"are pre-norm); wrote a normgrow checkpoint to {out_dir / 'student.pt'} - load it with "
                             f"normgrow.student.model.load_student({str(out_dir)!r})")
-    vocab = extra.get("vocab") or {}
     if vocab.get("teacher_ids") is not None:  # student.vocab: corpus (vocab.py): model ids are not tokenizer ids
         atomic_write_json(out_dir / "normgrow_vocab.json", vocab)
         info["vocab"] = (f"corpus vocabulary of {len(vocab['teacher_ids'])} ids: model id i is tokenizer id "
                          f"teacher_ids[i] of normgrow_vocab.json; map tokenizer ids through it before and after")
-        info["message"] += f". {info['vocab']}"
+        info["message"] += f". {info['vocab']}" + "".join(f"; {w}" for w in warnings)
     if tokenizer_dir is None:
         info["message"] += (". No tokenizer found (the checkpoint names none and the run's teacher cache is gone): "
                             "copy the teacher's tokenizer in by hand (outputs/teacher/<teacher_key>/tokenizer)")

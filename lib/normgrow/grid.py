@@ -48,10 +48,10 @@ from pathlib import Path
 import pandas as pd
 
 from .analysis.claims import JUDGES, NOT_TESTABLE, depth_gate, gate_claims
-from .config import PARAMS_DIR, ParamError, load_profile, read_yaml, with_processes, writable_outputs_dir
+from .config import NAME, PARAMS_DIR, ParamError, load_profile, read_yaml, with_processes, writable_outputs_dir
 from .train.growth import SCHEDULES
 from .student.model import NORMS
-from .rundir import (GRID_RUN_PREFIX, NAME, RunDirError, Summary, check_name, grid_dir, is_finished, read_finished, run_path,
+from .rundir import (GRID_RUN_PREFIX, RunDirError, Summary, check_name, grid_dir, is_finished, read_finished, run_path,
                      runner_lock, seeded_name)
 from .analysis.stats import LEVEL, mean_ci, paired_differences, regime_check, runs_frame, with_flatness, depth_check, baselines
 from .study import (Job, directory_conflict, ensure_teacher_cache, execute_runs, finished_jobs, report_failures,
@@ -484,9 +484,8 @@ def run_grid(profile: str, grid_name: str, seeds: list[int] | None = None, only:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m normgrow.grid", description=__doc__.splitlines()[0])
-    from .config import available_profiles
-    parser.add_argument("--profile", default="cpu", help=f"a file of params/profiles: {', '.join(available_profiles())} "
-                        "(default: cpu)")
+    from .config import profile_help
+    parser.add_argument("--profile", default="cpu", help=profile_help("cpu"))
     parser.add_argument("--grid", default="robustness", help="a file in params/grids (default: robustness)")
     parser.add_argument("--settings", nargs="+", help="train only these settings of the grid (the record, grid.csv "
                         "and the report, always covers every setting)")

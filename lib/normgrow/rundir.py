@@ -8,7 +8,8 @@ Every module that reads or writes a run goes through here; nothing else builds t
         metrics.jsonl    one JSON record per line (kind: eval | train | phase_end | growth_eval)
         checkpoints/     last.pt (resume state, deleted when the run finishes), phase<i>_depth<d>.pt (the model at
                          the end of phase i), final.pt (hard link to the last phase checkpoint)
-        summary.json     a Summary record, written last: its presence means the run finished
+        summary.json     a Summary record, written last: its presence means the run finished; it records what
+                         metrics.jsonl held then (its line count and sha256), so a changed file is named as damage
         run.ipynb        the executed notebook (train.run.record_notebook)
         diagnostics.json the run's cached diagnostics (analysis/diagnostics.py)
     outputs/study/<profile>/   the study's tables, claims, report
@@ -36,10 +37,9 @@ import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from .config import SECTIONS, ParamError, outputs_dir
-from .utils import atomic_write_json, read_json
+from .config import SECTIONS, ParamError, check_name, outputs_dir, profile_name
+from .utils import atomic_write_json, file_sha256, read_json
 
-NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 NUMERICS_VERSION = 4
 """Bump when a code change changes the numbers a run produces: runs recorded with another value no longer count.
 2: every row begins with the document-start token (data.PACK_VERSION 2, one sectioning rule), the attention kernel in
@@ -73,20 +73,22 @@ class RunDirError(RuntimeError):
 
 # ----------------------------------------------------------------------------------------------------------- paths
 
-def check_name(what: str, value) -> str:
-    """value if it is a safe profile / run name, else ParamError naming the parameter."""
-    if not isinstance(value, str) or not NAME.fullmatch(value):
-        raise ParamError(f"{what}={value!r} must be 1-128 letters, digits, '.', '_' or '-', starting with a letter or "
-                         "digit (no '/', no '..', no spaces)")
-    return value
-
-
 def inside(root: Path, path: Path) -> Path:
-    """path, resolved, if it lies inside root (resolved); ParamError otherwise. Symlinks are followed."""
+    """path if it resolves (symlinks followed) inside root (resolved); ParamError otherwise. The path is returned as
+    given, not resolved, so that messages name a symlinked run directory by the path the user sees."""
     resolved, base = Path(path).resolve(), Path(root).resolve()
     if not resolved.is_relative_to(base):
         raise ParamError(f"{path} resolves to {resolved}, outside {base}; refusing to write or delete there")
-    return resolved
+    return Path(path)
+
+
+def set_aside(run_dir: Path) -> str:
+    """The advice for a run directory that is damaged or holds another run: move it away or delete it; for a
+    symlink, remove the link alone, since the directory it points to may be another run's."""
+    run_dir = Path(run_dir)
+    if run_dir.is_symlink():
+        return f"remove the link (rm {run_dir}); the directory it points to, {os.readlink(run_dir)}, stays as it is"
+    return f"move {run_dir} away or delete it"
 
 
 def runs_base() -> Path:
@@ -95,7 +97,7 @@ def runs_base() -> Path:
 
 
 def runs_root(profile: str) -> Path:
-    return inside(outputs_dir(), runs_base() / check_name("profile", profile))
+    return inside(outputs_dir(), runs_base() / check_name("profile", profile_name(profile)))
 
 
 def run_path(profile: str, run_name: str) -> Path:
@@ -103,7 +105,7 @@ def run_path(profile: str, run_name: str) -> Path:
 
 
 def study_dir(profile: str) -> Path:
-    return inside(outputs_dir(), outputs_dir() / "study" / check_name("profile", profile))
+    return inside(outputs_dir(), outputs_dir() / "study" / check_name("profile", profile_name(profile)))
 
 
 def study_diagnostics(profile: str) -> Path:
@@ -114,13 +116,13 @@ def study_diagnostics(profile: str) -> Path:
 def sweep_dir(profile: str, placements: str | None = None) -> Path:
     """outputs/sweep/<profile>/ (the study's placements: the report draws it), or outputs/sweep/<profile>/<placements>/
     for a sweep of other placements (sweep.py names it), so that it never overwrites the study's sweep files."""
-    root = outputs_dir() / "sweep" / check_name("profile", profile)
+    root = outputs_dir() / "sweep" / check_name("profile", profile_name(profile))
     return root if placements is None else inside(root, root / check_name("placements", placements))
 
 
 def grids_root(profile: str) -> Path:
     """outputs/grid/<profile>/: every grid of a profile."""
-    return inside(outputs_dir(), outputs_dir() / "grid" / check_name("profile", profile))
+    return inside(outputs_dir(), outputs_dir() / "grid" / check_name("profile", profile_name(profile)))
 
 
 def grid_dir(profile: str, grid: str) -> Path:
@@ -175,8 +177,8 @@ def read_identity(run_dir: Path) -> dict | None:
     try:
         return read_json(path)
     except (OSError, ValueError) as err:
-        raise RunDirError(f"{path} is damaged ({err}); the run's parameters are unknown: move the directory away or "
-                          "delete it") from err
+        raise RunDirError(f"{path} is damaged ({err}); the run's parameters are unknown: "
+                          f"{set_aside(run_dir)}") from err
 
 
 def _flatten(tree: dict, prefix: str = "") -> dict:
@@ -273,13 +275,16 @@ class Summary:
     # wall seconds of wall_s spent in evaluations and in writing checkpoints (None: written before they were recorded)
     eval_s: float | None = None
     checkpoint_s: float | None = None
+    # what metrics.jsonl held when the run finished: {"lines", "sha256"} (metrics_record); None: not recorded (runs
+    # finished before it was, the committed ones included), which count as before
+    metrics: dict | None = None
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self) | {"phases": [dataclasses.asdict(p) for p in self.phases]}
 
 
 _TYPES = {"str": (str,), "bool": (bool,), "int": (int,), "float": (int, float), "dict": (dict,),
-          "str | None": (str, type(None)), "float | None": (int, float, type(None))}
+          "str | None": (str, type(None)), "float | None": (int, float, type(None)), "dict | None": (dict, type(None))}
 
 
 def _typed(cls, raw, where: str):
@@ -351,15 +356,41 @@ def runner_lock() -> RunLock:
     return RunLock(outputs_dir())
 
 
+def metrics_record(run_dir: Path) -> dict:
+    """What a run's metrics.jsonl holds now: {"lines": its line count, "sha256": of its bytes} (Summary.metrics)."""
+    path = Path(run_dir) / METRICS
+    return {"lines": path.read_bytes().count(b"\n"), "sha256": file_sha256(path)}
+
+
+def check_metrics(run_dir: Path, summary: Summary) -> None:
+    """RunDirError naming metrics.jsonl when it no longer holds what summary.json recorded at the end of the run
+    (lines cut, added or changed): the run's curves are not those it finished with, so it is damaged. A summary
+    without the record (written before it existed) is not checked."""
+    if summary.metrics is None:
+        return
+    path = Path(run_dir) / METRICS
+    try:
+        have = metrics_record(run_dir)
+    except OSError as err:
+        raise RunDirError(f"{path} cannot be read ({err}); summary.json recorded {summary.metrics['lines']} lines: "
+                          f"the run is damaged: {set_aside(run_dir)}") from err
+    if have != summary.metrics:
+        raise RunDirError(f"{path} holds {have['lines']} lines (sha256 {have['sha256'][:12]}), but summary.json "
+                          f"recorded {summary.metrics['lines']} lines (sha256 {summary.metrics['sha256'][:12]}) when "
+                          f"the run finished: its curves were changed since; {set_aside(run_dir)}")
+
+
 def read_finished(run_dir: Path) -> tuple[Summary, dict]:
-    """A finished run's summary and identity. A run counts as finished only when both read and validate: a missing
-    config.json, or a summary.json or config.json that does not read or validate, is a RunDirError naming the file
-    (the run is damaged: its numbers or its parameters are unknown)."""
+    """A finished run's summary and identity. A run counts as finished only when both read and validate and its
+    metrics.jsonl is what summary.json recorded (check_metrics): a missing config.json, a summary.json or
+    config.json that does not read or validate, or a changed metrics.jsonl is a RunDirError naming the file (the
+    run is damaged: its numbers, its parameters or its curves are unknown)."""
     summary = read_summary(run_dir)
+    check_metrics(run_dir, summary)
     identity = read_identity(run_dir)
     if identity is None:
-        raise RunDirError(f"{Path(run_dir) / CONFIG} is missing; the run's parameters are unknown: move the directory "
-                          "away or delete it")
+        raise RunDirError(f"{Path(run_dir) / CONFIG} is missing; the run's parameters are unknown: "
+                          f"{set_aside(run_dir)}")
     return summary, identity
 
 

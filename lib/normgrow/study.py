@@ -34,10 +34,10 @@ from tqdm.auto import tqdm
 
 from .config import NOTEBOOKS, PARAMS_DIR, ParamError, load_profile, read_yaml, with_processes, writable_outputs_dir
 from .rundir import (NOTEBOOK, RunDirError, identity_differences, is_finished, read_finished, read_identity, read_metrics,
-                     run_path, runner_lock, seeded_name, study_dir)
+                     run_path, runner_lock, seeded_name, set_aside, study_dir)
 from .train.spec import make_run_spec
 from .utils import descendants, execute_notebook, stop_processes
-from .analysis.variants import Variant, load_variants
+from .analysis.variants import Variant, load_reference, load_variants
 
 
 @dataclass(frozen=True)
@@ -189,7 +189,7 @@ def directory_conflict(run_dir: Path, expected: dict, teacher_key: str | None) -
     if not differing:
         return None
     return (f"{run_dir} holds a run made with other settings ({', '.join(differing[:4])}); "
-            "move it away (or delete it) and run the study again")
+            f"{set_aside(run_dir)}, and run the study again")
 
 
 def study_jobs(profile: str, path: Path | None = None) -> int:
@@ -401,7 +401,8 @@ def execute_runs(profile: str, pending: list[Job], jobs: int, processes: int | N
 def run_study(profile: str, seeds: list[int] | None = None, variants: list[str] | None = None,
               jobs: int | None = None, processes: int | None = None) -> int:
     prof = load_profile(profile, with_processes(None, processes))  # validate before anything heavy
-    runs = load_study(seeds=seeds, variants=variants, profile=profile)
+    runs = load_study(seeds=seeds, variants=variants, profile=profile)  # every run file, its values included
+    load_reference()  # the report reads it after the last run: a mistake there is named before the first
     jobs = study_jobs(profile) if jobs is None else jobs
     if jobs < 1:
         raise ParamError(f"jobs={jobs} must be >= 1")
@@ -452,9 +453,8 @@ def report_failures(failed: dict[str, str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m normgrow.study", description=__doc__.splitlines()[0])
-    from .config import available_profiles
-    parser.add_argument("--profile", default="cpu", help=f"a file of params/profiles: {', '.join(available_profiles())} "
-                        "(default: cpu)")
+    from .config import profile_help
+    parser.add_argument("--profile", default="cpu", help=profile_help("cpu"))
     parser.add_argument("--seeds", nargs="+", help="override the seeds of params/study.yaml: seeds and inclusive "
                         "ranges, e.g. 0 1 2, 0-5, or 0-2 7")
     parser.add_argument("--runs", nargs="+", help="only these run files (donors of matched runs must be included)")
@@ -470,12 +470,13 @@ def main(argv: list[str] | None = None) -> int:
     return runner_exit(work)
 
 
-def runner_exit(work) -> int:
-    """A runner's exit code: work()'s, 2 with the message for a ParamError or RunDirError (bad input, a locked or
-    damaged directory), 130 for Ctrl-C or SIGTERM. The study and grid runners share it."""
+def runner_exit(work, input_errors: tuple = ()) -> int:
+    """A runner's exit code: work()'s (None: 0), 2 with one `error: ...` line for a ParamError or RunDirError (bad
+    input, a locked or damaged directory) or one of input_errors (what a command's bad input raises besides),
+    130 for Ctrl-C or SIGTERM. Every command line shares it (study, grid, python -m normgrow)."""
     try:
-        return work()
-    except (ParamError, RunDirError) as err:
+        return work() or 0
+    except (ParamError, RunDirError, *input_errors) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

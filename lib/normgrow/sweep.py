@@ -56,7 +56,8 @@ from pathlib import Path
 import yaml
 from tqdm.auto import tqdm
 
-from .config import PARAMS_DIR, REPO_ROOT, ParamError, load_profile, read_yaml, writable_outputs_dir
+from .config import (PARAMS_DIR, REPO_ROOT, ParamError, is_profile_path, load_profile, profile_file, read_yaml,
+                     writable_outputs_dir)
 from .rundir import (NUMERICS_VERSION, SWEEP_RUN_PREFIX, RunDirError, is_finished, read_finished, run_path,
                      runner_lock, sweep_dir)
 from .train.growth import SCHEDULES
@@ -145,17 +146,17 @@ def make_plan(profile: str, norms: list[str] | None = None, lrs: list | None = N
     """Validate everything before any training: the profile, the grid, the norms, the seed (make_run_spec checks the
     last two with its usual messages). overrides: extra dotted profile keys for every candidate (tests shrink the
     tiny profile onto a synthetic cache with them)."""
-    load_profile(profile)  # an unknown profile fails here, naming the available ones
+    name = load_profile(profile).name  # an unknown profile fails here, naming the available ones
     config = load_sweep_config(config_path)
     norms = tuple(dict.fromkeys(norms or study_norms()))
     if lrs is None:
-        grids = config.get("lrs") or {}
-        if profile not in grids:
-            raise ParamError(f"{config_path}: no candidate learning rates for profile {profile!r} (lrs lists: "
-                             f"{', '.join(grids) or 'none'}); add lrs.{profile} there or pass --lrs")
-        entry = grids[profile]  # one list for every placement, or one per placement (post-norm wants lower lrs)
+        grids = config.get("lrs") or {}  # by profile name (a path profile's: its file stem)
+        if name not in grids:
+            raise ParamError(f"{config_path}: no candidate learning rates for profile {name!r} (lrs lists: "
+                             f"{', '.join(grids) or 'none'}); add lrs.{name} there or pass --lrs")
+        entry = grids[name]  # one list for every placement, or one per placement (post-norm wants lower lrs)
         per_norm = entry if isinstance(entry, dict) else {norm: entry for norm in norms}
-        source = f"{Path(config_path).name}: lrs.{profile}"
+        source = f"{Path(config_path).name}: lrs.{name}"
         grid = {norm: check_lrs(per_norm.get(norm), f"{source}.{norm}" if isinstance(entry, dict) else source)
                 for norm in norms}
     else:
@@ -433,8 +434,10 @@ def write_profile_lr(path: Path, result: dict, json_path: Path) -> None:
 def sweep(plan: SweepPlan, write: bool = False, profiles_dir: Path = PROFILES_DIR, progress: bool = True,
           command: str = "", jobs: int = 1) -> dict:
     """Run the plan, write outputs/sweep/<profile>/sweep.{csv,json}, print the table and grid warnings; with write,
-    store the choice in profiles_dir/<profile>.yaml (injectable so tests edit a copy). Returns sweep.json's dict."""
-    profile_path = Path(profiles_dir) / f"{plan.profile}.yaml"
+    store the choice in profiles_dir/<profile>.yaml (injectable so tests edit a copy), or in the file of a path
+    profile. Returns sweep.json's dict."""
+    profile_path = (profile_file(plan.profile) if is_profile_path(plan.profile) else
+                    Path(profiles_dir) / f"{plan.profile}.yaml")
     if write:  # refuse before training, not after
         if not profile_path.is_file():
             raise ParamError(f"--write: no profile file {profile_path}")
@@ -459,8 +462,8 @@ def sweep(plan: SweepPlan, write: bool = False, profiles_dir: Path = PROFILES_DI
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m normgrow.sweep", description=__doc__.splitlines()[0])
-    from .config import available_profiles
-    parser.add_argument("--profile", required=True, help=f"a file of params/profiles: {', '.join(available_profiles())}")
+    from .config import profile_help
+    parser.add_argument("--profile", required=True, help=profile_help())
     parser.add_argument("--norms", nargs="+", help=f"placements to sweep, of {', '.join(NORMS)} (default: those of "
                                                    "params/runs)")
     parser.add_argument("--lrs", type=float, nargs="+", help="candidate peak lrs (default: params/sweep.yaml)")

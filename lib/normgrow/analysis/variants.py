@@ -41,9 +41,25 @@ class Variant:
         return self.norm, self.schedule, self.freeze_prefix, self.match_active_layer_tokens
 
 
+def run_file_values(path, raw: dict) -> None:
+    """ParamError naming the run file and the key of a value no run accepts: norm a placement, schedule a schedule,
+    freeze_prefix true or false, match_active_layer_tokens a run file's name (checked with the others, load_variants).
+    make_run_spec checks the same values again with the run's other parameters."""
+    from ..student.model import NORMS
+    from ..train.growth import SCHEDULES
+    for key, allowed in (("norm", NORMS), ("schedule", SCHEDULES), ("freeze_prefix", (True, False))):
+        value = raw.get(key, False)
+        if value not in allowed or (key != "freeze_prefix" and not isinstance(value, str)):
+            raise ParamError(f"{path}: {key}: {value!r} is not allowed; allowed values: "
+                             f"{', '.join(str(a).lower() if isinstance(a, bool) else a for a in allowed)}")
+    donor = raw.get("match_active_layer_tokens")
+    if donor is not None and not isinstance(donor, str):
+        raise ParamError(f"{path}: match_active_layer_tokens: {donor!r} must name a run file of params/runs")
+
+
 def load_variants() -> dict[str, Variant]:
-    """Every run file of params/runs, by name; a file that is not a mapping, a missing or unknown key and
-    matched-on-matched chains are ParamErrors naming the file (the values are make_run_spec's to check)."""
+    """Every run file of params/runs, by name; a file that is not a mapping, a missing or unknown key, a value no run
+    accepts (run_file_values) and matched-on-matched chains are ParamErrors naming the file and the key."""
     variants = {}
     for path in sorted((PARAMS_DIR / "runs").glob("*.yaml")):
         raw = read_yaml(path)
@@ -57,6 +73,7 @@ def load_variants() -> dict[str, Variant]:
         if missing:
             raise ParamError(f"{path}: missing key {missing[0]!r}; every run file gives {' and '.join(REQUIRED_RUN_KEYS)}"
                              f" (allowed keys: {', '.join(RUN_KEYS)})")
+        run_file_values(path, raw)
         variants[path.stem] = Variant(path.stem, **raw)
     seen: dict[tuple, str] = {}
     for v in variants.values():  # a variant is defined once: two files would split its runs between two names

@@ -30,7 +30,12 @@ def is_complete(d: Path, key: str) -> bool:
 
 class CacheMismatchError(RuntimeError):
     """A cache directory that is not the cache asked for: its marker, meta.json, shapes or contents say it holds
-    another one (teacher_cache.check_cache). Never deleted nor rebuilt automatically: the message says what to do."""
+    another one (teacher_cache.check_cache). Never deleted nor rebuilt automatically: the message says what to do.
+    finding: the failed check alone (file, field, values), for messages that give their own advice."""
+
+    def __init__(self, message: str, finding: str | None = None):
+        super().__init__(message)
+        self.finding = finding or message
 
 
 def check_marker(d: Path, key: str) -> None:
@@ -66,15 +71,18 @@ def _npy_bytes(path: Path) -> int:
         return fh.tell() + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
 
 
-def verify_cache(d: Path, record: bool = False) -> None:
+def verify_cache(d: Path) -> None:
     """Check a complete cache directory before it is read; raise CacheDamagedError naming the first bad file.
 
-    Always: every .npy file has the size its header implies (a truncated array otherwise fails later with numpy's
-    "mmap length is greater than file size"). Where checksums.json exists (caches built since it was introduced):
-    every recorded file exists with its recorded size and sha256, so same-size garbage is caught too. The sha256 of
-    the 109 MB cpu-profile teacher cache takes 0.08 s (AMD EPYC, page cache warm), so it runs at every open rather
-    than once behind a stamp. A cache built before checksums.json gets the size check only; record=True (the
-    ensure_* builders, never the read-only openers) then records its checksums once, so later opens check them.
+    Every .npy file has the size its header implies (a truncated array otherwise fails later with numpy's "mmap
+    length is greater than file size"), and every file recorded in checksums.json exists with its recorded size and
+    sha256, so same-size garbage is caught too. The sha256 of the 109 MB cpu-profile teacher cache takes 0.08 s (AMD
+    EPYC, page cache warm), so it runs at every open rather than once behind a stamp.
+
+    checksums.json is written only by publish, from the files the build itself wrote. A cache without it (built
+    before it existed, or with it deleted) cannot prove its files are those: it is damaged like one whose files
+    differ, and never gets a record written from files that may already be damaged (the teacher cache then
+    checks every row to name what is wrong: teacher_cache.full_check).
     """
     d = Path(d)
     try:
@@ -83,9 +91,8 @@ def verify_cache(d: Path, record: bool = False) -> None:
             if have != need:
                 raise CacheDamagedError(f"{f}: {have} bytes, its header needs {need} (truncated or overwritten)")
         if not (d / CHECKSUMS).is_file():
-            if record:
-                _record_checksums(d)
-            return
+            raise CacheDamagedError(f"{d / CHECKSUMS}: missing, so the files cannot be proven to be those the build "
+                                    "wrote (only a build records checksums)")
         for name, want in read_json(d / CHECKSUMS).items():
             f = d / name
             if not f.is_file():
@@ -98,31 +105,24 @@ def verify_cache(d: Path, record: bool = False) -> None:
         raise CacheDamagedError(f"{d}: {type(e).__name__}: {e}") from e
 
 
-def _record_checksums(d: Path) -> None:
-    """Record the checksums of an older cache once; a read-only cache directory stays as it is (size checks only)."""
-    try:
-        atomic_write_json(d / CHECKSUMS, _checksums(d))
-    except OSError as e:
-        print(f"note: could not record checksums in {d} ({e}); its opens check file sizes only", flush=True)
-
-
 def damaged_message(d: Path, e: CacheDamagedError) -> str:
     return (f"cache {d} is damaged: {e}. Delete it (rm -rf {d}); the next build (ensure_cache, a run, or "
             f"notebooks/00_teacher.ipynb) rebuilds it")
 
 
-def reuse_or_clear(d: Path, key: str) -> bool:
+def reuse_or_clear(d: Path, key: str, explain=None) -> bool:
     """For the builders: True if d is a complete, undamaged cache of key (ready to open); otherwise delete whatever
     is there (an interrupted or damaged build is never read) and return False. Damage is rebuilt automatically,
-    as a missing marker always was, with a message naming the bad file. A marker of another key is never deleted:
+    as a missing marker always was, with a message naming the bad file; explain(d, error), when given, returns a
+    CacheDamagedError saying more (the teacher cache's full check). A marker of another key is never deleted:
     CacheMismatchError (check_marker)."""
     check_marker(d, key)
     if is_complete(d, key):
         try:
-            verify_cache(d, record=True)
+            verify_cache(d)
             return True
         except CacheDamagedError as e:
-            print(f"{damaged_message(d, e)}; rebuilding it now", flush=True)
+            print(f"{damaged_message(d, explain(d, e) if explain else e)}; rebuilding it now", flush=True)
     if d.exists():
         shutil.rmtree(d)
     return False

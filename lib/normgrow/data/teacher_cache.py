@@ -13,8 +13,10 @@ than the bundled one, its path and mtime), and its tokenizer is read from the co
 straight from the GGUF. The build happens in
 ``outputs/teacher/.tmp-<key>-<pid>/`` and is renamed into place after ``COMPLETE`` is written, so a directory under
 its final name is either complete or (left by an older / foreign writer without a marker) deleted and rebuilt.
-Every open checks the files against ``checksums.json`` (cache.verify_cache): ``ensure_cache`` rebuilds a damaged
-cache, ``open_cache`` raises CacheDamagedError naming the file. Then every open proves the cache is the one asked
+Every open checks the files against ``checksums.json`` (cache.verify_cache), which only the build writes. A cache
+that fails (a file differs, or the record is missing) has every row of every array checked (full_check) to name
+what is wrong, and is then rebuilt by ``ensure_cache`` or refused by ``open_cache`` with a CacheDamagedError naming
+the file; its checksums are never recorded again. Then every open proves the cache is the one asked
 for (check_cache: recorded key, k, seq_len, vocabulary, array shapes, a sample of the probabilities, the teacher
 baseline) and raises CacheMismatchError otherwise; a directory whose COMPLETE marker names another key is reported
 with both keys and never deleted (cache.check_marker).
@@ -335,19 +337,21 @@ def check_sanity(cache: "TeacherCache", mode: str) -> None:
 
 
 SAMPLE_ROWS = 64  # rows per split whose contents check_cache reads (evenly spaced, the first and the last included)
+FULL_CHECK_ROWS = 256  # rows per block of full_check (the cpu cache's block: 16 MB of float64 top-k log-probs)
 PROBABILITY_TOLERANCE = 1e-3  # |sum of top-k probabilities + tail mass - 1|, and |log p| agreements (float32 sums)
 BASELINE_TOLERANCE = 1e-4  # nats/token between teacher.json's val_ce and the one recomputed from target_logp.npy
 
 
 def _mismatch(cache: "TeacherCache", file: str, what: str, recorded, expected) -> CacheMismatchError:
+    finding = f"{cache.dir / file}: {what} is {recorded}, expected {expected}"
     return CacheMismatchError(
-        f"{cache.dir / file}: {what} is {recorded}, expected {expected}: the directory does not hold the teacher "
+        f"{finding}: the directory does not hold the teacher "
         f"cache of key {cache.key} its name and COMPLETE marker claim (copied from another cache, or altered with "
         f"checksums.json rewritten). Nothing was deleted; delete it (rm -rf {cache.dir}) and the next build "
-        f"(ensure_cache, a run, or notebooks/00_teacher.ipynb) makes the right one")
+        f"(ensure_cache, a run, or notebooks/00_teacher.ipynb) makes the right one", finding)
 
 
-def check_cache(cache: "TeacherCache", profile: Profile, tokenizer, dkey: str) -> None:
+def check_cache(cache: "TeacherCache", profile: Profile, tokenizer, dkey: str, full: bool = False) -> None:
     """Prove that an opened cache is the one this profile asks for; CacheMismatchError naming the file, the field,
     the recorded and the expected value otherwise. checksums.json (cache.verify_cache) proves the files are those
     written at build time, but not which build: a foreign cache copied under this key, or arrays altered with the
@@ -356,7 +360,8 @@ def check_cache(cache: "TeacherCache", profile: Profile, tokenizer, dkey: str) -
     * records: meta.json's key, version, data key, tokenizer identity, k and seq_len, and teacher.json's key, k and
       seq_len, against what this profile derives; the vocabulary size exceeds k;
     * shapes and dtypes of every array of both splits ([n_seq, seq_len] and [n_seq, seq_len, k], meta.json's n_seq);
-    * contents, on SAMPLE_ROWS evenly spaced rows of each split (deterministic): the top-k probabilities plus the
+    * contents, on SAMPLE_ROWS evenly spaced rows of each split (deterministic; full=True: every row, full_check):
+      the top-k probabilities plus the
       tail mass sum to 1 within PROBABILITY_TOLERANCE (a distribution); the token and top-k ids lie in [0, vocab_size); every
       row begins with the start token (data.pack_rows); and target_logp agrees with the other arrays (the next
       token's log-prob is its top-k entry when it is in the top k, else at most the tail's log mass);
@@ -386,7 +391,8 @@ def check_cache(cache: "TeacherCache", profile: Profile, tokenizer, dkey: str) -
             if array.shape != shape or array.dtype != dtype:
                 raise _mismatch(cache, f"{split_name}/{name}.npy", "the array", f"{array.dtype}{list(array.shape)}",
                                 f"{np.dtype(dtype)}{list(shape)}")
-        _check_sample(cache, split_name, split, vocab)
+        for rows in _content_rows(len(split), full):
+            check_rows(cache, split_name, split, vocab, rows)
     target = np.asarray(cache.val.target_logp, dtype=np.float64)
     val_ce = float(-target[loss_mask_np(cache.val.doc_start)].mean())
     if not abs(val_ce - report["val_ce"]) <= BASELINE_TOLERANCE:
@@ -394,9 +400,17 @@ def check_cache(cache: "TeacherCache", profile: Profile, tokenizer, dkey: str) -
                         f"{val_ce!r}, recomputed from val/target_logp.npy (tolerance {BASELINE_TOLERANCE})")
 
 
-def _check_sample(cache: "TeacherCache", split_name: str, split: CacheSplit, vocab: int) -> None:
-    """check_cache's content checks on SAMPLE_ROWS evenly spaced rows of one split."""
-    rows = np.unique(np.linspace(0, len(split) - 1, min(len(split), SAMPLE_ROWS)).round().astype(np.int64))
+def _content_rows(n: int, full: bool) -> list[np.ndarray]:
+    """The rows whose contents check_cache reads, in blocks: SAMPLE_ROWS evenly spaced rows (the first and the last
+    included), or (full) every row, FULL_CHECK_ROWS at a time (bounds the float64 copies of one block)."""
+    if full:
+        return [np.arange(s, min(n, s + FULL_CHECK_ROWS)) for s in range(0, n, FULL_CHECK_ROWS)]
+    return [np.unique(np.linspace(0, n - 1, min(n, SAMPLE_ROWS)).round().astype(np.int64))]
+
+
+def check_rows(cache: "TeacherCache", split_name: str, split: CacheSplit, vocab: int, rows: np.ndarray) -> None:
+    """check_cache's content checks on the given rows (sorted) of one split; CacheMismatchError naming the file, the
+    row and the position of the first failure."""
     tokens, starts = np.asarray(split.tokens[rows]), np.asarray(split.doc_start[rows])
     ids, logp = np.asarray(split.topk_ids[rows]), np.asarray(split.topk_logp[rows], dtype=np.float64)
     tail, target = (np.asarray(a[rows], dtype=np.float64) for a in (split.tail_logp, split.target_logp))
@@ -473,8 +487,38 @@ def open_cache(profile: Profile) -> TeacherCache:
     try:
         verify_cache(d)
     except CacheDamagedError as e:
-        raise CacheDamagedError(damaged_message(d, e)) from e
+        raise CacheDamagedError(damaged_message(d, full_check(d, key, profile, tokenizer, dkey, e))) from e
     return _checked(d, key, profile, tokenizer, dkey)
+
+
+def full_check(d: Path, key: str, profile: Profile, tokenizer, dkey: str,
+               damage: CacheDamagedError) -> CacheDamagedError:
+    """damage (verify_cache's: a file differs from its record, or the record is missing), with what check_cache
+    finds on every row of every array added: the first failed check's file, row and position, or that every row
+    passes. Either way the cache stays damaged (refused or rebuilt by the callers): passing the content checks
+    does not prove the files are those the build wrote, so no record is written from them. An array too short for
+    its header cannot be opened: damage alone, which names it. Cost: see DESIGN.md, "Reliability"."""
+    try:
+        check_cache(TeacherCache(d, key), profile, tokenizer, dkey, full=True)
+    except CacheMismatchError as e:
+        return CacheDamagedError(f"{damage}; every row checked: {e.finding}")
+    except (OSError, ValueError, KeyError, TypeError):  # unreadable: truncated arrays, broken meta.json
+        return damage
+    return CacheDamagedError(f"{damage}; every row of every array passes the content checks, but without a "
+                             "matching record the files are not proven to be the build's")
+
+
+def bad_rows(cache: "TeacherCache", split_name: str, rows: np.ndarray) -> str | None:
+    """What is wrong with the given rows of a split (check_rows' finding: file, row, position), or None when they
+    pass: asked when a loss computed from them is not finite (train.run.check_finite)."""
+    split = getattr(cache, split_name)
+    rows = np.unique(np.asarray(rows, dtype=np.int64))
+    try:
+        for block in range(0, len(rows), FULL_CHECK_ROWS):
+            check_rows(cache, split_name, split, cache.meta["vocab_size"], rows[block:block + FULL_CHECK_ROWS])
+    except CacheMismatchError as e:
+        return e.finding
+    return None
 
 
 def _checked(d: Path, key: str, profile: Profile, tokenizer, dkey: str) -> TeacherCache:
@@ -496,7 +540,7 @@ def ensure_cache(profile: Profile, progress: bool = True) -> TeacherCache:
     ranks = launched_ranks(resolve_device(profile.teacher.device))
     final = teacher.teacher_root() / key
     with ranks.main_first():  # complete and undamaged: reused; anything else there is deleted (by rank 0) and rebuilt
-        complete = reuse_or_clear(final, key)
+        complete = reuse_or_clear(final, key, lambda d, e: full_check(d, key, profile, tokenizer, dkey, e))
     if not complete:
         check_processes("teacher.processes", profile.teacher.processes)
         with ranks.main_first():

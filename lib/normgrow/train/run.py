@@ -77,8 +77,9 @@ from ..student.growth_ops import GROWTH_OPS
 from ..student.model import Student, StudentConfig, save_student
 from ..ranks import Ranks, check_processes, on_ranks, outside_launch, progress_bar
 from ..rundir import (CHECKPOINTS, CONFIG, FINAL, GROWTH_EVAL, LAST, LOCK, METRICS, NOTEBOOK, PhaseSummary,
-                      RunDirError, RunLock, Summary, identity_differences, is_finished, phase_checkpoint,
-                      phase_checkpoints, read_identity, read_summary, run_path, write_summary)
+                      RunDirError, RunLock, Summary, identity_differences, is_finished, metrics_record,
+                      phase_checkpoint, phase_checkpoints, read_identity, read_summary, run_path, set_aside,
+                      write_summary)
 from .spec import RunSpec
 from .tracking import RunTrackers
 from ..utils import (atomic_write_json, dtype_name, execute_notebook, machine_description, resolve_device, resolve_dtype,
@@ -260,13 +261,22 @@ class NonFiniteError(RuntimeError):
     """A loss, gradient norm or validation metric is NaN or infinite: the run stops unfinished."""
 
 
-def check_finite(run_name: str, step: int, values: dict) -> None:
-    """NonFiniteError naming the step and the values when any of them is NaN or infinite."""
+def check_finite(run_name: str, step: int, values: dict, cache=None, split: str = "", rows=()) -> None:
+    """NonFiniteError naming the step and the values when any of them is NaN or infinite. The teacher cache's rows
+    the values came from (split, rows) are then checked (teacher_cache.bad_rows, only after a failure: it reads
+    every array of those rows): when one of them is not a distribution, the message names the cache file, the row
+    and the position, and says to rebuild the cache instead of lowering the lr."""
     bad = {k: v for k, v in values.items() if not math.isfinite(v)}
-    if bad:
-        raise NonFiniteError(f"run {run_name}: {', '.join(f'{k}={v}' for k, v in bad.items())} at step {step}; the "
-                             "run stops unfinished (its last checkpoint is kept). Lower train.lr, check "
-                             "distill.temperature and the teacher cache, then rerun with force=True")
+    if not bad:
+        return
+    what = f"run {run_name}: {', '.join(f'{k}={v}' for k, v in bad.items())} at step {step}; the run stops unfinished"
+    from ..data.teacher_cache import bad_rows
+    finding = bad_rows(cache, split, rows) if cache is not None and len(rows) else None
+    if finding is not None:
+        raise NonFiniteError(f"{what}: the teacher cache is the cause: {finding}. Delete the cache (rm -rf "
+                             f"{cache.dir}); the next run rebuilds it. Then rerun with force=True")
+    raise NonFiniteError(f"{what} (its last checkpoint is kept). Lower train.lr, check distill.temperature and the "
+                         "teacher cache, then rerun with force=True")
 
 
 def _grow_generator(seed: int, phase: int) -> torch.Generator:
@@ -277,8 +287,12 @@ def prepare_run_dir(spec: RunSpec, teacher_key: str) -> tuple[Path, Summary | No
     """Create or validate the run directory (the caller holds its lock). Returns (dir, summary if finished).
 
     A directory holding a run (finished or not) with another identity is never reused nor overwritten; force=True
-    empties only a directory inside outputs/runs/<profile>/ (run_path checks), keeping its LOCK."""
+    empties only a directory inside outputs/runs/<profile>/ (run_path checks), keeping its LOCK, and never through a
+    symlink (the directory it points to may be another run's)."""
     run_dir = spec.dir
+    if spec.force and run_dir.is_symlink():
+        raise ParamError(f"{run_dir} is a link to {os.readlink(run_dir)}; force=True would empty the directory it "
+                         f"points to. To train this run afresh, {set_aside(run_dir)}")
     if spec.force:
         for child in run_dir.iterdir():
             if child.name != LOCK:
@@ -292,8 +306,9 @@ def prepare_run_dir(spec: RunSpec, teacher_key: str) -> tuple[Path, Summary | No
     differing = identity_differences(existing, compared) if existing is not None else []
     if differing:
         state = "a finished" if is_finished(run_dir) else "an unfinished"
+        discard = set_aside(run_dir) if run_dir.is_symlink() else "pass force=True to discard it"
         raise ParamError(f"{run_dir} holds {state} run with different parameters ({', '.join(differing[:6])}); "
-                         "pass force=True to discard it, or choose another run_name")
+                         f"{discard}, or choose another run_name")
     if is_finished(run_dir):
         return run_dir, read_summary(run_dir)
     (run_dir / CHECKPOINTS).mkdir(parents=True, exist_ok=True)
@@ -380,7 +395,8 @@ class Run:
         rows = np.arange(self.cache.val.tokens.shape[0]) if full else self.eval_subset
         metrics = evaluate(self.model, self.cache.val, rows, batch_rows, self.device, self.dtype, self.vocab,
                            self.ranks)
-        check_finite(self.spec.run_name, self.counters["step"], {k: metrics[k] for k in ("val_ce", "val_kd_ce")})
+        check_finite(self.spec.run_name, self.counters["step"], {k: metrics[k] for k in ("val_ce", "val_kd_ce")},
+                     self.cache, "val", rows)
         self.counters["eval_s"] += time.perf_counter() - t0
         return metrics | {"full_split": bool(full or len(rows) == self.cache.val.tokens.shape[0])}
 
@@ -568,7 +584,8 @@ def train_step(run: Run, phase: Phase, step_fn: nn.Module, optimizer: torch.opti
         if run.ranks.world > 1:
             local = [v / global_positions for v in run.ranks.sum([v * positions for v in local])]
         means.update(zip(["loss", *stats], local))
-        check_finite(run.spec.run_name, step + 1, {"loss": means["loss"], "grad_norm": float(grad_norm)})
+        check_finite(run.spec.run_name, step + 1, {"loss": means["loss"], "grad_norm": float(grad_norm)}, run.cache,
+                     "train", run.batches.local_rows(step))
 
     grad_norm = update(loss * (positions * run.ranks.world / global_positions), trainable, optimizer, tp.grad_clip,
                        run.accelerator, check)
@@ -671,9 +688,11 @@ def finish_run(run: Run) -> Summary:
         vocab={"mode": prof.student.vocab, "size": run.vocab.size,
                "teacher_mass_outside": run.vocab.outside_mass(run.cache.val, loss_mask_np(run.cache.val.doc_start))},
         phases=tuple(PhaseSummary(**p) for p in counters["phases"]), eval_s=counters["eval_s"],
-        checkpoint_s=counters["checkpoint_s"])
+        checkpoint_s=counters["checkpoint_s"], metrics=metrics_record(run.dir))
     write_summary(run.dir, summary)
-    os.remove(ckpt_dir / LAST)  # optimiser state is only needed to resume; the phase checkpoints stay
+    # optimiser state is only needed to resume; the phase checkpoints stay. A run finished again after its
+    # summary.json was lost resumed from its last phase checkpoint and has no last.pt
+    (ckpt_dir / LAST).unlink(missing_ok=True)
     return summary
 
 

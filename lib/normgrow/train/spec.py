@@ -7,6 +7,7 @@ a finished run keeps (run_disk_estimate).
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,6 +38,7 @@ class RunSpec:
     run_name: str
     force: bool = False
     overrides: dict = field(default_factory=dict)
+    profile_given: str = ""  # the profile as make_run_spec got it: a name, or a file's path (its kernels load it)
 
     @property
     def dir(self) -> Path:
@@ -51,7 +53,7 @@ class RunSpec:
 
     def notebook_parameters(self) -> dict:
         """The parameters with which run_variant.ipynb makes this very spec (processes are in the overrides)."""
-        return {"profile": self.profile.name, "norm": self.norm, "schedule": self.schedule,
+        return {"profile": self.profile_given or self.profile.name, "norm": self.norm, "schedule": self.schedule,
                 "freeze_prefix": self.freeze_prefix, "match_active_layer_tokens": self.match_active_layer_tokens,
                 "seed": self.seed, "run_name": self.run_name, "overrides": self.overrides}
 
@@ -154,7 +156,6 @@ def make_run_spec(profile: str = "tiny", norm: str = "pre", schedule: str = "gro
     """Validate run_variant's parameters; every error names the parameter and its allowed values. processes: the
     run's data-parallel processes and those of a teacher pass it starts (config.with_processes); None: the
     profile's."""
-    check_name("profile", profile)
     _choice("norm", norm, NORMS)
     _choice("schedule", schedule, SCHEDULES)
     for name, value in (("freeze_prefix", freeze_prefix), ("force", force)):
@@ -184,7 +185,8 @@ def make_run_spec(profile: str = "tiny", norm: str = "pre", schedule: str = "gro
         match_name = resolve_match_target(prof.name, str(match_active_layer_tokens), seed).name
     run_name = run_name or derive_run_name(norm, schedule, freeze_prefix, match_active_layer_tokens, seed, overrides)
     check_name("run_name", run_name)
-    return RunSpec(prof, norm, schedule, freeze_prefix, match_name, seed, run_name, force, dict(overrides or {}))
+    return RunSpec(prof, norm, schedule, freeze_prefix, match_name, seed, run_name, force, dict(overrides or {}),
+                   os.fspath(profile))
 
 
 def step_memory(prof: Profile) -> tuple[int, int]:
