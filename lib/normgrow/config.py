@@ -33,9 +33,9 @@ from typing import Any
 
 import yaml
 
+from .cli import REPO_ROOT, profile_names
 from .train.distill import LOSSES, TAILS, DistillParams  # the distill section: the losses' parameters
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 PARAMS_DIR = REPO_ROOT / "params"
 NOTEBOOKS = REPO_ROOT / "notebooks"
 OUTPUTS_DIR = REPO_ROOT / "outputs"
@@ -247,7 +247,7 @@ POSITIVE = {
 
 
 def available_profiles() -> list[str]:
-    return sorted(p.stem for p in (PARAMS_DIR / "profiles").glob("*.yaml"))
+    return profile_names(PARAMS_DIR)
 
 
 def _coerce(key: str, value: Any, typ: Any) -> Any:

@@ -31,7 +31,10 @@ others from the record.
 """
 from __future__ import annotations
 
-import argparse
+if __name__ == "__main__":  # --help and usage errors before the imports below load torch (cli.py)
+    from .cli import parse_early
+    parse_early("grid")
+
 import dataclasses
 import math
 import shlex
@@ -43,6 +46,7 @@ from pathlib import Path
 import pandas as pd
 
 from .analysis.claims import JUDGES, NOT_TESTABLE, depth_gate, gate_claims
+from .cli import parse
 from .config import PARAMS_DIR, ParamError, load_profile, read_yaml, with_processes, writable_outputs_dir
 from .train.growth import SCHEDULES
 from .student.model import NORMS
@@ -411,19 +415,7 @@ def run_grid(profile: str, grid_name: str, seeds: list[int] | None = None, only:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m normgrow.grid", description=__doc__.splitlines()[0])
-    from .config import available_profiles
-    parser.add_argument("--profile", default="cpu", help=f"a file of params/profiles: {', '.join(available_profiles())} "
-                        "(default: cpu)")
-    parser.add_argument("--grid", default="robustness", help="a file in params/grids (default: robustness)")
-    parser.add_argument("--settings", nargs="+", help="train only these settings of the grid (the record, grid.csv "
-                        "and the report, always covers every setting)")
-    parser.add_argument("--seeds", nargs="+", help="override the grid's seeds: seeds and inclusive ranges, e.g. 0-5")
-    parser.add_argument("--jobs", type=int, help="runs executed at once (default: params/study.yaml jobs, else 1)")
-    parser.add_argument("--processes", type=int, help="processes (CPU ranks or GPUs) of each run")
-    parser.add_argument("--report-only", action="store_true", help="write the results of the finished runs; train "
-                        "nothing")
-    args = parser.parse_args(argv)
+    args = parse("grid", argv)
     command = shlex.join(["python", "-m", "normgrow.grid", *(sys.argv[1:] if argv is None else argv)])
     from .study import parse_seeds, runner_exit
 
