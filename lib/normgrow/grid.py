@@ -327,7 +327,7 @@ def grid_frame(plan: GridPlan, level: float = LEVEL) -> pd.DataFrame:
 def grid_report_html(plan: GridPlan, frame: pd.DataFrame) -> str:
     import html
     from .viz.forest import forest_figure, reference_marks
-    from .viz.render import Page, table
+    from .viz.render import Page, details, table
     e = html.escape
     ref = reference_marks()
     page = Page(f"normgrow grid: {plan.grid.name} ({plan.profile})")
@@ -341,20 +341,23 @@ def grid_report_html(plan: GridPlan, frame: pd.DataFrame) -> str:
              "(params/reference.yaml's depth_margin); otherwise its verdict names the failed gate and the interval "
              "is the ungated reading.</p>")
     page.figure(forest_figure(frame, ref), div_id="fig-forest")
-    shown = frame.assign(
-        grow=[f"{m:+.4f} [{lo:+.4f}, {hi:+.4f}]" if pd.notna(m) else "" for m, lo, hi in
-              zip(frame["grow_gap"], frame["grow_ci_low"], frame["grow_ci_high"])],
-        interaction_=[f"{m:+.4f} [{lo:+.4f}, {hi:+.4f}]" if pd.notna(m) else "" for m, lo, hi in
-                      zip(frame["interaction"], frame["interaction_ci_low"], frame["interaction_ci_high"])],
-        joint=[f"{m:+.4f} [{lo:+.4f}, {hi:+.4f}]" if pd.notna(m) else "" for m, lo, hi in
-               zip(frame["joint_gap"], frame["joint_ci_low"], frame["joint_ci_high"])])
-    page.add("<h2>Every setting</h2>", table(
-        shown, ["setting", "a", "b", "n_seeds", "joint", "grow", "grow_mde", "interaction_", "interaction_mde",
-                "depth_gain_a", "depth_gain_b", "depth_margin", "trained", "grow_verdict", "interaction_verdict",
-                "gate", "runs_finished", "runs_needed", "about", "lrs"],
-        {"interaction_": "interaction", "n_seeds": "seeds", "grow_mde": "grow MDE",
-         "interaction_mde": "interaction MDE", "depth_gain_a": "depth gain a", "depth_gain_b": "depth gain b",
-         "runs_finished": "runs done", "runs_needed": "runs"}))
+    interval = lambda mean, ci: [f"{m:+.4f} [{lo:+.4f}, {hi:+.4f}]" if pd.notna(m) else "" for m, lo, hi in
+                                 zip(frame[mean], frame[f"{ci}_ci_low"], frame[f"{ci}_ci_high"])]
+    shown = frame.assign(grow=interval("grow_gap", "grow"), interaction_=interval("interaction", "interaction"),
+                         joint=interval("joint_gap", "joint"))
+    names = {"interaction_": "interaction", "n_seeds": "seeds", "grow_mde": "grow MDE",
+             "interaction_mde": "interaction MDE", "depth_gain_a": "depth gain a", "depth_gain_b": "depth gain b",
+             "runs_finished": "runs done", "runs_needed": "runs", "grow_verdict": "grow verdict",
+             "interaction_verdict": "interaction verdict"}
+    # the verdicts and their intervals fit a laptop's width; the numbers behind them and the long texts (the gate's
+    # reason, the setting's sentence, its lrs) follow, closed, in tables of their own
+    page.add("<h2>Every setting</h2>",
+             table(shown, ["setting", "a", "b", "n_seeds", "grow", "interaction_", "grow_verdict",
+                           "interaction_verdict", "runs_finished", "runs_needed"], names),
+             details("the numbers behind each verdict: joint gap, MDEs, depth gains and the gates (every column: "
+                     "grid.csv)", table(shown, ["setting", "joint", "grow_mde", "interaction_mde", "depth_gain_a",
+                                                "depth_gain_b", "depth_margin", "trained"], names)
+                     + table(shown, ["setting", "gate", "about", "lrs"], names)))
     return page.html()
 
 
