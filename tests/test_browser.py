@@ -1,5 +1,5 @@
 """What a researcher sees, in a real browser: the tiny study's report.html and diagnostics.html, and an executed
-run_variant notebook exported to HTML, opened in headless Chromium with the network blocked (the study machine is
+run_variant notebook exported to HTML, and the map's grid page, opened in headless Chromium with the network blocked (the study machine is
 offline). Each page must load without a JavaScript error or a plotly warning, draw every figure, and show the claims
 and the regime check. Screenshots go to outputs/screenshots/ (ignored by git) for a person to look at.
 
@@ -25,6 +25,7 @@ needs_chromium = pytest.mark.skipif(
     CHROMIUM is None, reason="headless Chromium not found: install the Debian package `chromium` "
                              "(apt-get install -y chromium) to run the browser tests")
 LOCAL = ("file:", "data:", "blob:", "about:")
+WIDTH = 1400  # a laptop's window: no page may need sideways scrolling in it
 # every plotly div has been drawn (js-plotly-plot) and has a layout; then count what each one drew
 DRAWN = """() => { const d = Array.from(document.querySelectorAll('.plotly-graph-div'));
   return d.length > 0 && d.every(x => x.classList.contains('js-plotly-plot') && x._fullLayout); }"""
@@ -46,7 +47,7 @@ def browser():
 def open_offline(browser, path: Path, shot: str) -> dict:
     """Open a local page with every non-local request aborted; wait until all plotly figures are drawn; save a
     full-page screenshot. Returns the page (still open), its errors, console warnings, blocked URLs and figures."""
-    page = browser.new_page(viewport={"width": 1366, "height": 900})
+    page = browser.new_page(viewport={"width": WIDTH, "height": 900})
     seen = {"errors": [], "console": [], "blocked": []}
     page.on("pageerror", lambda err: seen["errors"].append(str(err)))
     page.on("console", lambda msg: seen["console"].append(f"{msg.type}: {msg.text}")
@@ -68,6 +69,8 @@ def open_offline(browser, path: Path, shot: str) -> dict:
 
 def check_page(seen: dict, min_figures: int) -> None:
     assert not seen["errors"], f"JavaScript errors: {seen['errors']}"
+    overflow = seen["page"].evaluate("document.documentElement.scrollWidth")
+    assert overflow <= WIDTH, f"the page is {overflow} px wide in a {WIDTH} px window"
     assert not seen["console"], f"console errors or warnings (plotly logs through console.trace): {seen['console'][:5]}"
     assert not seen["blocked"], f"the page asked for the network: {seen['blocked'][:5]}"
     figs = seen["figures"]
@@ -103,7 +106,7 @@ def test_report_page_offline(browser, finished_study):
     for word in ("teacher", "unigram", "growth point", "post-norm"):
         assert word in legend
     widths = page.evaluate("Array.from(document.querySelectorAll('table')).map(t => t.getBoundingClientRect().right)")
-    assert max(widths) <= 1366, "a table is wider than a laptop screen"
+    assert max(widths) <= WIDTH, "a table is wider than a laptop screen"
     page.close()
 
 
@@ -127,4 +130,22 @@ def test_exported_run_notebook_draws_offline(browser, finished_study, tmp_path):
     out = export_notebook(root / "runs" / "tiny" / "post-grow-s0" / "run.ipynb", tmp_path / "run.html")
     seen = open_offline(browser, out, "run_variant_post-grow-s0.png")
     check_page(seen, min_figures=1)
+    seen["page"].close()
+
+
+@needs_chromium
+def test_grid_page_fits_and_names_its_colours(browser, tmp_path):
+    """The map's page of the committed cpu runs (grid.grid_report_html, written to tmp_path: the committed page is
+    not touched): it fits the window, its forest plot draws without a console warning (error bars coloured by
+    verdict), and its legend names every verdict drawn and the reference line."""
+    from normgrow import grid
+    plan = grid.plan_grid("cpu", grid.load_grid("robustness"))
+    frame = grid.grid_frame(plan)
+    path = tmp_path / "grid.html"
+    path.write_text(grid.grid_report_html(plan, frame))
+    seen = open_offline(browser, path, "grid_cpu_robustness.png")
+    check_page(seen, min_figures=1)
+    legend = seen["page"].locator("#fig-forest .legend").text_content()
+    for name in {*frame["grow_verdict"], *frame["interaction_verdict"], "reference"}:
+        assert name in legend, (name, legend)
     seen["page"].close()

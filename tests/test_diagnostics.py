@@ -193,7 +193,7 @@ def test_diagnose_run_caches_and_claims(tmp_path, batch):
     study = D.study_result("fake", batch["meta"], runs)
     figs = diagplots.static_figures(study)
     assert figs and all(hasattr(f, "to_html") for f in figs.values())
-    out = diagplots.export_html(study, tmp_path / "diag.html")
+    out = diagplots.export_html(study, tmp_path / "diag.html", study["claims"])
     assert out.stat().st_size > 1000 and "cdn.plot.ly" not in out.read_text()[:2000]
 
 

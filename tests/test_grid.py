@@ -211,3 +211,22 @@ def test_a_ladder_grid_of_joint_and_single_arms_measures_the_depth_gain_per_rung
     assert frame["grow_verdict"].str.startswith(NOT_TESTABLE).all() and frame["grow_gap"].isna().all()
     assert "figure" not in files and files["depth"].read_text().count("<circle") == 2 * 2
     assert "fig-depth" in files["report"].read_text()
+
+
+def test_forest_plots_colour_error_bars_by_verdict_and_mark_zero_and_the_reference():
+    """Both forest plots of a two-row frame: plotly's error bars take one colour per trace (a list of colours was
+    drawn black, with a console warning), the legend names each verdict and the reference; the SVG has x ticks
+    labelled 0 and the reference's value in each panel."""
+    from normgrow.viz.forest import forest_figure, forest_svg
+    from normgrow.viz.render import STATUS_COLORS
+    rows = [{"setting": s, "a": "pre", "b": "post", "n_seeds": 3, "grow_gap": g, "grow_ci_low": g - 0.1,
+             "grow_ci_high": g + 0.1, "interaction": g, "interaction_ci_low": g - 0.2, "interaction_ci_high": g + 0.2,
+             "grow_verdict": v, "interaction_verdict": v} for s, g, v in (("x", 0.05, NOT_JUDGED),
+                                                                          ("y", -0.3, NOT_TESTABLE))]
+    frame, reference = pd.DataFrame(rows), {"grow": 0.0328, "interaction": 0.0324}
+    fig = forest_figure(frame, reference)
+    bars = [t for t in fig.data if t.error_x.array is not None]
+    assert all(t.error_x.color == t.marker.color == STATUS_COLORS[t.name] for t in bars) and len(bars) == 4
+    assert {t.name for t in fig.data if t.showlegend is not False} == {NOT_JUDGED, NOT_TESTABLE, "reference"}
+    svg = forest_svg(frame, reference)
+    assert svg.count(">0</text>") == 2 and ">+0.033</text>" in svg and ">+0.032</text>" in svg

@@ -134,11 +134,11 @@ def test_drift_draws_grown_variants_and_joint_as_reference():
 
 def test_diagnostics_page_is_styled_and_has_no_raw_json(tmp_path):
     study = synthetic_study()
-    study["claims"] = [Claim("obs4-boundary", "stable", SUPPORTED, "Supported: post x1.01",
-                             {"post/all": 1.0086903086999, "pre/all": 1.6045070867976667}).to_json()]
+    claims = [Claim("obs4-boundary", "stable", SUPPORTED, "Supported: post x1.01",
+                    {"post/all": 1.0086903086999, "pre/all": 1.6045070867976667}).to_json()]
     study["claims_table"] = {"boundary_drift": [
         {"run": n, "group": g, "ratio": 1.5, "variant": n[:-3]} for n in study["runs"] for g in ("all", "first")]}
-    text = diagplots.export_html(study, tmp_path / "d.html").read_text()
+    text = diagplots.export_html(study, tmp_path / "d.html", claims).read_text()
     body = text.split("<body>", 1)[1]
     visible = re.sub(r"<script.*?</script>", "", body, flags=re.S)
     assert "<style>" in text and visible.count("class='claim'") == 1  # the claims once

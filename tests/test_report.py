@@ -617,6 +617,21 @@ def test_gap_table_mde_and_seeds_to_resolve_reference(outputs, trained):
     assert "MDE (minimum detectable effect)" in page and "seeds to resolve reference" in page
 
 
+def write_candidates(root, rows, numerics=None, record="sweep.json"):
+    """Sweep candidates as the sweep leaves them: a finished run directory per row (norm, schedule, lr, seed,
+    val_ce; ``numerics``: the version its config.json records, default the current one) and the record
+    outputs/sweep/tiny/<record> listing them."""
+    from normgrow.rundir import NUMERICS_VERSION
+    for r in rows:
+        r["run_name"] = f"sweep-{r['norm']}-{r['schedule']}-lr{r['lr']:g}-s{r['seed']}"
+        d = write_run(root, f"{r['norm']}-{r['schedule']}", r["seed"], r["val_ce"], run_name=r["run_name"], lr=r["lr"])
+        config = json.loads((d / "config.json").read_text())
+        (d / "config.json").write_text(json.dumps(config | {"numerics": numerics or NUMERICS_VERSION}))
+    path = root / "sweep" / "tiny" / record
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"rows": rows, "chosen": {}, "date": "2026-12-01", "seeds": [0, 1]}))
+
+
 def test_lr_figure_shows_every_arm_of_the_sweep(outputs, trained):
     write_study(outputs, grow_gaps=[0.03, 0.035, 0.04], joint_gaps=[0.001, -0.001, 0.0005])
     rep = report.build_report("tiny")
@@ -626,21 +641,18 @@ def test_lr_figure_shows_every_arm_of_the_sweep(outputs, trained):
             for n, best in (("pre", 1e-2), ("post", 5e-3)) for s in ("joint", "grow")
             for lr in (2.5e-3, 5e-3, 1e-2, 2e-2) for seed in (0, 1)]
     rows[-1]["val_ce"] = 9.0  # a diverged point: drawn on the panel's edge, its value kept for the hover
-    chosen = {n: {s: {"lr": best, "val_ce": 5.005, "edge": None} for s in ("joint", "grow")}
-              for n, best in (("pre", 1e-2), ("post", 5e-3))}
-    (outputs / "sweep" / "tiny").mkdir(parents=True)
-    (outputs / "sweep" / "tiny" / "sweep.json").write_text(json.dumps(
-        {"rows": rows, "chosen": chosen, "date": "2026-12-01", "seeds": [0, 1]}))
+    write_candidates(outputs, rows)
     fig = report.lr_figure(rep)
     lines = [t for t in fig.data if t.mode == "lines"]
     stars = [t for t in fig.data if t.mode == "markers" and t.marker.symbol == "star"]
     seeds = [t for t in fig.data if t.mode == "markers" and t.marker.symbol != "star"]
-    assert len(lines) == len(stars) == len(seeds) == 4  # 2 placements x 2 schedules: mean, chosen lr, seeds
-    mean = [min(5.0 + abs(lr - 1e-2) * 100 + 0.005, 5.0 + report.LR_SHOWN) for lr in (2.5e-3, 5e-3, 1e-2, 2e-2)]
+    assert len(lines) == len(stars) == len(seeds) == 4  # 2 placements x 2 schedules: mean, the runs' lr, seeds
+    best = min(r["val_ce"] for r in rows if r["schedule"] == "joint")
+    mean = [min(5.0 + abs(lr - 1e-2) * 100 + 0.005, best + report.LR_SHOWN) for lr in (2.5e-3, 5e-3, 1e-2, 2e-2)]
     assert list(lines[0].y) == pytest.approx(mean)  # the mean of the two seeds, clipped to the panel's edge
     assert max(max(t.y) for t in seeds) == pytest.approx(5.0 + report.LR_SHOWN)  # clipped to the edge
     assert 9.0 in [v[0] for v in seeds[-1].customdata]
-    assert sorted(float(t.x[0]) for t in stars) == [5e-3, 5e-3, 1e-2, 1e-2]
+    assert [float(t.x[0]) for t in stars] == [3e-3] * 4  # the tiny profile's lr, which every run recorded
     assert "seeds 0 1" in fig.layout.title.text
     assert "fig-lr" in report.report_html(rep)
 
@@ -725,3 +737,48 @@ def test_a_bad_claim_declaration_is_named_at_load(tmp_path, monkeypatch, claim, 
     path.write_text(path.read_text() + claim)
     with pytest.raises(config.ParamError, match=re.escape(needle)):
         variants.load_reference()
+
+
+PAGE_VERDICT = re.compile(r"<div class='claim'[^>]*><b>([^<]+)</b> <span class='status'[^>]*>\[([^\]]+)\]")
+
+
+def test_both_pages_show_the_gated_verdicts_and_the_lrs_the_runs_recorded(outputs, trained, tmp_path):
+    """One study, both pages: every claim box of report.html and diagnostics.html carries the verdict the study's
+    gates give (observation 4 is supported in diagnostics.json, but depth does not pay here), and the lr panel stars
+    the lr each arm's runs recorded in config.json (not the sweep record's stale choice), drawing only candidates
+    trained under this numerics version."""
+    from normgrow.rundir import NUMERICS_VERSION, read_identity, run_path
+    from normgrow.viz import diagplots
+    write_study(outputs, **SUPPORTED_STUDY, depth_gain=0.05)
+    study = outputs / "study" / "tiny"
+    ungated = [claims.Claim("obs4-boundary", "post-norm's boundary is stable", claims.SUPPORTED, "Supported: x1.02",
+                            {}, ("pre-grow", "post-grow")),
+               claims.Claim("obs5-identity", "pre-norm's final block is near identity", claims.NOT_SUPPORTED,
+                            "Not supported: rank 3", {}, ("pre-grow",))]
+    record = json.dumps({"profile": "tiny", "runs": {}, "claims": [c.to_json() for c in ungated]})
+    study.mkdir(parents=True, exist_ok=True)
+    (study / "diagnostics.json").write_text(record)
+    write_candidates(outputs, [{"norm": "post", "schedule": "grow", "lr": lr, "seed": 0, "val_ce": 5.0 + lr}
+                               for lr in (1.5e-3, 3e-3)], record="post/sweep.json")
+    write_candidates(outputs, [{"norm": "post", "schedule": "grow", "lr": 1.2e-2, "seed": 0, "val_ce": 4.0}],
+                     numerics=NUMERICS_VERSION - 1)  # a candidate listed by the record, trained under numerics 2
+
+    rep = report.build_report("tiny")
+    files = report.write_report(rep)
+    diag_page = diagplots.export_html({"profile": "tiny", "runs": {}}, study / "diagnostics.html",
+                                      [c.to_json() for c in rep.diagnostics_claims])
+    gated = {c.claim: c.status for c in rep.claims + rep.diagnostics_claims}
+    assert gated["obs4-boundary"] == gated["obs5-identity"] == claims.NOT_JUDGED_DEPTH
+    shown = PAGE_VERDICT.findall(files["report"].read_text())
+    assert dict(shown) == gated and len(shown) == len(gated)
+    assert dict(PAGE_VERDICT.findall(diag_page.read_text())) == {k: gated[k] for k in ("obs4-boundary",
+                                                                                         "obs5-identity")}
+
+    fig = report.lr_figure(rep)
+    recorded = {read_identity(run_path("tiny", f"post-grow-s{s}"))["profile"]["train"]["lr"] for s in range(3)}
+    stars = [t for t in fig.data if t.marker.symbol == "star"]
+    assert [list(t.x) for t in stars] == [sorted(recorded)] == [[3e-3]]
+    assert list(stars[0].y) == pytest.approx([rep.stats.set_index("variant").loc["post-grow", "val_ce_mean"]])
+    drawn = {float(x) for t in fig.data if t.marker.symbol != "star" for x in t.x}
+    assert drawn == {1.5e-3, 3e-3}  # the numerics-2 candidate at 1.2e-2 is left out
+    assert "fig-lr" in files["report"].read_text()

@@ -14,6 +14,8 @@ import os
 
 import yaml
 
+from .cli import parse
+
 
 def _export(args: argparse.Namespace) -> None:
     from .export import export_student
@@ -62,42 +64,18 @@ def _run(args: argparse.Namespace) -> None:
             print(f"executed notebook: {notebook}")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m normgrow", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    export = sub.add_parser("export", help="export a student: Qwen3ForCausalLM (pre) or normgrow checkpoint (others)")
-    export.add_argument("src", help="a run dir (uses checkpoints/final.pt) or a checkpoint .pt file")
-    export.add_argument("out_dir", help="output folder (created; never a run directory or inside outputs/runs)")
-    export.add_argument("--force", action="store_true",
-                        help="write into an existing non-empty folder (overwrites the exported files; deletes nothing)")
-    # a missing source or a destination an export refuses is bad input too: one error line, exit 2
-    export.set_defaults(func=_export, input_errors=(FileNotFoundError, FileExistsError))
-    cache = sub.add_parser("cache", help="build (or check) a profile's teacher cache, on teacher.processes ranks")
-    run = sub.add_parser("run", help="one run of the study, as notebooks/run_variant.ipynb does it (its executed notebook lands in the run directory)")
-    from .config import profile_help
-    from .train.growth import SCHEDULES
-    from .student.placements import PLACEMENTS
-    for p in (cache, run):
-        p.add_argument("--profile", required=True, help=profile_help())
-        p.add_argument("--overrides", help="YAML mapping of dotted profile keys, e.g. '{train.processes: 2}'")
-    run.add_argument("--norm", required=True, help=f"a placement: {', '.join(PLACEMENTS)}")
-    run.add_argument("--schedule", required=True, help=f"a schedule: {', '.join(SCHEDULES)}")
-    run.add_argument("--freeze-prefix", action="store_true", help="grow control: only appended blocks train")
-    run.add_argument("--match-active-layer-tokens", default=None, help="donor run name (schedule joint)")
-    run.add_argument("--seed", type=int, default=0)
-    run.add_argument("--run-name", default="")
-    run.add_argument("--force", action="store_true", help="discard the run directory and train again")
-    cache.set_defaults(func=_cache, input_errors=())
-    run.set_defaults(func=_run, input_errors=())
-    return parser
+COMMANDS = {"export": _export, "cache": _cache, "run": _run}
+INPUT_ERRORS = {"export": (FileNotFoundError, FileExistsError), "cache": (), "run": ()}
+"""Errors of a command that are bad input besides ParamError (a missing source, a destination an export refuses):
+one error line and exit 2, as study.runner_exit answers a bad parameter."""
 
 
 def main(argv: list[str] | None = None) -> int:
     """The exit code: 0, or 2 after one `error: ...` line for bad input (study.runner_exit: a bad parameter names
     the key, no traceback)."""
+    args = parse("normgrow", argv)
     from .study import runner_exit
-    args = build_parser().parse_args(argv)
-    code = runner_exit(lambda: args.func(args), args.input_errors)
+    code = runner_exit(lambda: COMMANDS[args.command](args), INPUT_ERRORS[args.command])
     from .ranks import end_launched_rank, launched_world
     if launched_world() > 1 and code == 0:  # a finished rank of `accelerate launch -m normgrow ...`; a refused
         end_launched_rank()  # one exits with its code, so that the launcher reports the job failed

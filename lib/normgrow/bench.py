@@ -38,7 +38,10 @@ params/study.yaml), and peak memory per step (RSS sampling, see measure_memory).
 """
 from __future__ import annotations
 
-import argparse
+if __name__ == "__main__":  # --help and usage errors before the imports below load torch (cli.py)
+    from .cli import parse_early
+    parse_early("bench")
+
 import json
 import os
 import resource
@@ -57,8 +60,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .cli import bench_parser, parse
 from .train import distill
-from .config import PARAMS_DIR, outputs_dir, profile_help, read_yaml
+from .config import PARAMS_DIR, outputs_dir, read_yaml
 from .train.growth import plan_phases
 from .student.model import Student, StudentConfig
 from .train.run import (DistillStep, _autocast, compile_enabled, evaluation_plan, make_optimizer, rows_to_batch,
@@ -612,26 +616,13 @@ def format_table(report: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m normgrow.bench", description=__doc__.split("\n")[0])
-    ap.add_argument("--profile", default="cpu", help=profile_help("cpu"))
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--warmup", type=int, default=1)
-    ap.add_argument("--candidates", nargs="+", default=None, choices=CANDIDATES, help="default: all of them")
-    ap.add_argument("--compare", action="store_true",
-                    help=f"time {' and '.join(COMPARE)} alone: this numerics version's step against the previous one's")
-    ap.add_argument("--data", default="auto", choices=("auto", "cache", "synthetic"))
-    ap.add_argument("--dtype", default=None, choices=TRAIN_DTYPES,
-                    help="default: the profile's train.dtype (auto: bf16 where the CPU computes it natively, AMX / "
-                         "AVX512-BF16, else float32)")
-    ap.add_argument("--vocab-size", type=int, default=None,
-                    help="the student's vocabulary of a synthetic batch (required under student.vocab: corpus "
-                         "without a cache; default under full: the teacher's)")
-    ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's default)")
-    ap.add_argument("--memory", default="subprocess", choices=("subprocess", "inprocess", "none"))
-    ap.add_argument("--peak-size", type=int, default=2048, help="n of the n x n x n matmul-peak sample")
-    ap.add_argument("--out", type=Path, default=None)
-    ap.add_argument("--memory-probe", default=None, help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
+    ap = bench_parser()  # for the usage errors below
+    args = parse("bench", argv)
+    unknown = sorted(set(args.candidates or ()) - set(CANDIDATES))
+    if unknown:
+        ap.error(f"--candidates {' '.join(unknown)}: allowed values: {', '.join(CANDIDATES)}")
+    if args.dtype not in (None, *TRAIN_DTYPES):
+        ap.error(f"--dtype {args.dtype}: allowed values: {', '.join(TRAIN_DTYPES)}")
     if args.compare and args.candidates:
         ap.error("--compare chooses the candidates; pass --candidates or --compare, not both")
     args.candidates = list(COMPARE) if args.compare else args.candidates or list(CANDIDATES)

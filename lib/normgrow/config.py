@@ -33,9 +33,9 @@ from typing import Any
 
 import yaml
 
+from .cli import REPO_ROOT, profile_names
 from .train.distill import LOSSES, TAILS, DistillParams  # the distill section: the losses' parameters
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 PARAMS_DIR = REPO_ROOT / "params"
 NOTEBOOKS = REPO_ROOT / "notebooks"
 OUTPUTS_DIR = REPO_ROOT / "outputs"
@@ -247,7 +247,7 @@ POSITIVE = {
 
 
 def available_profiles() -> list[str]:
-    return sorted(p.stem for p in (PARAMS_DIR / "profiles").glob("*.yaml"))
+    return profile_names(PARAMS_DIR)
 
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -273,12 +273,6 @@ def profile_name(profile) -> str:
     """The name a profile's runs and results go under (outputs/runs/<name>): a path profile's file stem, checked to be a
     plain name; a name as given (checked where it is used)."""
     return check_name("profile (the file's stem)", Path(profile).stem) if is_profile_path(profile) else profile
-
-
-def profile_help(default: str | None = None) -> str:
-    """The --profile help of every command."""
-    return (f"a profile: a name of params/profiles ({', '.join(available_profiles())}) or the path of a profile file, "
-            "whose runs go under outputs/runs/<its file stem>" + (f" (default: {default})" if default else ""))
 
 
 def profile_file(profile) -> Path:

@@ -36,7 +36,10 @@ others from the record.
 """
 from __future__ import annotations
 
-import argparse
+if __name__ == "__main__":  # --help and usage errors before the imports below load torch (cli.py)
+    from .cli import parse_early
+    parse_early("grid")
+
 import dataclasses
 import math
 import shlex
@@ -48,6 +51,7 @@ from pathlib import Path
 import pandas as pd
 
 from .analysis.claims import JUDGES, NOT_TESTABLE, depth_gate, gate_claims
+from .cli import parse
 from .config import NAME, PARAMS_DIR, ParamError, load_profile, read_yaml, with_processes, writable_outputs_dir
 from .train.growth import SCHEDULES
 from .student.model import NORMS
@@ -379,7 +383,7 @@ def grid_report_html(plan: GridPlan, frame: pd.DataFrame) -> str:
     import html
     from .viz.depth import depth_figure
     from .viz.forest import forest_figure, reference_marks
-    from .viz.render import Page, table
+    from .viz.render import Page, details, table
     e = html.escape
     ref = reference_marks()
     page = Page(f"normgrow grid: {plan.grid.name} ({plan.profile})")
@@ -398,20 +402,23 @@ def grid_report_html(plan: GridPlan, frame: pd.DataFrame) -> str:
              "minus the joint arm, per placement, paired by seed with 95% intervals, against the compute of one joint "
              "run; the gate asks for the depth margin (dashed).</p>")
     page.figure(depth_figure(frame), div_id="fig-depth")
-    shown = frame.assign(
-        grow=[f"{m:+.4f} [{lo:+.4f}, {hi:+.4f}]" if pd.notna(m) else "" for m, lo, hi in
-              zip(frame["grow_gap"], frame["grow_ci_low"], frame["grow_ci_high"])],
-        interaction_=[f"{m:+.4f} [{lo:+.4f}, {hi:+.4f}]" if pd.notna(m) else "" for m, lo, hi in
-                      zip(frame["interaction"], frame["interaction_ci_low"], frame["interaction_ci_high"])],
-        joint=[f"{m:+.4f} [{lo:+.4f}, {hi:+.4f}]" if pd.notna(m) else "" for m, lo, hi in
-               zip(frame["joint_gap"], frame["joint_ci_low"], frame["joint_ci_high"])])
-    page.add("<h2>Every setting</h2>", table(
-        shown, ["setting", "a", "b", "n_seeds", "joint", "grow", "grow_mde", "interaction_", "interaction_mde",
-                "depth_gain_a", "depth_gain_b", "depth_margin", "trained", "grow_verdict", "interaction_verdict",
-                "gate", "runs_finished", "runs_needed", "about", "lrs"],
-        {"interaction_": "interaction", "n_seeds": "seeds", "grow_mde": "grow MDE",
-         "interaction_mde": "interaction MDE", "depth_gain_a": "depth gain a", "depth_gain_b": "depth gain b",
-         "runs_finished": "runs done", "runs_needed": "runs"}))
+    interval = lambda mean, ci: [f"{m:+.4f} [{lo:+.4f}, {hi:+.4f}]" if pd.notna(m) else "" for m, lo, hi in
+                                 zip(frame[mean], frame[f"{ci}_ci_low"], frame[f"{ci}_ci_high"])]
+    shown = frame.assign(grow=interval("grow_gap", "grow"), interaction_=interval("interaction", "interaction"),
+                         joint=interval("joint_gap", "joint"))
+    names = {"interaction_": "interaction", "n_seeds": "seeds", "grow_mde": "grow MDE",
+             "interaction_mde": "interaction MDE", "depth_gain_a": "depth gain a", "depth_gain_b": "depth gain b",
+             "runs_finished": "runs done", "runs_needed": "runs", "grow_verdict": "grow verdict",
+             "interaction_verdict": "interaction verdict"}
+    # the verdicts and their intervals fit a laptop's width; the numbers behind them and the long texts (the gate's
+    # reason, the setting's sentence, its lrs) follow, closed, in tables of their own
+    page.add("<h2>Every setting</h2>",
+             table(shown, ["setting", "a", "b", "n_seeds", "grow", "interaction_", "grow_verdict",
+                           "interaction_verdict", "runs_finished", "runs_needed"], names),
+             details("the numbers behind each verdict: joint gap, MDEs, depth gains and the gates (every column: "
+                     "grid.csv)", table(shown, ["setting", "joint", "grow_mde", "interaction_mde", "depth_gain_a",
+                                                "depth_gain_b", "depth_margin", "trained"], names)
+                     + table(shown, ["setting", "gate", "about", "lrs"], names)))
     return page.html()
 
 
@@ -483,18 +490,7 @@ def run_grid(profile: str, grid_name: str, seeds: list[int] | None = None, only:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m normgrow.grid", description=__doc__.splitlines()[0])
-    from .config import profile_help
-    parser.add_argument("--profile", default="cpu", help=profile_help("cpu"))
-    parser.add_argument("--grid", default="robustness", help="a file in params/grids (default: robustness)")
-    parser.add_argument("--settings", nargs="+", help="train only these settings of the grid (the record, grid.csv "
-                        "and the report, always covers every setting)")
-    parser.add_argument("--seeds", nargs="+", help="override the grid's seeds: seeds and inclusive ranges, e.g. 0-5")
-    parser.add_argument("--jobs", type=int, help="runs executed at once (default: params/study.yaml jobs, else 1)")
-    parser.add_argument("--processes", type=int, help="processes (CPU ranks or GPUs) of each run")
-    parser.add_argument("--report-only", action="store_true", help="write the results of the finished runs; train "
-                        "nothing")
-    args = parser.parse_args(argv)
+    args = parse("grid", argv)
     command = shlex.join(["python", "-m", "normgrow.grid", *(sys.argv[1:] if argv is None else argv)])
     from .study import parse_seeds, runner_exit
 

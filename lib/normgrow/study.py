@@ -16,7 +16,10 @@ runner exits non-zero.
 """
 from __future__ import annotations
 
-import argparse
+if __name__ == "__main__":  # --help and usage errors before the imports below load torch (cli.py)
+    from .cli import parse_early
+    parse_early("study")
+
 import json
 import multiprocessing
 import os
@@ -32,6 +35,7 @@ from pathlib import Path
 import psutil
 from tqdm.auto import tqdm
 
+from .cli import parse
 from .config import NOTEBOOKS, PARAMS_DIR, ParamError, load_profile, read_yaml, with_processes, writable_outputs_dir
 from .rundir import (NOTEBOOK, RunDirError, identity_differences, is_finished, read_finished, read_identity, read_metrics,
                      run_path, runner_lock, seeded_name, set_aside, study_dir)
@@ -452,16 +456,7 @@ def report_failures(failed: dict[str, str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m normgrow.study", description=__doc__.splitlines()[0])
-    from .config import profile_help
-    parser.add_argument("--profile", default="cpu", help=profile_help("cpu"))
-    parser.add_argument("--seeds", nargs="+", help="override the seeds of params/study.yaml: seeds and inclusive "
-                        "ranges, e.g. 0 1 2, 0-5, or 0-2 7")
-    parser.add_argument("--runs", nargs="+", help="only these run files (donors of matched runs must be included)")
-    parser.add_argument("--jobs", type=int, help="runs executed at once (default: params/study.yaml jobs, else 1)")
-    parser.add_argument("--processes", type=int, help="processes (CPU ranks or GPUs) of each run and of the teacher "
-                        "pass (default: the profile's train.processes and teacher.processes)")
-    args = parser.parse_args(argv)
+    args = parse("study", argv)
     def work() -> int:
         seeds = parse_seeds(args.seeds) if args.seeds else None
         writable_outputs_dir()

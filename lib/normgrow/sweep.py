@@ -41,7 +41,10 @@ sweep_placements).
 """
 from __future__ import annotations
 
-import argparse
+if __name__ == "__main__":  # --help and usage errors before the imports below load torch (cli.py)
+    from .cli import parse_early
+    parse_early("sweep")
+
 import csv
 import io
 import math
@@ -56,6 +59,7 @@ from pathlib import Path
 import yaml
 from tqdm.auto import tqdm
 
+from .cli import parse
 from .config import (PARAMS_DIR, REPO_ROOT, ParamError, is_profile_path, load_profile, profile_file, read_yaml,
                      writable_outputs_dir)
 from .rundir import (NUMERICS_VERSION, SWEEP_RUN_PREFIX, RunDirError, is_finished, read_finished, run_path,
@@ -461,20 +465,7 @@ def sweep(plan: SweepPlan, write: bool = False, profiles_dir: Path = PROFILES_DI
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m normgrow.sweep", description=__doc__.splitlines()[0])
-    from .config import profile_help
-    parser.add_argument("--profile", required=True, help=profile_help())
-    parser.add_argument("--norms", nargs="+", help=f"placements to sweep, of {', '.join(NORMS)} (default: those of "
-                                                   "params/runs)")
-    parser.add_argument("--lrs", type=float, nargs="+", help="candidate peak lrs (default: params/sweep.yaml)")
-    parser.add_argument("--schedules", nargs="+", help=f"schedules to sweep, of {', '.join(SCHEDULES)} (default: "
-                                                       "params/sweep.yaml)")
-    parser.add_argument("--seeds", nargs="+", help="seeds of every candidate lr, e.g. 0 1 2 or 0-2; the choice is "
-                        "the best mean (default: params/sweep.yaml)")
-    parser.add_argument("--write", action="store_true", help="store the chosen lrs in params/profiles/<profile>.yaml")
-    parser.add_argument("--jobs", type=int, default=1, help="candidates trained at once, each in its own worker "
-                        "process (default 1: in this process)")
-    args = parser.parse_args(argv)
+    args = parse("sweep", argv)
     command = shlex.join(["python", "-m", "normgrow.sweep", *(sys.argv[1:] if argv is None else argv)])
     try:
         from .study import parse_seeds

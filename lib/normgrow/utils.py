@@ -198,8 +198,12 @@ def stop_processes(processes: list, timeout: float = 5.0) -> None:
 
 def execute_notebook(notebook: Path, output: Path, parameters: dict) -> None:
     """Execute notebook with papermill into output, in the notebook's folder (its relative paths hold) and on the
-    python3 kernel; no progress bar or cell output on the terminal (callers report their own progress)."""
+    python3 kernel under kernels.QuietKernelManager (no transport warning, no interrupt at shutdown); no progress
+    bar or cell output on the terminal (callers report their own progress)."""
     import papermill as pm
+
+    from .kernels import QuietKernelManager
     output.parent.mkdir(parents=True, exist_ok=True)
     pm.execute_notebook(str(notebook), str(output), parameters=parameters, cwd=str(notebook.parent),
-                        kernel_name="python3", progress_bar=False, log_output=False)
+                        kernel_name="python3", progress_bar=False, log_output=False,
+                        kernel_manager_class=QuietKernelManager)

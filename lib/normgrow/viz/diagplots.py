@@ -379,9 +379,13 @@ def batch_html(study: dict) -> str:
     return head + (table(pd.DataFrame([counts])) if counts else "")
 
 
-def export_html(study: dict, path, figures: dict | None = None) -> Path:
+def export_html(study: dict, path, claims: list[dict], figures: dict | None = None) -> Path:
     """diagnostics.html: one self-contained page in the report's style (plotly.js inlined once, no CDN): the fixed
-    batch, the claims, the static figures with headings and captions, the final-block table."""
+    batch, the claims, the static figures with headings and captions, the final-block table.
+
+    claims: observations 4 and 5 as the study judges them, through its regime and depth gates (Claim.to_json of
+    report.build_report(profile).diagnostics_claims), never diagnostics.json's ungated verdicts: report.html shows the
+    same records, so the two pages cannot disagree."""
     figures = figures if figures is not None else static_figures(study)
     page = Page(f"normgrow diagnostics: {study.get('profile')}")
     runs = study.get("runs", {})
@@ -390,7 +394,7 @@ def export_html(study: dict, path, figures: dict | None = None) -> Path:
              "variant's mean over its seeds, faint markers are the seeds. Pre-norm solid with circles, post-norm "
              "dashed with squares; one colour per schedule.</p>",
              batch_html(study), "<h2>Observations 4 and 5</h2>",
-             claims_html(study.get("claims", [])) or "<p class='note'>No claims (no diagnosed runs).</p>")
+             claims_html(claims) or "<p class='note'>No claims (no diagnosed runs).</p>")
     for name, fig in figures.items():
         heading, caption = SECTIONS.get(name, (name, None))
         page.add(f"<h2>{html.escape(heading)}</h2>")

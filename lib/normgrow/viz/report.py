@@ -21,7 +21,8 @@ import pandas as pd
 from ..analysis.claims import (NOT_JUDGED, NOT_JUDGED_DEPTH, NOT_TESTABLE, SUPPORTED, Claim, depth_gate, evaluate_claims, gate_claims,
                                read_diagnostics)
 from .forest import forest_figure, reference_marks
-from ..rundir import grids_root, run_path, study_dir, sweep_dir, unfinished_runs
+from ..rundir import (NUMERICS_VERSION, RunDirError, grids_root, read_finished, read_identity, run_path, study_dir,
+                      sweep_dir, unfinished_runs)
 from ..analysis.stats import (ALPHA, DEPTH_FIELDS, FLAT_LIMIT, FLAT_TAIL, LEVEL, REGIME_FIELDS, SEEDS_LIMIT, UNIGRAM_MARGIN,
                               baselines, crossover_table, depth_check, gap_ratio, gap_table, regime_check, runs_frame,
                               undertrained, variant_stats, with_flatness)
@@ -228,30 +229,65 @@ def overlay_figure(rep: Report, metric: str = "val_ce"):
 LR_SHOWN = 0.4  # nats above an arm's best val_ce that the lr figure shows; higher points (diverged) sit on its edge
 
 
+def sweep_candidates(profile: str, norms) -> pd.DataFrame:
+    """The lr sweep's candidates of the given placements, one row per run (norm, schedule, lr, seed, val_ce), from
+    every sweep record that lists them (outputs/sweep/<profile>/sweep.json and <norm>/sweep.json), each read back
+    from its run directory and kept only while that run is finished under rundir.NUMERICS_VERSION, the study runs'
+    version: a record lists its rows as they were when it was written, and a name may since hold a run trained again
+    under another numerics version (or none), whose numbers are not comparable with the study's."""
+    names = {}
+    for path in [sweep_dir(profile) / "sweep.json", *(sweep_dir(profile, n) / "sweep.json" for n in norms)]:
+        if path.is_file():
+            names.update(dict.fromkeys(r["run_name"] for r in json.loads(path.read_text())["rows"]))
+    rows = []
+    for name in names:
+        try:
+            summary, identity = read_finished(run_path(profile, name))
+        except RunDirError:
+            continue
+        if identity.get("numerics") == NUMERICS_VERSION and summary.norm in norms:
+            rows.append({"norm": summary.norm, "schedule": summary.schedule, "lr": identity["profile"]["train"]["lr"],
+                         "seed": summary.seed, "val_ce": summary.val_ce})
+    return pd.DataFrame(rows, columns=["norm", "schedule", "lr", "seed", "val_ce"])
+
+
+def study_lrs(rep: Report) -> pd.DataFrame:
+    """The peak lr each arm of the study trained at, as its runs' config.json record it (not the sweep's choice: a
+    profile may hold another lr than its last sweep chose), with the mean final val_ce of those runs: one row per
+    placement and schedule of the plain variants (a freeze control takes its placement's grow lr, a matched run its
+    joint lr, so they add no lr). An arm whose seeds recorded different lrs gets a row per lr."""
+    plain = rep.runs[~rep.runs["freeze_prefix"].astype(bool) & rep.runs["match_active_layer_tokens"].isna()]
+    lrs = [read_identity(run_path(rep.profile, n))["profile"]["train"]["lr"] for n in plain["run_name"]]
+    return (plain.assign(lr=lrs).groupby(["norm", "schedule", "lr"], sort=False)
+            .agg(val_ce=("val_ce", "mean"), n=("seed", "size")).reset_index())
+
+
 def lr_figure(rep: Report):
-    """Final val_ce against peak lr for every arm of the profile's sweep (outputs/sweep/<profile>/sweep.json), one
-    panel per schedule, a line per placement, the chosen lr starred: how sharp each arm's optimum is, and so how much
-    of a gap between arms could be tuning: the line is the mean over the sweep's seeds, the points the seeds. None
-    without a sweep."""
+    """Final val_ce against peak lr for every arm of the study (placement x schedule) that the lr sweep measured
+    under this numerics version (sweep_candidates), one panel per schedule, a line per placement: how sharp each
+    arm's optimum is, and so how much of a gap between arms could be tuning. The line is the mean over the sweep's
+    seeds, the points the seeds; the star is the lr the study's runs trained at (study_lrs) with their mean final
+    val_ce. None without a candidate."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     from .render import NORM_COLOR, style_figure
 
-    path = sweep_dir(rep.profile) / "sweep.json"
-    if not path.is_file():
+    if not len(rep.runs):
         return None
-    sweep = json.loads(path.read_text())
-    rows = pd.DataFrame(sweep["rows"])
+    chosen = study_lrs(rep)
+    rows = sweep_candidates(rep.profile, list(dict.fromkeys(chosen["norm"])))
+    if not len(rows):
+        return None
     schedules = list(dict.fromkeys(rows["schedule"]))
     fig = make_subplots(rows=1, cols=len(schedules), subplot_titles=schedules, shared_yaxes=False)
     for col, schedule in enumerate(schedules, start=1):
         arm_rows = rows[rows["schedule"] == schedule]
-        best = arm_rows["val_ce"].min()
+        best = min(arm_rows["val_ce"].min(), chosen.loc[chosen["schedule"] == schedule, "val_ce"].min())
         for norm, g in arm_rows.groupby("norm", sort=False):
             g = g.sort_values("lr")
             color = NORM_COLOR.get(norm, "#555555")
-            mean = g.groupby("lr", sort=True)["val_ce"].mean()  # the choice is the best mean over the seeds
+            mean = g.groupby("lr", sort=True)["val_ce"].mean()
             fig.add_trace(go.Scatter(x=mean.index, y=mean.clip(upper=best + LR_SHOWN), mode="lines", name=f"{norm}-norm",
                                      legendgroup=norm, showlegend=col == 1, line=dict(color=color),
                                      customdata=mean.values, hovertemplate="lr %{x:.3g}: mean val_ce "
@@ -262,18 +298,18 @@ def lr_figure(rep: Report):
                                      customdata=list(zip(g["val_ce"], g["seed"])),
                                      hovertemplate="lr %{x:.3g}, seed %{customdata[1]}: val_ce %{customdata[0]:.4f}"
                                                    "<extra></extra>"), row=1, col=col)
-            chosen = sweep["chosen"].get(norm, {}).get(schedule, {})
-            if chosen.get("lr") is not None:
-                fig.add_trace(go.Scatter(x=[chosen["lr"]], y=[chosen["val_ce"]], mode="markers", legendgroup=norm,
-                                         showlegend=False, marker=dict(symbol="star", size=14, color=color),
-                                         hovertemplate="chosen: lr %{x:.3g}, val_ce %{y:.4f}<extra></extra>"),
-                              row=1, col=col)
+            study = chosen[(chosen["norm"] == norm) & (chosen["schedule"] == schedule)]
+            if len(study):
+                fig.add_trace(go.Scatter(x=study["lr"], y=study["val_ce"].clip(upper=best + LR_SHOWN), mode="markers",
+                                         legendgroup=norm, showlegend=False, customdata=study["n"],
+                                         marker=dict(symbol="star", size=14, color=color),
+                                         hovertemplate="study runs: lr %{x:.3g}, mean val_ce %{y:.4f} over "
+                                                       "%{customdata} seeds<extra></extra>"), row=1, col=col)
         fig.update_xaxes(type="log", title_text="peak lr", row=1, col=col)
         fig.update_yaxes(range=[best - 0.03, best + LR_SHOWN + 0.03], row=1, col=col)
     fig.update_yaxes(title_text="final val_ce (nats/token)", row=1, col=1)
-    seeds = sweep.get("seeds") or [sweep["seed"]]  # sweeps written before multi-seed sweeps record one "seed"
-    fig.update_layout(title=f"lr sweep per arm ({sweep['date']}, seeds {' '.join(map(str, seeds))}): chosen lr "
-                            "(best mean) starred")
+    fig.update_layout(title=f"lr sweep per arm (numerics version {NUMERICS_VERSION}, seeds "
+                            f"{' '.join(map(str, sorted(set(rows['seed']))))}): the study runs' lr starred")
     return style_figure(fig, height=380)
 
 
@@ -472,10 +508,12 @@ def report_html(rep: Report, figs: dict | None = None) -> str:
                 "less of it).")
     if figs.get("lr") is not None:
         page.add("</section><section id='lr'><h2>Learning rate per arm</h2>")
-        page.figure(figs["lr"], div_id="fig-lr", caption="Every arm (placement x schedule) trains at the peak lr "
-                    "that its own sweep chose (python -m normgrow.sweep; one seed per lr; a freeze control takes its "
-                    f"placement's grow lr, a matched run its joint lr). Points more than {LR_SHOWN} nats above an "
-                    "arm's best are drawn on the panel's upper edge (hover for the value; sweep.csv has every row).")
+        page.figure(figs["lr"], div_id="fig-lr", caption="Every arm (placement x schedule) trains at its own peak lr, "
+                    "chosen by its sweep (python -m normgrow.sweep; a freeze control takes its placement's grow lr, a "
+                    "matched run its joint lr). Lines and points: the sweep's candidates trained under this numerics "
+                    "version (mean over seeds, and each seed); stars: the lr the study's runs recorded in their "
+                    f"config.json, at their mean final val_ce. Points more than {LR_SHOWN} nats above a panel's best "
+                    "are drawn on its upper edge (hover for the value; sweep.csv has every row).")
     page.add("</section><section id='variants'><h2>Final validation CE per variant</h2>", _stats_table(rep))
     page.figure(figs["variants"], div_id="fig-variants")
     ratio = rep.ratio

@@ -1,0 +1,76 @@
+"""The command line (normgrow/cli.py): every command answers --help without loading torch, pandas or transformers,
+every argument is described and the shared options mean the same everywhere, and --outputs is NORMGROW_OUTPUTS."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import fakes
+from normgrow import cli
+from tiny_study import REPO, study_env
+
+COMMANDS = [["normgrow"], ["normgrow", "run"], ["normgrow", "cache"], ["normgrow", "export"], ["normgrow.study"],
+            ["normgrow.sweep"], ["normgrow.grid"], ["normgrow.bench"]]
+HEAVY = ("torch", "pandas", "transformers")
+# runs a command as `python -m` does, then prints which heavy modules it had imported when it exited
+PROBE = """import runpy, sys
+sys.argv = [sys.argv[1], *sys.argv[2:]]
+try:
+    runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+except SystemExit:
+    pass
+print("LOADED", [m for m in {heavy} if m in sys.modules])
+""".format(heavy=HEAVY)
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
+def test_help_loads_no_heavy_module(command, tmp_path):
+    proc = subprocess.run([sys.executable, "-c", PROBE, *command, "--help"], cwd=REPO, env=study_env(tmp_path),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "usage: python -m normgrow" in proc.stdout
+    assert proc.stdout.strip().splitlines()[-1] == "LOADED []", proc.stdout[-500:]
+
+
+def parsers():
+    """Every parser of every command, subcommands included, by name."""
+    out = {}
+    for name, build in cli.PARSERS.items():
+        parser = build()
+        out[name] = parser
+        for action in parser._actions:
+            if action.choices and isinstance(action.choices, dict):  # the subparsers of python -m normgrow
+                out.update({f"{name} {sub}": p for sub, p in action.choices.items()})
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(parsers()))
+def test_every_argument_is_described_and_the_shared_options_agree(name):
+    parser = parsers()[name]
+    assert parser.description, f"{name} has no description"
+    undescribed = [a.dest for a in parser._actions if not a.help and not a.choices]
+    assert not undescribed, f"{name}: arguments without help: {undescribed}"
+    options = {a.dest: a for a in parser._actions}
+    if name == "normgrow":  # the subcommands hold the options
+        return
+    assert "outputs" in options and "NORMGROW_OUTPUTS" in options["outputs"].help
+    if name != "normgrow export":
+        assert options["profile"].default == "cpu" and not options["profile"].required
+        assert "Writes, under the outputs root" in parser.epilog
+
+
+def test_outputs_option_is_the_outputs_root(tmp_path, monkeypatch):
+    """A run of python -m normgrow run --outputs DIR lands in DIR/runs/<profile>/, not under NORMGROW_OUTPUTS."""
+    from normgrow import __main__ as entry
+    from normgrow.train import run
+    monkeypatch.setenv("NORMGROW_OUTPUTS", str(tmp_path / "elsewhere"))
+    fakes.install(monkeypatch)
+    monkeypatch.setattr(run, "record_notebook", lambda spec: None)  # the kernel has no fake cache
+    entry.main(["run", "--profile", "tiny", "--norm", "pre", "--schedule", "joint", "--run-name", "here",
+                "--outputs", str(tmp_path / "chosen"), "--overrides", json.dumps(fakes.TINY_OVERRIDES)])
+    assert (tmp_path / "chosen" / "runs" / "tiny").is_dir()
+    assert [p.name for p in (tmp_path / "chosen" / "runs" / "tiny").iterdir()][0].startswith("here")
+    assert not (tmp_path / "elsewhere").exists()
