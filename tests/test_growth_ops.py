@@ -1,6 +1,7 @@
 """Growth operators: function preservation for every (operator, placement) pair an operator claims, the pairs it
 does not claim, and the gated operator's ramp."""
 import pytest
+import numpy as np
 import torch
 
 import fakes
@@ -29,7 +30,7 @@ def prefix(norm, **kw):
 
 def val_ce(model) -> float:
     """train.evaluate's validation CE on the synthetic cache's 8 validation rows, in float32."""
-    return evaluate(model, CACHE.val, 8, 4, torch.device("cpu"), torch.float32,
+    return evaluate(model, CACHE.val, np.arange(8), 4, torch.device("cpu"), torch.float32,
                     VocabMap.for_cache(CACHE, "full"))["val_ce"]
 
 
