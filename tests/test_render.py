@@ -146,3 +146,15 @@ def test_diagnostics_page_is_styled_and_has_no_raw_json(tmp_path):
     headings = re.findall(r"<h2>(.*?)</h2>", visible)
     assert "Residual scale at every boundary (final checkpoint)" in headings
     assert not [h for h in headings if "_" in h], headings  # no code names as headings
+
+
+@pytest.mark.integration
+def test_an_executed_run_notebook_keeps_its_finished_bar_and_the_regime_line(finished_study):
+    """The study's kernel executed run_variant.ipynb: its saved output holds the text bar at its last step (a widget
+    bar's saved state read 0/N) and the run's closing line about the regime gate."""
+    root, _, _ = finished_study
+    run = root / "runs" / "tiny" / "post-grow-s0"
+    steps = json.loads((run / "summary.json").read_text())["steps"]
+    nb = nbformat.read(run / "run.ipynb", as_version=4)
+    text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+    assert f"{steps}/{steps}" in text and "post-grow-s0: final val_ce" in text

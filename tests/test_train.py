@@ -325,3 +325,19 @@ def test_subset_points_are_recorded_as_such_and_the_gate_reads_whole_split_point
         assert s["eval_positions"] < w["eval_positions"] or s["full_split"]
     assert [r["step"] for r in eval_curve(outputs / "runs" / "tiny" / "subset")] == [
         r["step"] for r in sub if r["full_split"]]
+
+
+def test_a_run_says_at_its_end_whether_the_regime_gate_counts_it_trained(outputs, capsys):
+    """A tiny run on the synthetic cache ends within a nat of the unigram level with a curve that did not improve:
+    its last line is a WARNING naming both criteria; with the level passed (a doctored final val_ce) only the curve
+    is named."""
+    from normgrow.config import load_profile
+    from normgrow.data import teacher_cache
+    from normgrow.train.run import regime_line
+    summary = run(norm="pre", schedule="joint")
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line.startswith("WARNING: pre-joint-s0: final val_ce") and "not trained by the regime gate" in line
+    assert "the unigram level" in line and "has not flattened" in line
+    cache = teacher_cache.ensure_cache(load_profile("tiny", fakes.TINY_OVERRIDES))  # the synthetic cache (fakes)
+    level_passed = regime_line(outputs / "runs" / "tiny" / "pre-joint-s0", {**summary, "val_ce": 0.5}, cache)
+    assert "unigram" not in level_passed and "has not flattened" in level_passed

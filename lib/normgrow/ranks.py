@@ -152,9 +152,12 @@ def launched_ranks(device: torch.device) -> Ranks:
 
 
 def progress_bar(**kwargs):
-    """tqdm.auto's bar, looked up when called: in a forked rank that is the text bar (_forked_rank)."""
-    import tqdm.auto
-    return tqdm.auto.tqdm(**kwargs)
+    """The text bar (tqdm.std) on stdout, in a terminal and in a notebook alike: a widget bar's state is not saved
+    with a headless notebook (papermill's output read 0/24 for a finished run) and never reaches papermill's
+    --log-output, where text does. Outside a terminal it redraws every 10 s at most, so that an executed notebook
+    keeps a few dozen lines of it, the last one the finished bar."""
+    import tqdm.std
+    return tqdm.std.tqdm(file=sys.stdout, mininterval=0.1 if sys.stdout.isatty() else 10.0, **kwargs)
 
 
 def _run_rank(cpu: bool, errors: str, fn, args) -> None:

@@ -713,7 +713,28 @@ def run_variant(spec: RunSpec, progress: bool = True) -> dict:
     check_processes("train.processes", tp.processes)
     cache = ensure_cache(prof, progress=progress)
     summary = on_ranks(tp.processes, device, train_ranks, spec, cache, phases, progress)
-    return (summary if summary is not None else read_summary(spec.dir)).to_json()
+    summary = (summary if summary is not None else read_summary(spec.dir)).to_json()
+    print(regime_line(spec.dir, summary, cache), flush=True)
+    return summary
+
+
+def regime_line(run_dir: Path, summary: dict, cache) -> str:
+    """One line on the run by the regime gate's two criteria (stats.regime_check, applied to this run alone): its
+    final val_ce at least UNIGRAM_MARGIN below the unigram level of its cache, and its curve flattened. A run that
+    fails either says so with WARNING, in the notebook and the command line alike."""
+    from ..analysis.stats import UNIGRAM_MARGIN, eval_curve, flatness
+    from ..data.corpus import unigram_val_ce
+    unigram = unigram_val_ce(cache.train.tokens, cache.val.tokens, cache.val.doc_start, cache.meta["vocab_size"])
+    below = unigram - summary["val_ce"]
+    flat = flatness(eval_curve(run_dir), summary["val_ce"], summary["tokens"])
+    head = f"{summary['run_name']}: final val_ce {summary['val_ce']:.4f}"
+    problems = ([f"it ends {abs(below):.3f} nats {'above' if below < 0 else 'below'} the unigram level {unigram:.3f} "
+                 f"(trained needs {UNIGRAM_MARGIN:.1f} below)"] if below < UNIGRAM_MARGIN else [])
+    problems += [] if flat["flattened"] else [f"its curve has not flattened ({flat['flat_note']})"]
+    if problems:
+        return f"WARNING: {head}; not trained by the regime gate: {'; '.join(problems)}"
+    return (f"{head}, {below:.3f} nats below the unigram level {unigram:.3f}, its curve flattened (ratio "
+            f"{flat['flat_ratio']:.3f}): trained by the regime gate")
 
 
 def record_notebook(spec: RunSpec) -> Path | None:
