@@ -127,11 +127,13 @@ def sweep_parser() -> argparse.ArgumentParser:
 
 
 def grid_parser() -> argparse.ArgumentParser:
-    parser = _parser("python -m normgrow.grid", "A map of settings (params/grids/<grid>.yaml), each judged with the "
-                     "study's gates; only the runs a setting changes are trained, the others are the study's.",
+    parser = _parser("python -m normgrow.grid", "A grid of settings (params/grids/<grid>.yaml): the robustness map, "
+                     "each setting judged with the study's gates, or the regime ladder, each rung's depth gains; only "
+                     "the runs a setting changes are trained, the others are the study's.",
                      "each run to runs/<profile>/grid-<setting>-.../ and grid.csv, runs.csv, grid.json, "
-                     "report.html, forest.svg to grid/<profile>/<grid>/")
-    parser.add_argument("--grid", default="robustness", help="a file in params/grids (default: robustness)")
+                     "report.html, depth.svg and (with grown runs) forest.svg to grid/<profile>/<grid>/")
+    parser.add_argument("--grid", default="robustness", help="a file in params/grids: robustness (the map) or ladder "
+                        "(where depth pays) (default: robustness)")
     parser.add_argument("--settings", nargs="+", help="train only these settings of the grid (the record, grid.csv "
                         "and the report, always covers every setting)")
     _seeds(parser, "override the grid's seeds")
