@@ -40,3 +40,24 @@ def test_a_finished_kernel_is_shut_down_without_an_interrupt():
         await km.shutdown_kernel()
         return sent
     assert signal.SIGINT not in asyncio.run(lifetime())
+
+
+def test_notebooks_executed_at_once_in_one_folder_each_talk_to_their_own_kernel(tmp_path):
+    """Two notebooks of one folder executed at the same time, as the runners' workers execute run_variant.ipynb:
+    both finish with their own outputs. Their ipc sockets once shared jupyter_client's default path (kernel-ipc-N in
+    the working directory), and each kernel read the other's messages ("Invalid Signature") and hung."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(f"import time\nfor i in range(20):\n    time.sleep(0.05)\nprint('{w}')")
+                for w in ("first", "second")]
+    for name in ("a", "b"):
+        nbformat.write(nb, tmp_path / f"{name}.ipynb")
+    code = ("import sys; from pathlib import Path; from normgrow.utils import execute_notebook; "
+            "execute_notebook(Path(sys.argv[1]), Path(sys.argv[2]), {})")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path / f"{n}.ipynb"), str(tmp_path / f"{n}-out.ipynb")],
+                              cwd=REPO, env=study_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True) for n in ("a", "b")]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0] and not any("Invalid Signature" in o for o in outs), outs
+    for n in ("a", "b"):
+        cells = nbformat.read(tmp_path / f"{n}-out.ipynb", 4).cells
+        assert ["".join(o.get("text", "") for o in c.outputs).strip() for c in cells] == ["first", "second"]
