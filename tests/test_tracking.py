@@ -42,7 +42,7 @@ def test_tensorboard_events_read_back_as_the_metrics(outputs):
         assert value == pytest.approx(r["loss"], rel=1e-6)  # float32 in the event file
     assert [v for _, v in got["train/lr"]] == pytest.approx([r["lr"] for r in train], rel=1e-6)
     assert [v for _, v in got["run/depth"]] == [r["depth"] for r in train]  # the phase boundaries: 1, 2, 3
-    evals = [r for r in lines if r["kind"] != "train"]
+    evals = [r for r in lines if r["kind"] not in ("train", "growth")]
     assert [s for s, _ in got["val/ce"]] == [r["step"] for r in evals]
     assert [v for _, v in got["val/ce"]] == pytest.approx([r["val_ce"] for r in evals], rel=1e-6)
 
@@ -107,3 +107,23 @@ def test_a_tracked_run_gives_accelerate_s_process_state_back(outputs, monkeypatc
     with pytest.raises(RuntimeError, match="no batch"):  # the run stops at its first step, trackers open
         run("stopped")
     assert not PartialState._shared_state
+
+
+def test_growth_events_and_the_parameters_land_in_the_run_s_own_event_file(outputs):
+    """A grown run's metrics.jsonl holds a growth record per growth (step, new depth, val_ce before: the previous
+    phase's end; after: the phase summary's val_ce_after_growth), TensorBoard shows them as growth/* scalars, and
+    the hyperparameters sit in the run's own event folder: no second run folder beside it."""
+    summary = run("grown")
+    growth = [r for r in records(outputs, "grown") if r["kind"] == "growth"]
+    assert [(r["step"], r["depth"]) for r in growth] == [(4, 2), (8, 3)]
+    phases = summary["phases"]
+    assert [r["val_ce_before"] for r in growth] == [p["val_ce"] for p in phases[:2]]
+    assert [r["val_ce_after"] for r in growth] == [p["val_ce_after_growth"] for p in phases[1:]]
+    got = scalars(outputs, "grown")
+    assert got["growth/depth"] == [(4, 2.0), (8, 3.0)]
+    assert [v for _, v in got["growth/val_ce_after"]] == pytest.approx([r["val_ce_after"] for r in growth], rel=1e-6)
+    folder = outputs / "runs" / "tiny" / "grown" / tracking.TENSORBOARD_DIR
+    assert not [p for p in folder.rglob("*") if p.is_dir()]  # accelerate's add_hparams made a timestamped subfolder
+    acc = EventAccumulator(str(folder))
+    acc.Reload()
+    assert acc.summary_metadata  # the hparams plugin's summaries, in this event file

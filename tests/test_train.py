@@ -325,6 +325,12 @@ def test_subset_points_are_recorded_as_such_and_the_gate_reads_whole_split_point
         assert s["eval_positions"] < w["eval_positions"] or s["full_split"]
     assert [r["step"] for r in eval_curve(outputs / "runs" / "tiny" / "subset")] == [
         r["step"] for r in sub if r["full_split"]]
+    # whole-split points carry the subset's value too, and the run's curve is drawn on the subset throughout
+    from normgrow.viz.plots import val_records
+    assert all("val_ce_subset" in r for r in sub if r["full_split"]) and not any("val_ce_subset" in r for r in whole)
+    curve = val_records(outputs / "runs" / "tiny" / "subset")
+    assert list(curve["val_ce"]) == [r["val_ce_subset"] if r["full_split"] else r["val_ce"] for r in sub]
+    assert list(val_records(outputs / "runs" / "tiny" / "whole")["val_ce"]) == [r["val_ce"] for r in whole]
 
 
 def test_a_run_says_at_its_end_whether_the_regime_gate_counts_it_trained(outputs, capsys):

@@ -62,6 +62,9 @@ GROWTH_EVAL = "growth_eval"
 """The metrics.jsonl kind of the extra evaluations after a growth (train.eval_after_growth): drawn with the curves,
 never counted by the regime's flatness (stats.CURVE_KINDS), whose points are the whole-split ones of eval_every and
 phase ends."""
+GROWTH = "growth"
+"""The metrics.jsonl kind of a growth event: the step it happens at (the previous phase's last), the new depth, and
+val_ce before (the previous phase's end) and after (the grown model before any update, the whole split)."""
 DIAGNOSTICS = "diagnostics.json"  # a run's cached diagnostics (<run>/), and the study's (outputs/study/<profile>/)
 CHECKPOINTS, LAST, FINAL = "checkpoints", "last.pt", "final.pt"
 PHASE_FILE = re.compile(r"phase(\d+)_depth(\d+)\.pt")

@@ -76,7 +76,7 @@ from .growth import Phase, plan_phases
 from ..student.growth_ops import GROWTH_OPS
 from ..student.model import Student, StudentConfig, save_student
 from ..ranks import Ranks, check_processes, on_ranks, outside_launch, progress_bar
-from ..rundir import (CHECKPOINTS, CONFIG, FINAL, GROWTH_EVAL, LAST, LOCK, METRICS, NOTEBOOK, PhaseSummary,
+from ..rundir import (CHECKPOINTS, CONFIG, FINAL, GROWTH, GROWTH_EVAL, LAST, LOCK, METRICS, NOTEBOOK, PhaseSummary,
                       RunDirError, RunLock, Summary, identity_differences, is_finished, metrics_record,
                       phase_checkpoint, phase_checkpoints, read_identity, read_summary, run_path, set_aside,
                       write_summary)
@@ -388,8 +388,11 @@ class Run:
 
     def evaluate(self, full: bool) -> dict:
         """The validation metrics of the model now on the whole split (full) or the fixed subset (eval_subset), with
-        "full_split" saying which, its wall seconds added to counters["eval_s"]. Batches of EVAL_BATCH_TOKENS tokens,
-        or of train.batch_size rows if those are more."""
+        "full_split" saying which, its wall seconds added to counters["eval_s"]. A whole-split evaluation of a run
+        whose subset is smaller also records the subset's values (val_ce_subset, val_kd_ce_subset: one more forward
+        over the subset's rows), so that a learning curve can be drawn on one set of rows throughout (the subset
+        differs from the whole split by a few hundredths of a nat, docs/DESIGN.md "Evaluation"). Batches of
+        EVAL_BATCH_TOKENS tokens, or of train.batch_size rows if those are more."""
         tp, t0 = self.spec.profile.train, time.perf_counter()
         batch_rows = max(tp.batch_size, EVAL_BATCH_TOKENS // self.spec.profile.data.seq_len)
         rows = np.arange(self.cache.val.tokens.shape[0]) if full else self.eval_subset
@@ -397,8 +400,13 @@ class Run:
                            self.ranks)
         check_finite(self.spec.run_name, self.counters["step"], {k: metrics[k] for k in ("val_ce", "val_kd_ce")},
                      self.cache, "val", rows)
+        whole = len(rows) == self.cache.val.tokens.shape[0]
+        if whole and len(self.eval_subset) < len(rows):  # the subset's value too: curves draw one set of rows
+            subset = evaluate(self.model, self.cache.val, self.eval_subset, batch_rows, self.device, self.dtype,
+                              self.vocab, self.ranks)
+            metrics |= {"val_ce_subset": subset["val_ce"], "val_kd_ce_subset": subset["val_kd_ce"]}
         self.counters["eval_s"] += time.perf_counter() - t0
-        return metrics | {"full_split": bool(full or len(rows) == self.cache.val.tokens.shape[0])}
+        return metrics | {"full_split": whole}
 
     def save(self, path: Path, extra: dict) -> None:
         """save_student of the model now, its wall seconds added to counters["checkpoint_s"] (counted in the next
@@ -635,6 +643,10 @@ def train_phase(run: Run, phase: Phase, phase_start: int, optimizer: torch.optim
     if grows:
         at_step(phase_start)
         counters["val_ce_after_growth"] = run.evaluate(full=True)["val_ce"]
+        if run.ranks.main:
+            run.log.write({"kind": GROWTH, "step": phase_start, "phase": phase.index, "depth": phase.depth,
+                           "val_ce_before": counters["phases"][-1]["val_ce"],
+                           "val_ce_after": counters["val_ce_after_growth"]})
     optimizer = phase_optimizer(run, phase, phase_start, optimizer)
     trainable = [p for p in model.parameters() if p.requires_grad]
     step_fn = DistillStep(model, spec.profile.distill, run.compiled)

@@ -9,8 +9,11 @@ Choices:
     otherwise: no machine here reaches a server) and ``trackio`` when installed and chosen in the profile; a chosen
     tracker that is not installed is refused before any work (missing_trackers), naming the package to install.
   - Tags: ``train/<key>`` for every number of a train record (loss, lr, grad_norm, tok_s and the loss terms),
-    ``val/ce`` and ``val/kd_ce`` for evaluations, ``run/depth`` and ``run/phase`` (the phase boundaries: depth steps
-    up at each growth), all against the optimizer step; the run's recorded parameters as hyperparameters.
+    ``val/ce`` and ``val/kd_ce`` for evaluations (``val/ce_subset`` for the subset points: another set of rows),
+    ``run/depth`` and ``run/phase`` (the phase boundaries: depth steps up at each growth), ``growth/depth``,
+    ``growth/val_ce_before`` and ``growth/val_ce_after`` at each growth's step (the growth record), all against the
+    optimizer step; the run's recorded parameters as hyperparameters, once, in the run's own event file (accelerate's
+    store_init_configuration writes them as a run of their own beside it, which TensorBoard lists as another run).
   - Resume: metrics.jsonl is cut back to the checkpoint's last line; TensorBoard's ``purge_step`` drops the events
     after the resumed step in the same way, so each step appears once in both.
   - Not part of a run's identity (rundir.NOT_COMPARED): where a run is mirrored does not change what it computes.
@@ -20,6 +23,8 @@ from __future__ import annotations
 import importlib.util
 import os
 from pathlib import Path
+
+from ..rundir import GROWTH
 
 TRACKERS = ("tensorboard", "wandb", "trackio")
 """Allowed values of train.trackers (config.choices)."""
@@ -49,6 +54,15 @@ def _flat(config: dict, prefix: str = "") -> dict:
     return out
 
 
+def _tensorboard_hparams(writer, values: dict) -> None:
+    """The run's parameters as TensorBoard hyperparameters in the writer's own event file (torch's hparams summary
+    written there, as SummaryWriter.add_hparams would write into a new subfolder)."""
+    from torch.utils.tensorboard.summary import hparams
+    for summary in hparams(values, {}):
+        writer.file_writer.add_summary(summary)
+    writer.flush()
+
+
 class RunTrackers:
     """The trackers of one run (rank 0 only): ``log(record)`` for each metrics.jsonl record, ``finish()`` at the end."""
 
@@ -75,7 +89,10 @@ class RunTrackers:
             tracker.main_process_only = False  # only rank 0 builds trackers: no accelerate process state needed
             tracker.start()
             if not resume_step:
-                tracker.store_init_configuration(_flat(config))
+                if name == "tensorboard":
+                    _tensorboard_hparams(tracker.writer, _flat(config))
+                else:
+                    tracker.store_init_configuration(_flat(config))
             self.trackers.append(tracker)
 
     def log(self, record: dict) -> None:
@@ -84,8 +101,13 @@ class RunTrackers:
             values = {f"train/{k}": v for k, v in record.items()
                       if k not in ("kind", "step", "phase", "depth") and isinstance(v, (int, float))}
             values |= {"run/depth": record["depth"], "run/phase": record["phase"]}
-        else:  # eval, phase_end
+        elif kind == GROWTH:
+            values = {"growth/depth": record["depth"], "growth/val_ce_before": record["val_ce_before"],
+                      "growth/val_ce_after": record["val_ce_after"]}
+        elif record.get("full_split", True):  # eval, phase_end, growth_eval
             values = {"val/ce": record["val_ce"], "val/kd_ce": record["val_kd_ce"]}
+        else:
+            values = {"val/ce_subset": record["val_ce"], "val/kd_ce_subset": record["val_kd_ce"]}
         for tracker in self.trackers:
             tracker.log(values, step=step)
 

@@ -43,16 +43,30 @@ def val_records(run_dir: Path, metric: str = "val_ce") -> pd.DataFrame | None:
         print(f"no learning curve from {path}: no {', '.join(missing)}")
         return None
     df = df[df["kind"].isin(VAL_KINDS)]
-    return df.drop_duplicates("step", keep="last").sort_values("step")
+    return on_one_set_of_rows(df, metric).drop_duplicates("step", keep="last").sort_values("step")
+
+
+def on_one_set_of_rows(df: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """A run's validation records with `metric` on one set of rows at every point: a run that evaluated a subset
+    at some points (full_split False) is drawn on the subset throughout (the whole-split points carry the subset's
+    value as <metric>_subset); a whole-split point without it (a run from before it was recorded) is left out rather
+    than drawn a few hundredths of a nat off the line. Other runs are returned as they are."""
+    if "full_split" not in df.columns or df["full_split"].fillna(True).astype(bool).all():
+        return df
+    subset = f"{metric}_subset"
+    full = df["full_split"].fillna(True).astype(bool)
+    values = df[metric].where(~full, df[subset] if subset in df.columns else float("nan"))
+    return df.assign(**{metric: values}).dropna(subset=[metric])
 
 
 def val_ce_curve(run_dirs: list[Path] | Path, metric: str = "val_ce") -> go.Figure:
-    """Validation CE against active-layer tokens, one line per run, phase ends marked (dotted lines, depth labels)."""
+    """Validation CE against active-layer tokens, one line per run (on one set of rows: on_one_set_of_rows), phase
+    ends marked (dotted lines, depth labels)."""
     run_dirs = [run_dirs] if isinstance(run_dirs, (str, Path)) else run_dirs
     fig = go.Figure()
     for run_dir in run_dirs:
         df = read_metrics(run_dir)
-        evals = df[df["kind"].isin(VAL_KINDS)]
+        evals = on_one_set_of_rows(df[df["kind"].isin(VAL_KINDS)], metric)
         fig.add_trace(go.Scatter(x=evals["active_layer_tokens"], y=evals[metric], mode="lines+markers",
                                  name=Path(run_dir).name))
         for _, row in df[df["kind"] == "phase_end"].iterrows():
