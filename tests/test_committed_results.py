@@ -15,7 +15,7 @@ from normgrow.analysis import diagnostics
 from normgrow.viz import report
 
 ROOT = Path(__file__).resolve().parents[1]
-STUDIES = sorted(p.name for p in (ROOT / "outputs" / "study").iterdir() if (p / "claims.csv").is_file())
+STUDIES = sorted(p.parent.name for p in (ROOT / "outputs" / "study").glob("*/claims.csv"))
 GRIDS = sorted(p.parent.relative_to(ROOT / "outputs" / "grid").as_posix()
                for p in (ROOT / "outputs" / "grid").glob("*/*/grid.csv"))
 TABLES = ("summary", "variant_stats", "gaps", "crossover", "claims", "regime", "depth")
