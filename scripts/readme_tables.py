@@ -1,6 +1,7 @@
 """docs/RESULTS.md: a study's result tables as Markdown from its committed files (outputs/study/<profile>/*.csv,
 baselines.json) and those of every grid of the profile (outputs/grid/<profile>/<grid>/grid.csv).
-Run: .venv/bin/python scripts/readme_tables.py cpu > docs/RESULTS.md"""
+Run: .venv/bin/python scripts/readme_tables.py cpu > docs/RESULTS.md; with --ladder, README's table of the regime
+ladder (outputs/grid/<profile>/ladder/grid.csv)."""
 import json
 import sys
 
@@ -78,5 +79,22 @@ def main(profile: str) -> None:
                   f"{r['grow_verdict']}, {r['interaction_verdict']} | {r['gate']} |")
 
 
+def ladder(profile: str) -> None:
+    """README's ladder table: a row per rung of outputs/grid/<profile>/ladder/grid.csv, its regime and each
+    placement's depth gain (single - joint, paired by seed, 95% interval; '(n seeds)' where fewer than planned)."""
+    frame = pd.read_csv(outputs_dir() / "grid" / profile / "ladder" / "grid.csv")
+    print("| rung | unique tokens | tokens per run | d_model | warmup | depth gain pre | depth gain post | "
+          "runs done | depth pays |\n|---|---|---|---|---|---|---|---|---|")
+    for _, r in frame.iterrows():
+        gains = [ci(r[f"depth_gain_{s}"], r[f"depth_gain_{s}_ci_low"], r[f"depth_gain_{s}_ci_high"], sign=True)
+                 if pd.notna(r[f"depth_gain_{s}"]) else "" for s in "ab"]
+        print(f"| {r['setting']} | {int(r['unique_tokens']):,} | {int(r['run_tokens']):,} | {int(r['d_model'])} | "
+              f"{int(r['warmup_steps'])} | {gains[0]} | {gains[1]} | {int(r['runs_finished'])} of "
+              f"{int(r['runs_needed'])} | {'yes' if r['depth_pays'] is True or r['depth_pays'] == 'True' else 'no'} |")
+
+
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "cpu")
+    if "--ladder" in sys.argv:
+        ladder(next((a for a in sys.argv[1:] if a != "--ladder"), "cpu"))
+    else:
+        main(sys.argv[1] if len(sys.argv) > 1 else "cpu")

@@ -38,7 +38,7 @@ def spec(run_name, extra=None, **kw):
 
 def train_records(run_dir):
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [r for r in lines if r["kind"] == "train"], [r for r in lines if r["kind"] not in ("train", "growth")]
+    return [r for r in lines if r["kind"] == "train"], [r for r in lines if r["kind"] not in ("train", "growth", "boundary")]
 
 
 def test_ranks_split_the_rows_of_the_same_global_batch():

@@ -42,7 +42,7 @@ def test_tensorboard_events_read_back_as_the_metrics(outputs):
         assert value == pytest.approx(r["loss"], rel=1e-6)  # float32 in the event file
     assert [v for _, v in got["train/lr"]] == pytest.approx([r["lr"] for r in train], rel=1e-6)
     assert [v for _, v in got["run/depth"]] == [r["depth"] for r in train]  # the phase boundaries: 1, 2, 3
-    evals = [r for r in lines if r["kind"] not in ("train", "growth")]
+    evals = [r for r in lines if r["kind"] not in ("train", "growth", "boundary")]
     assert [s for s, _ in got["val/ce"]] == [r["step"] for r in evals]
     assert [v for _, v in got["val/ce"]] == pytest.approx([r["val_ce"] for r in evals], rel=1e-6)
 
@@ -127,3 +127,27 @@ def test_growth_events_and_the_parameters_land_in_the_run_s_own_event_file(outpu
     acc = EventAccumulator(str(folder))
     acc.Reload()
     assert acc.summary_metadata  # the hparams plugin's summaries, in this event file
+
+
+def test_every_evaluation_logs_the_boundary_scales_by_token_group(outputs):
+    """A boundary record after every evaluation (step 0 included): rms per token group at each block boundary h_0 ..
+    h_depth of the model then, the whole-batch group equal to diagnostics.boundary_rms of the final checkpoint on the
+    same fixed batch (up to the run's float32 arithmetic), and TensorBoard's boundary_rms/<group>/h<i> scalars."""
+    from normgrow.analysis.diagnostics import DEFAULT_N, boundary_rms, make_batch
+    from normgrow.config import load_profile
+    from normgrow.data import teacher_cache
+    from normgrow.data.vocab import VocabMap
+    from normgrow.student.model import load_student
+    run("scaled")
+    lines = records(outputs, "scaled")
+    evals = [r["step"] for r in lines if r["kind"] in ("eval", "phase_end", "growth_eval")]
+    bounds = [r for r in lines if r["kind"] == "boundary"]
+    assert [r["step"] for r in bounds] == evals and [len(r["rms"]["all"]) for r in bounds][-1] == 3 + 1
+    cache = teacher_cache.ensure_cache(load_profile("tiny", fakes.TINY_OVERRIDES))
+    batch = make_batch(cache.val, cache, DEFAULT_N)
+    model = load_student(outputs / "runs" / "tiny" / "scaled" / "checkpoints" / "final.pt").eval()
+    vocab = load_profile("tiny", fakes.TINY_OVERRIDES).student.vocab
+    batch["tokens"] = VocabMap.for_cache(cache, vocab).restrict(batch)["tokens"]
+    assert bounds[-1]["rms"]["all"] == pytest.approx(boundary_rms(model, batch)["all"], rel=1e-5)
+    got = scalars(outputs, "scaled")
+    assert [v for _, v in got["boundary_rms/all/h3"]][-1] == pytest.approx(bounds[-1]["rms"]["all"][3], rel=1e-6)

@@ -180,6 +180,16 @@ def make_batch(split, tokenizer_or_meta, n: int = DEFAULT_N, cache_key: str | No
     return batch
 
 
+@torch.no_grad()
+def boundary_rms(model: Student, batch: dict) -> dict[str, list]:
+    """{group: [rms of h_0, ..., h_N]} of the model on the fixed batch (make_batch, in the model's own vocabulary):
+    the boundaries entry of diagnose_model without the rest, in whatever precision the caller runs the model (a run
+    logs it at each evaluation, under its autocast, rundir.BOUNDARY)."""
+    masks = group_masks(batch["classes"])
+    return {g: [_group_stats(h.double().pow(2).mean(-1), {g: m}, "rms")[g] for h in model.boundaries(batch["tokens"])]
+            for g, m in masks.items()}
+
+
 # ------------------------------------------------------------------------------------------------ one model
 def _loss_rows(batch: dict) -> dict:
     keys = ("targets", "mask", "topk_ids", "topk_logp", "tail_logp")

@@ -76,7 +76,7 @@ from .growth import Phase, plan_phases
 from ..student.growth_ops import GROWTH_OPS
 from ..student.model import Student, StudentConfig, save_student
 from ..ranks import Ranks, check_processes, on_ranks, outside_launch, progress_bar
-from ..rundir import (CHECKPOINTS, CONFIG, FINAL, GROWTH, GROWTH_EVAL, LAST, LOCK, METRICS, NOTEBOOK, PhaseSummary,
+from ..rundir import (BOUNDARY, CHECKPOINTS, CONFIG, FINAL, GROWTH, GROWTH_EVAL, LAST, LOCK, METRICS, NOTEBOOK, PhaseSummary,
                       RunDirError, RunLock, Summary, identity_differences, is_finished, metrics_record,
                       phase_checkpoint, phase_checkpoints, read_identity, read_summary, run_path, set_aside,
                       write_summary)
@@ -376,6 +376,7 @@ class Run:
     ranks: Ranks = Ranks()
     accelerator: object = None  # accelerate.Accelerator of a data-parallel run (DDP wrapping, backward)
     compiled: bool = False
+    boundary_batch: dict | None = None  # log_boundaries' fixed batch, built at its first use
     session_start: float = field(default_factory=time.perf_counter)
     wall_before: float = 0.0
 
@@ -407,6 +408,24 @@ class Run:
             metrics |= {"val_ce_subset": subset["val_ce"], "val_kd_ce_subset": subset["val_kd_ce"]}
         self.counters["eval_s"] += time.perf_counter() - t0
         return metrics | {"full_split": whole}
+
+    def log_boundaries(self, step: int) -> None:
+        """A BOUNDARY record of the model now (rank 0): diagnostics.boundary_rms on the fixed batch of the first
+        DEFAULT_N validation rows, mapped to the student's vocabulary, under the run's autocast; its seconds count
+        as evaluation time."""
+        from ..analysis.diagnostics import DEFAULT_N, boundary_rms, make_batch
+        t0 = time.perf_counter()
+        if self.boundary_batch is None:
+            batch = make_batch(self.cache.val, self.cache, DEFAULT_N, cache_key=self.cache.key)
+            self.boundary_batch = {"tokens": self.vocab.restrict(batch)["tokens"].to(self.device),
+                                   "classes": batch["classes"].to(self.device)}
+        was_training = self.model.training
+        self.model.eval()
+        with _autocast(self.device, self.dtype):
+            rms = boundary_rms(self.model, self.boundary_batch)
+        self.model.train(was_training)
+        self.log.write({"kind": BOUNDARY, "step": step, "depth": self.model.cfg.n_layers, "rms": rms})
+        self.counters["eval_s"] += time.perf_counter() - t0
 
     def save(self, path: Path, extra: dict) -> None:
         """save_student of the model now, its wall seconds added to counters["checkpoint_s"] (counted in the next
@@ -456,6 +475,7 @@ def start_run(spec: RunSpec, cache, run_dir: Path, phases: list[Phase], state: d
         if ranks.main:
             run.log.write({"kind": "eval", "step": 0, "phase": 0, "depth": phases[0].depth, "tokens": 0,
                            "active_layer_tokens": 0, **metrics})
+            run.log_boundaries(0)
     return run
 
 
@@ -675,6 +695,7 @@ def train_phase(run: Run, phase: Phase, phase_start: int, optimizer: torch.optim
                             tok_s=f"{run.tokens_per_step / step_s:.0f}")
         if evaluation is not None:
             run.log.write(record)
+            run.log_boundaries(counters["step"])
         at_phase_end = counters["step"] == phase_end
         if at_phase_end or counters["step"] % tp.checkpoint_every == 0:
             checkpoint(run, phase, optimizer, record if at_phase_end else None)

@@ -11,7 +11,9 @@ Choices:
   - Tags: ``train/<key>`` for every number of a train record (loss, lr, grad_norm, tok_s and the loss terms),
     ``val/ce`` and ``val/kd_ce`` for evaluations (``val/ce_subset`` for the subset points: another set of rows),
     ``run/depth`` and ``run/phase`` (the phase boundaries: depth steps up at each growth), ``growth/depth``,
-    ``growth/val_ce_before`` and ``growth/val_ce_after`` at each growth's step (the growth record), all against the
+    ``growth/val_ce_before`` and ``growth/val_ce_after`` at each growth's step (the growth record),
+    ``boundary_rms/<token group>/h<i>`` at each evaluation (the residual stream's scale at every block boundary on the
+    diagnostics' fixed batch: the boundary record), all against the
     optimizer step; the run's recorded parameters as hyperparameters, once, in the run's own event file (accelerate's
     store_init_configuration writes them as a run of their own beside it, which TensorBoard lists as another run).
   - Resume: metrics.jsonl is cut back to the checkpoint's last line; TensorBoard's ``purge_step`` drops the events
@@ -24,7 +26,7 @@ import importlib.util
 import os
 from pathlib import Path
 
-from ..rundir import GROWTH
+from ..rundir import BOUNDARY, GROWTH
 
 TRACKERS = ("tensorboard", "wandb", "trackio")
 """Allowed values of train.trackers (config.choices)."""
@@ -101,6 +103,9 @@ class RunTrackers:
             values = {f"train/{k}": v for k, v in record.items()
                       if k not in ("kind", "step", "phase", "depth") and isinstance(v, (int, float))}
             values |= {"run/depth": record["depth"], "run/phase": record["phase"]}
+        elif kind == BOUNDARY:
+            values = {f"boundary_rms/{group}/h{i}": v for group, per in record["rms"].items()
+                      for i, v in enumerate(per) if v is not None}
         elif kind == GROWTH:
             values = {"growth/depth": record["depth"], "growth/val_ce_before": record["val_ce_before"],
                       "growth/val_ce_after": record["val_ce_after"]}
