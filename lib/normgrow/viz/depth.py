@@ -77,10 +77,11 @@ def depth_svg(frame: pd.DataFrame) -> str:
         out.append(f"<line x1='{left}' x2='{left + plot_w}' y1='{ym}' y2='{ym}' stroke='#888' stroke-dasharray='5,4'/>"
                    f"<text x='{left - 6}' y='{ym + 4}' text-anchor='end' fill='#666'>{float(margin.iloc[0]):.3f}</text>"
                    f"<text x='{left + plot_w - 4}' y='{ym - 4}' text-anchor='end' fill='#666'>depth margin</text>")
-    for tick in range(math.ceil(x_lo), math.floor(x_hi) + 1):
-        out.append(f"<text x='{x(10 ** tick)}' y='{top + plot_h + 16}' text-anchor='middle'>{10 ** tick:g}</text>")
+    decades = [10.0 ** t for t in range(math.ceil(x_lo), math.floor(x_hi) + 1)]
+    for tick in decades or sorted({p["x"] for p in points}):  # no decade in range: the points' own values
+        out.append(f"<text x='{x(tick)}' y='{top + plot_h + 16}' text-anchor='middle'>{tick:.3g}</text>")
     for p in points:
-        px = x(p["x"])
+        px = x(p["x"]) + (-4 if p["colour"] == PLACEMENT_COLORS[0] else 4)  # a rung's two placements side by side
         if pd.notna(p["low"]) and pd.notna(p["high"]):
             out.append(f"<line x1='{px}' x2='{px}' y1='{y(p['low'])}' y2='{y(p['high'])}' stroke='{p['colour']}'/>")
         out.append(f"<circle cx='{px}' cy='{y(p['gain'])}' r='4' fill='{p['colour']}'/>")
