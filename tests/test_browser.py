@@ -135,17 +135,16 @@ def test_exported_run_notebook_draws_offline(browser, finished_study, tmp_path):
 
 @needs_chromium
 def test_grid_page_fits_and_names_its_colours(browser, tmp_path):
-    """The map's page of the committed cpu runs (grid.grid_report_html, written to tmp_path: the committed page is
-    not touched): it fits the window, its forest plot draws without a console warning (error bars coloured by
-    verdict), and its legend names every verdict drawn and the reference line."""
+    """The ladder's page of the committed cpu runs (grid.grid_report_html, written to tmp_path: the committed page is
+    not touched): it fits the window, its depth figure draws without a console warning, and its legend names both
+    placements."""
     from normgrow import grid
-    plan = grid.plan_grid("cpu", grid.load_grid("robustness"))
+    plan = grid.plan_grid("cpu", grid.load_grid("ladder"))
     frame = grid.grid_frame(plan)
     path = tmp_path / "grid.html"
     path.write_text(grid.grid_report_html(plan, frame))
-    seen = open_offline(browser, path, "grid_cpu_robustness.png")
+    seen = open_offline(browser, path, "grid_cpu_ladder.png")
     check_page(seen, min_figures=1)
-    legend = seen["page"].locator("#fig-forest .legend").text_content()
-    for name in {*frame["grow_verdict"], *frame["interaction_verdict"], "reference"}:
-        assert name in legend, (name, legend)
+    legend = seen["page"].locator("#fig-depth .legend").text_content()
+    assert "pre" in legend and "post" in legend, legend
     seen["page"].close()
