@@ -298,9 +298,9 @@ def setting_unigram(plan: GridPlan, setting: Setting) -> float | None:
     return baselines(plan.profile, {**plan.overrides, **setting.overrides}).get("unigram_val_ce")
 
 
-def joint_tflop(plan: GridPlan, setting: Setting) -> float:
+def joint_tflop(plan: GridPlan, setting: Setting, prof) -> float:
     """The matmul TFLOP of a finished joint run of the setting's placement a (bench.student_step_flops per token of
-    its student, vocabulary as it trained, x its tokens); NaN when there is none."""
+    its student, prof: the setting's profile, vocabulary as it trained, x its tokens); NaN when there is none."""
     from .bench import student_step_flops
     from .student.model import StudentConfig
     a = setting.placements[0]
@@ -309,7 +309,6 @@ def joint_tflop(plan: GridPlan, setting: Setting) -> float:
     if not names:
         return math.nan
     summary = read_finished(run_path(plan.profile, names[0]))[0]
-    prof = setting_profile(plan, setting)
     cfg = StudentConfig.from_params(prof.student, vocab_size=summary.vocab["size"], n_layers=summary.depth, norm=a,
                                     max_seq_len=prof.data.seq_len)
     return student_step_flops(cfg, 1, prof.data.seq_len)["step"] * summary.tokens / prof.data.seq_len / 1e12
@@ -329,7 +328,7 @@ def judge_setting(plan: GridPlan, setting: Setting, reference: Reference, unigra
            "lrs": " ".join(f"{n}-{s} {lr:g}" for n, s, lr in dict.fromkeys((c.norm, c.schedule, c.lr) for c in cells)),
            "unigram_val_ce": unigram, "unique_tokens": prof.data.train_tokens,
            "run_tokens": sum(prof.train.stage_tokens), "d_model": prof.student.d_model,
-           "warmup_steps": prof.train.warmup_steps, "joint_tflop": joint_tflop(plan, setting)}
+           "warmup_steps": prof.train.warmup_steps, "joint_tflop": joint_tflop(plan, setting, prof)}
     for name, norm in (("a", a), ("b", b)):
         gain = mean_ci(paired_differences(runs, f"{norm}-single", f"{norm}-joint").values, level)
         row |= {f"depth_gain_{name}_ci_low": gain["ci_low"], f"depth_gain_{name}_ci_high": gain["ci_high"]}

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..rundir import RunDirError, read_metrics, run_path
+from ..rundir import FLAT_TAIL, RunDirError, read_metrics, run_path
 from .variants import GapSpec, StudyRuns, Variant
 
 LEVEL = 0.95
@@ -41,8 +41,6 @@ mean alone would pass a variant with one seed left on the plateau beside two tra
 unigram model is the context-free level: a student within a nat of it (perplexity within a factor e) has learned
 little beyond token frequencies, and two such students differ in how fast they leave that plateau (optimisation at
 this budget), not in what norm placement does to a trained model, which is what the claims are about."""
-FLAT_TAIL = 0.2
-"""The final fraction of a run's tokens whose improvement tells whether its validation curve has flattened."""
 FLAT_LIMIT = 0.10
 """A run has flattened when its last FLAT_TAIL of tokens improved val_ce by less than this fraction of the run's
 total improvement; a curve still falling faster than that means a longer budget would move the numbers compared."""

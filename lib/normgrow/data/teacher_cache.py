@@ -237,15 +237,14 @@ def teacher_pass(ranks: Ranks, params: TeacherParams, splits: list[str], tmp: Pa
     vocab = int(model.get_output_embeddings().weight.shape[0])
     if k >= vocab:
         raise ParamError(f"cache.k={k} must be smaller than the teacher's vocabulary ({vocab})")
+    inputs = {split: np.load(tmp / split / "tokens.npy", mmap_mode="r") for split in splits}
+    seq_len = next(iter(inputs.values())).shape[1]
     if ranks.main:
         atomic_write_json(tmp / PASS_FILE, {"vocab_size": vocab, "teacher_class": type(model).__name__,
                                             "device": str(device), "load_s": round(time.time() - t0, 2),
-                                            "flops_per_token": teacher_flops_per_token(
-                                                model, next(iter(np.load(tmp / split / "tokens.npy", mmap_mode="r")
-                                                                 for split in splits)).shape[1])})
-    inputs = {split: np.load(tmp / split / "tokens.npy", mmap_mode="r") for split in splits}
+                                            "flops_per_token": teacher_flops_per_token(model, seq_len)})
     tokens_total, done = sum(t.size for t in inputs.values()), 0
-    step = rows_per_forward(params.batch_size, next(iter(inputs.values())).shape[1], vocab)
+    step = rows_per_forward(params.batch_size, seq_len, vocab)
     bar = progress_bar(total=tokens_total // ranks.world,
                        desc=f"teacher pass (rank 0 of {ranks.world})" if ranks.world > 1 else "teacher pass",
                        unit="tok", disable=not (progress and ranks.main))

@@ -70,14 +70,13 @@ from torch import nn
 
 from . import distill
 from ..config import NOTEBOOKS, ParamError
-from ..analysis.stats import FLAT_TAIL
 from ..data.corpus import loss_mask, loss_mask_np
 from .growth import Phase, plan_phases
 from ..student.growth_ops import GROWTH_OPS
 from ..student.model import Student, StudentConfig, save_student
 from ..ranks import Ranks, check_processes, on_ranks, outside_launch, progress_bar
-from ..rundir import (BOUNDARY, CHECKPOINTS, CONFIG, FINAL, GROWTH, GROWTH_EVAL, LAST, LOCK, METRICS, NOTEBOOK, PhaseSummary,
-                      RunDirError, RunLock, Summary, identity_differences, is_finished, metrics_record,
+from ..rundir import (BOUNDARY, CHECKPOINTS, CONFIG, FINAL, FLAT_TAIL, GROWTH, GROWTH_EVAL, LAST, LOCK, METRICS,
+                      NOTEBOOK, PhaseSummary, RunDirError, RunLock, Summary, identity_differences, is_finished, metrics_record,
                       phase_checkpoint, phase_checkpoints, read_identity, read_summary, run_path, set_aside,
                       write_summary)
 from .spec import RunSpec
