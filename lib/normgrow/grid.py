@@ -288,14 +288,15 @@ def setting_reference(reference: Reference, a: str, b: str) -> Reference:
     return dataclasses.replace(reference, gaps=gaps)
 
 
-def setting_profile(plan: GridPlan, setting: Setting):
-    """The profile of the setting's runs (its overrides; the lr aside, which lr_of may change per arm)."""
-    return load_profile(plan.profile, {**plan.overrides, **setting.overrides})
+def setting_overrides(plan: GridPlan, setting: Setting) -> dict:
+    """The dotted profile keys of the setting's runs: the plan's and the setting's (the lr aside, which lr_of may
+    change per arm)."""
+    return {**plan.overrides, **setting.overrides}
 
 
 def setting_unigram(plan: GridPlan, setting: Setting) -> float | None:
     """The unigram level of the setting's data (stats.baselines: its own teacher cache), None without a cache."""
-    return baselines(plan.profile, {**plan.overrides, **setting.overrides}).get("unigram_val_ce")
+    return baselines(plan.profile, setting_overrides(plan, setting)).get("unigram_val_ce")
 
 
 def joint_tflop(plan: GridPlan, setting: Setting, prof) -> float:
@@ -322,7 +323,7 @@ def judge_setting(plan: GridPlan, setting: Setting, reference: Reference, unigra
     runs = setting_runs(plan, setting.name)
     cells = [c for c in plan.cells if c.setting == setting.name]
     margin = reference.depth_margin
-    prof = setting_profile(plan, setting)
+    prof = load_profile(plan.profile, setting_overrides(plan, setting))
     row = {"setting": setting.name, "about": setting.about, "a": a, "b": b, "depth_margin": margin,
            "runs_needed": len(cells), "runs_finished": len(runs),
            "lrs": " ".join(f"{n}-{s} {lr:g}" for n, s, lr in dict.fromkeys((c.norm, c.schedule, c.lr) for c in cells)),
@@ -369,7 +370,8 @@ def judge_setting(plan: GridPlan, setting: Setting, reference: Reference, unigra
 def grid_frame(plan: GridPlan, level: float = LEVEL) -> pd.DataFrame:
     """grid.csv: a row per setting (judge_setting), each gated against the unigram level of its own data."""
     reference = load_reference()
-    rows = [judge_setting(plan, s, reference, setting_unigram(plan, s), level) for s in plan.grid.settings if s.name not in plan.not_run and any(c.setting == s.name for c in plan.cells)]
+    rows = [judge_setting(plan, s, reference, setting_unigram(plan, s), level) for s in plan.grid.settings
+            if s.name not in plan.not_run and any(c.setting == s.name for c in plan.cells)]
     rows += [{"setting": name, "about": next(s.about for s in plan.grid.settings if s.name == name),
               "grow_verdict": NOT_TESTABLE, "interaction_verdict": NOT_TESTABLE, "gate": f"not run: {why}"}
              for name, why in plan.not_run.items()]

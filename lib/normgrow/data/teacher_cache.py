@@ -587,7 +587,8 @@ def _build_cache(profile: Profile, ranks: Ranks, tokenizer, bos_id: int, dkey: s
         loaded = read_json(tmp / PASS_FILE)
         for leftover in [tmp / PASS_FILE, *tmp.glob(PROGRESS_FILES)]:
             os.remove(leftover)
-        stats = {split: _split_stats(tmp / split, _unigram(tmp, loaded["vocab_size"])) for split in SPLITS}
+        unigram = _unigram(tmp, loaded["vocab_size"])
+        stats = {split: _split_stats(tmp / split, unigram) for split in SPLITS}
         n_tok = sum(s["tokens"] for s in stats.values())
         special = sorted({int(i) for i in tokenizer.all_special_ids} | {bos_id})
         meta = {
