@@ -108,11 +108,27 @@ def test_two_settings_that_make_the_same_run_share_it(grids):
     ("placements: [pre, post]\nseeds: [0]\nsettings: [{name: a}, {name: a}]\n", "setting names must be unique"),
     ("placements: [pre, post]\nseeds: [0]\nsettings: [{name: a, lr_of: {grow: fast}}]\n", "lr_of="),
     ("placements: [pre, post]\nseeds: [0]\nsettings: [{name: a, overrides: {train.lr: 0.1}}]\n", "other than train.lr"),
+    ("placements: [pre, post]\nseeds: [0]\nsettings: [{name: a, lr_scale: 0}]\n", "lr_scale=0 must be"),
+    ("placements: [pre, post]\nseeds: [0]\nsettings: [{name: a, lr_scale: half}]\n", "lr_scale='half' must be"),
 ])
 def test_bad_grid_files_name_the_key(grids, text, needle):
     write_grid(grids, "bad", text)
     with pytest.raises(ParamError, match=needle.replace("[", r"\[").replace("]", r"\]")):
         grid.load_grid("bad")
+
+
+def test_lr_scale_multiplies_every_arms_lr(grids):
+    write_grid(grids, "g", "placements: [pre, post]\nseeds: [0]\nschedules: [joint, single]\nsettings:\n"
+                           "  - {name: base}\n  - {name: half, lr_scale: 0.5, lr_of: {single: joint}}\n")
+    plan = grid.plan_grid("cpu", grid.load_grid("g"))
+    lr = {(c.setting, c.norm, c.schedule): c.lr for c in plan.cells}
+    for norm in ("pre", "post"):
+        assert lr[("half", norm, "joint")] == pytest.approx(0.5 * lr[("base", norm, "joint")], rel=1e-12)
+        # lr_of picks the schedule, lr_scale then multiplies it
+        assert lr[("half", norm, "single")] == pytest.approx(0.5 * lr[("base", norm, "joint")], rel=1e-12)
+        run = next(c.run_name for c in plan.cells if (c.setting, c.norm, c.schedule) == ("half", norm, "joint"))
+        assert run == f"grid-half-{norm}-joint-s0" and plan.jobs[run].params["overrides"]["train.lr"] == lr[
+            ("half", norm, "joint")]
 
 
 def test_unknown_grid_lists_the_grids(grids):

@@ -4,7 +4,9 @@ Where does the headline hold? A grid (params/grids/<name>.yaml) is a list of set
 what it changes against the profile: dotted profile ``overrides`` (a growth operator, AdamW handling at growth, the
 lr schedule, the width), the pair of ``placements`` it compares (a - b, default the grid's), and ``lr_of``, which
 trains a schedule at the lr the profile gives another (``{grow: joint}``: the grown runs at the joint sweep's lr, the
-protocol a per-arm sweep replaces). Per setting the core variants (joint, grow, single of both placements) run for
+protocol a per-arm sweep replaces), and ``lr_scale``, which multiplies every arm's lr (a width transfer: the lrs
+were swept at the profile's width; the ladder's width-128 rungs halve them, as muP's Adam rule 1/width does for the
+hidden weights). Per setting the core variants (joint, grow, single of both placements) run for
 every seed; every arm takes its lr from the profile's train.lr (per placement and schedule, from
 ``python -m normgrow.sweep``), so a setting whose placement has no lr there needs that sweep first.
 
@@ -67,7 +69,7 @@ from .analysis.variants import Reference, StudyRuns, Variant, load_reference, lo
 GRIDS_DIR = PARAMS_DIR / "grids"
 GRID_KEYS = ("placements", "seeds", "settings")
 OPTIONAL_GRID_KEYS = ("schedules",)
-SETTING_KEYS = ("name", "about", "overrides", "placements", "lr_of")
+SETTING_KEYS = ("name", "about", "overrides", "placements", "lr_of", "lr_scale")
 CORE = ("joint", "grow", "single")  # the variants of every setting, per placement
 
 
@@ -78,6 +80,7 @@ class Setting:
     placements: tuple[str, str]  # (a, b): gaps are a - b
     overrides: dict = field(default_factory=dict)
     lr_of: dict = field(default_factory=dict)  # schedule -> the schedule whose lr it trains at
+    lr_scale: float = 1.0  # every arm's lr times this (a width transfer: the lrs were swept at the profile's width)
 
 
 @dataclass(frozen=True)
@@ -128,13 +131,16 @@ def load_grid(name: str) -> Grid:
         lr_of = item.get("lr_of") or {}
         if not isinstance(lr_of, dict) or any(k not in SCHEDULES or v not in SCHEDULES for k, v in lr_of.items()):
             raise ParamError(f"{where}: lr_of={lr_of!r} must map schedules to schedules ({', '.join(SCHEDULES)})")
+        lr_scale = item.get("lr_scale", 1.0)
+        if isinstance(lr_scale, bool) or not isinstance(lr_scale, (int, float)) or not 0 < lr_scale <= 100:
+            raise ParamError(f"{where}: lr_scale={lr_scale!r} must be a number in (0, 100]")
         overrides = item.get("overrides") or {}
         if not isinstance(overrides, dict) or "train.lr" in overrides:
             raise ParamError(f"{where}: overrides must be a mapping of dotted profile keys other than train.lr "
                              "(every arm trains at its swept lr; lr_of chooses another arm's)")
         settings.append(Setting(name_, str(item.get("about", "")),
                                 _pair(item["placements"], f"{where}: placements") if "placements" in item
-                                else placements, dict(overrides), dict(lr_of)))
+                                else placements, dict(overrides), dict(lr_of), float(lr_scale)))
     names = [s.name for s in settings]
     if len(set(names)) != len(names):
         raise ParamError(f"{path}: setting names must be unique (got {', '.join(names)})")
@@ -166,12 +172,12 @@ class GridPlan:
 
 def run_overrides(profile: str, setting: Setting, norm: str, schedule: str, base: dict | None = None) -> dict:
     """base (overrides of every run) and the setting's overrides for one arm, with ``train.lr`` pinned where lr_of
-    sends the arm to another schedule's lr of the same placement."""
+    sends the arm to another schedule's lr of the same placement or lr_scale multiplies it."""
     overrides = {**(base or {}), **setting.overrides}
-    if schedule not in setting.lr_of:
+    if schedule not in setting.lr_of and setting.lr_scale == 1.0:
         return overrides
     lr = load_profile(profile, overrides).train.lr
-    return {**overrides, "train.lr": lr_for_run(lr, norm, setting.lr_of[schedule])}
+    return {**overrides, "train.lr": lr_for_run(lr, norm, setting.lr_of.get(schedule, schedule)) * setting.lr_scale}
 
 
 def check_settings(grid: Grid, only: list[str] | None) -> None:
