@@ -8,6 +8,7 @@ import sys
 import pandas as pd
 
 from normgrow.config import outputs_dir
+from normgrow.grid import trend_sentence
 from normgrow.rundir import study_dir
 
 
@@ -83,14 +84,17 @@ def ladder(profile: str) -> None:
     """README's ladder table: a row per rung of outputs/grid/<profile>/ladder/grid.csv, its regime and each
     placement's depth gain (single - joint, paired by seed, 95% interval; '(n seeds)' where fewer than planned)."""
     frame = pd.read_csv(outputs_dir() / "grid" / profile / "ladder" / "grid.csv")
-    print("| rung | unique tokens | tokens per run | d_model | warmup | depth gain pre | depth gain post | "
-          "runs done | depth pays |\n|---|---|---|---|---|---|---|---|---|")
+    print("| rung | unique tokens | tokens per run | d_model | warmup | TFLOP (joint run) | depth gain pre | "
+          "depth gain post | runs done | depth pays |\n|---|---|---|---|---|---|---|---|---|---|")
     for _, r in frame.iterrows():
         gains = [ci(r[f"depth_gain_{s}"], r[f"depth_gain_{s}_ci_low"], r[f"depth_gain_{s}_ci_high"], sign=True)
                  if pd.notna(r[f"depth_gain_{s}"]) else "" for s in "ab"]
+        tflop = f"{r['joint_tflop']:.1f}" if pd.notna(r["joint_tflop"]) else ""
         print(f"| {r['setting']} | {int(r['unique_tokens']):,} | {int(r['run_tokens']):,} | {int(r['d_model'])} | "
-              f"{int(r['warmup_steps'])} | {gains[0]} | {gains[1]} | {int(r['runs_finished'])} of "
+              f"{int(r['warmup_steps'])} | {tflop} | {gains[0]} | {gains[1]} | {int(r['runs_finished'])} of "
               f"{int(r['runs_needed'])} | {'yes' if r['depth_pays'] is True or r['depth_pays'] == 'True' else 'no'} |")
+    trends = json.loads((outputs_dir() / "grid" / profile / "ladder" / "grid.json").read_text()).get("depth_trend", {})
+    print("\n" + "\n".join(f"- {trend_sentence(norm, t)}" for norm, t in trends.items()))
 
 
 if __name__ == "__main__":

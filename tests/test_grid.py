@@ -3,6 +3,7 @@ and a tiny grid trained on the synthetic cache and judged (tmp NORMGROW_OUTPUTS,
 from __future__ import annotations
 
 import json
+import math
 
 import pandas as pd
 import pytest
@@ -227,6 +228,10 @@ def test_a_ladder_grid_of_joint_and_single_arms_measures_the_depth_gain_per_rung
     assert frame["grow_verdict"].str.startswith(NOT_TESTABLE).all() and frame["grow_gap"].isna().all()
     assert "figure" not in files and files["depth"].read_text().count("<circle") == 2 * 2
     assert "fig-depth" in files["report"].read_text()
+    # two rungs: each placement's trend has its two points and no interval, and the page says so
+    trends = json.loads(files["json"].read_text())["depth_trend"]
+    assert trends.keys() == {"pre", "post"} and all(t["n"] == 2 and t["from_tflop"] is None for t in trends.values())
+    assert "pre: 2 rungs, too few for a trend" in files["report"].read_text()
 
 
 def test_forest_plots_colour_error_bars_by_verdict_and_mark_zero_and_the_reference():
@@ -246,3 +251,21 @@ def test_forest_plots_colour_error_bars_by_verdict_and_mark_zero_and_the_referen
     assert {t.name for t in fig.data if t.showlegend is not False} == {NOT_JUDGED, NOT_TESTABLE, "reference"}
     svg = forest_svg(frame, reference)
     assert svg.count(">0</text>") == 2 and ">+0.033</text>" in svg and ">+0.032</text>" in svg
+
+
+def test_the_depth_trend_per_placement_reads_each_placement_from_its_side():
+    """depth_trends: a placement's gains come from the side (a or b) it sits on in each row; the sentence names the
+    slope, its interval and where the band reaches the margin."""
+    frame = pd.DataFrame({"a": ["pre", "pre", "post"], "b": ["post", "post", "pre"],
+                          "joint_tflop": [1.0, 10.0, 100.0], "depth_gain_a": [0.01, 0.04, 0.07],
+                          "depth_gain_b": [0.02, 0.03, 0.10]})
+    trends = grid.depth_trends(frame, 0.098)
+    assert trends["pre"]["slope_per_decade"] == pytest.approx(0.045) and trends["pre"]["n"] == 3
+    assert trends["post"]["slope_per_decade"] == pytest.approx(0.025)
+    sentence = grid.trend_sentence("pre", trends["pre"])
+    assert sentence.startswith("pre: +0.045 nats per decade of compute [") and "reaches the margin at" in sentence
+    from normgrow.viz.depth import depth_figure, depth_svg
+    frame = frame.assign(setting=["x", "y", "z"], depth_margin=0.098, **{f"depth_gain_{s}_ci_{e}": math.nan
+                                                                         for s in "ab" for e in ("low", "high")})
+    assert depth_svg(frame, trends).count("stroke-dasharray='2,3'") == 2
+    assert sorted(t.name for t in depth_figure(frame, trends).data if t.mode == "lines") == ["post: trend", "pre: trend"]

@@ -99,3 +99,33 @@ def test_regime_needs_every_seed_below_unigram_not_the_mean():
     assert "seed 1's val_ce 6.300" in row["reason"]
     trained = stats.regime_check(runs.assign(val_ce=[4.5, 5.4, 4.5]), unigram_val_ce=6.5).iloc[0]
     assert trained["trained"] and trained["margin_below_unigram"] == pytest.approx(1.1)
+
+
+def test_depth_trend_line_interval_and_crossings():
+    # five rungs, one decade apart; gains on a line of 0.03 nats per decade plus fixed residuals
+    compute = [0.1, 1.0, 10.0, 100.0, 1000.0]
+    residual = np.array([0.004, -0.006, 0.001, 0.005, -0.004])
+    x = np.log10(compute)
+    gains = 0.02 + 0.03 * x + residual
+    trend = stats.depth_trend(compute, gains, margin=0.098)
+    slope, intercept = np.polyfit(x, gains, 1)
+    assert trend["n"] == 5 and trend["slope_per_decade"] == pytest.approx(slope, rel=1e-12)
+    # the slope's interval: t(0.975, 3) x the textbook standard error s / sqrt(Sxx)
+    s = math.sqrt(((gains - intercept - slope * x) ** 2).sum() / 3)
+    half = 3.182446305284263 * s / math.sqrt(((x - x.mean()) ** 2).sum())
+    assert (trend["slope_ci_low"], trend["slope_ci_high"]) == pytest.approx((slope - half, slope + half), rel=1e-9)
+    assert math.log10(trend["at_tflop"]) == pytest.approx((0.098 - intercept) / slope, rel=1e-12)
+    # the band's edges reach the margin on either side of the crossing, within the 0.001-decade search grid
+    band = lambda x0: 3.182446305284263 * s * math.sqrt(1 / 5 + (x0 - x.mean()) ** 2 / ((x - x.mean()) ** 2).sum())
+    lo, hi = math.log10(trend["from_tflop"]), math.log10(trend["to_tflop"])
+    assert lo < math.log10(trend["at_tflop"]) < hi
+    assert intercept + slope * lo + band(lo) == pytest.approx(0.098, abs=slope * 2e-3)
+    assert intercept + slope * hi - band(hi) == pytest.approx(0.098, abs=slope * 2e-3)
+
+
+def test_depth_trend_says_when_the_data_do_not_exclude_never():
+    # a flat, noisy trend: the lower band never reaches the margin, so the latest compute is open (None)
+    trend = stats.depth_trend([1, 10, 100, 1000], [0.03, 0.06, 0.02, 0.05], margin=0.098)
+    assert trend["slope_ci_low"] < 0 < trend["slope_ci_high"] and trend["to_tflop"] is None
+    # two rungs: a line but no interval
+    assert stats.depth_trend([1, 10], [0.03, 0.05], margin=0.098)["from_tflop"] is None

@@ -59,7 +59,7 @@ from .train.growth import SCHEDULES
 from .student.model import NORMS
 from .rundir import (GRID_RUN_PREFIX, RunDirError, Summary, check_name, grid_dir, is_finished, read_finished, run_path,
                      runner_lock, seeded_name)
-from .analysis.stats import LEVEL, mean_ci, paired_differences, regime_check, runs_frame, with_flatness, depth_check, baselines
+from .analysis.stats import LEVEL, depth_trend, mean_ci, paired_differences, regime_check, runs_frame, with_flatness, depth_check, baselines
 from .study import (Job, directory_conflict, ensure_teacher_cache, execute_runs, finished_jobs, report_failures,
                     study_jobs)
 from .train.spec import lr_for_run, make_run_spec
@@ -386,6 +386,33 @@ def grid_frame(plan: GridPlan, level: float = LEVEL) -> pd.DataFrame:
 
 # ------------------------------------------------------------------------------------------------------ the page
 
+def depth_trends(frame: pd.DataFrame, margin: float) -> dict[str, dict]:
+    """Per placement, stats.depth_trend over the settings with a depth gain: where the line of depth gain against
+    log10 joint TFLOP reaches the margin. Empty for a frame without computes (no finished joint runs)."""
+    if "joint_tflop" not in frame:
+        return {}
+    points = pd.concat([pd.DataFrame({"norm": frame[side], "tflop": pd.to_numeric(frame["joint_tflop"], errors="coerce"),
+                                      "gain": pd.to_numeric(frame[f"depth_gain_{side}"], errors="coerce")})
+                        for side in "ab"])
+    trends = {norm: depth_trend(rows["tflop"], rows["gain"], margin) for norm, rows in points.groupby("norm", sort=False)}
+    return {norm: trend for norm, trend in trends.items() if trend["n"]}
+
+
+def trend_sentence(norm: str, trend: dict) -> str:
+    """One line: the slope per decade of compute with its interval, and the compute where the line and its band reach
+    the margin."""
+    if trend["n"] < 3:
+        return f"{norm}: {trend['n']} rungs, too few for a trend"
+    where = (f"reaches the margin at {trend['at_tflop']:.3g} TFLOP" if trend["at_tflop"] else
+             "never reaches the margin (slope <= 0)")
+    band = (f"the 95% band holds it from {trend['from_tflop']:.3g}" if trend["from_tflop"] else
+            "the 95% band never holds it")
+    band += (f" to {trend['to_tflop']:.3g} TFLOP" if trend["to_tflop"] else
+             (" TFLOP on, and does not exclude that depth never pays" if trend["from_tflop"] else ""))
+    return (f"{norm}: {trend['slope_per_decade']:+.3f} nats per decade of compute [{trend['slope_ci_low']:+.3f}, "
+            f"{trend['slope_ci_high']:+.3f}] over {trend['n']} rungs; the line {where}; {band}")
+
+
 def grid_report_html(plan: GridPlan, frame: pd.DataFrame) -> str:
     import html
     from .viz.depth import depth_figure
@@ -408,7 +435,12 @@ def grid_report_html(plan: GridPlan, frame: pd.DataFrame) -> str:
     page.add("<h2>Where does depth pay?</h2><p>Depth gain: the single arm (the first-stage prefix alone, same tokens) "
              "minus the joint arm, per placement, paired by seed with 95% intervals, against the compute of one joint "
              "run; the gate asks for the depth margin (dashed).</p>")
-    page.figure(depth_figure(frame), div_id="fig-depth")
+    trends = depth_trends(frame, load_reference().depth_margin)
+    page.figure(depth_figure(frame, trends), div_id="fig-depth")
+    if trends:
+        page.add("<p>The trend (stats.depth_trend: least squares of the settings' depth gains on log10 TFLOP; the "
+                 "settings change data, tokens and width together, so it locates and does not separate them):</p><ul>"
+                 + "".join(f"<li>{e(trend_sentence(norm, t))}</li>" for norm, t in trends.items()) + "</ul>")
     interval = lambda mean, ci: [f"{m:+.4f} [{lo:+.4f}, {hi:+.4f}]" if pd.notna(m) else "" for m, lo, hi in
                                  zip(frame[mean], frame[f"{ci}_ci_low"], frame[f"{ci}_ci_high"])]
     shown = frame.assign(grow=interval("grow_gap", "grow"), interaction_=interval("interaction", "interaction"),
@@ -448,9 +480,9 @@ def write_grid(plan: GridPlan, command: str = "", level: float = LEVEL) -> dict[
         "profile": plan.profile, "grid": plan.grid.name, "date": date.today().isoformat(), "git_commit": git_commit(),
         "command": command, "seeds": sorted({c.seed for c in plan.cells}), "not_run": plan.not_run,
         "settings": [s.__dict__ | {"placements": list(s.placements)} for s in plan.grid.settings],
-        "rows": frame.to_dict("records")})
+        "rows": frame.to_dict("records"), "depth_trend": depth_trends(frame, load_reference().depth_margin)})
     write_text(files["report"], grid_report_html(plan, frame))
-    write_text(files["depth"], depth_svg(frame))
+    write_text(files["depth"], depth_svg(frame, depth_trends(frame, load_reference().depth_margin)))
     if "grow" in plan.grid.schedules:
         files["figure"] = out / "forest.svg"
         write_text(files["figure"], forest_svg(frame, reference_marks()))

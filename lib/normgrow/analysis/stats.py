@@ -463,3 +463,44 @@ def baselines(profile: str, overrides: dict | None = None) -> dict:
                               f"add-0.5 smoothed over the ids that occur in the cache, scored on {where}/val"}
 
 
+
+
+def depth_trend(compute, gains, margin: float, level: float = LEVEL) -> dict:
+    """Where does depth start to pay? The least-squares line of the depth gains (one per rung of a ladder: a
+    placement's mean single - joint val_ce) against log10 of the compute (TFLOP of a joint run), its slope per decade
+    with a Student-t interval (n - 2 df), and the compute at which the line reaches the depth margin: ``at`` (the
+    line's crossing, when the slope is positive) and the interval of computes where the line's pointwise
+    confidence band holds the margin (``from``: the band's upper edge reaches it, ``to``: its lower edge does; None
+    when that edge never does, i.e. the data do not exclude that depth never pays). A trend over the ladder's rungs,
+    which change data, tokens and width together: it locates, it does not separate the three. NaN points are left
+    out; fewer than 3 rungs give no interval."""
+    x = np.log10(np.asarray(compute, dtype=float))
+    y = np.asarray(gains, dtype=float)
+    keep = np.isfinite(x) & np.isfinite(y)
+    x, y = x[keep], y[keep]
+    n = int(x.size)
+    out = {"n": n, "intercept": None, "slope_per_decade": math.nan, "slope_ci_low": math.nan, "slope_ci_high": math.nan,
+           "at_tflop": None, "from_tflop": None, "to_tflop": None, "margin": margin}
+    if n < 3 or np.ptp(x) == 0:
+        return out
+    xbar, sxx = x.mean(), float(((x - x.mean()) ** 2).sum())
+    slope = float(((x - xbar) * (y - y.mean())).sum() / sxx)
+    intercept = float(y.mean() - slope * xbar)
+    s = math.sqrt(float(((y - intercept - slope * x) ** 2).sum()) / (n - 2))
+    t = t_quantile(0.5 + level / 2, n - 2)
+    half = t * s / math.sqrt(sxx)
+    out |= {"intercept": intercept, "slope_per_decade": slope, "slope_ci_low": slope - half,
+            "slope_ci_high": slope + half}
+    if slope > 0:
+        out["at_tflop"] = float(10 ** ((margin - intercept) / slope))
+    # band(x0) = line(x0) +- t s sqrt(1/n + (x0 - xbar)^2 / sxx); the edges' crossings of the margin on a fine grid
+    # of log10 compute, from 3 decades below the data to 6 above (beyond that an extrapolation says nothing)
+    grid = np.linspace(x.min() - 3, x.max() + 6, 9001)
+    line = intercept + slope * grid
+    width = t * s * np.sqrt(1 / n + (grid - xbar) ** 2 / sxx)
+    upper, lower = line + width >= margin, line - width >= margin
+    if upper.any():
+        out["from_tflop"] = float(10 ** grid[np.argmax(upper)])
+    if lower.any() and slope > 0:
+        out["to_tflop"] = float(10 ** grid[np.argmax(lower)])
+    return out

@@ -24,8 +24,21 @@ def _points(frame: pd.DataFrame) -> list[dict]:
     return points
 
 
-def depth_figure(frame: pd.DataFrame):
-    """Plotly: the depth gains of every setting against its joint run's TFLOP, one trace per placement role."""
+def _trend_lines(points: list[dict], trends: dict | None) -> list[dict]:
+    """Per placement with a trend (grid.depth_trends): its fitted line over the range of its points, in its colour."""
+    lines = []
+    for norm, t in (trends or {}).items():
+        mine = [p for p in points if p["norm"] == norm]
+        if mine and math.isfinite(t["slope_per_decade"]) and t.get("intercept") is not None:
+            x0, x1 = min(p["x"] for p in mine), max(p["x"] for p in mine)
+            lines.append({"norm": norm, "colour": mine[0]["colour"], "x": (x0, x1),
+                          "y": tuple(t["intercept"] + t["slope_per_decade"] * math.log10(v) for v in (x0, x1))})
+    return lines
+
+
+def depth_figure(frame: pd.DataFrame, trends: dict | None = None):
+    """Plotly: the depth gains of every setting against its joint run's TFLOP, one trace per placement role, and each
+    placement's trend line (grid.depth_trends) dotted."""
     import plotly.graph_objects as go
     from .render import style_figure
     fig = go.Figure()
@@ -42,6 +55,9 @@ def depth_figure(frame: pd.DataFrame):
                          arrayminus=[p["gain"] - p["low"] if pd.notna(p["low"]) else 0 for p in mine]),
             text=[f"{p['setting']} ({p['norm']})" for p in mine],
             hovertemplate="%{text}: %{y:.3f} nats at %{x:.1f} TFLOP<extra></extra>"))
+    for line in _trend_lines(points, trends):
+        fig.add_trace(go.Scatter(x=line["x"], y=line["y"], mode="lines", name=f"{line['norm']}: trend",
+                                 line=dict(color=line["colour"], dash="dot", width=1)))
     margin = frame["depth_margin"].dropna()
     if len(margin):
         fig.add_hline(y=float(margin.iloc[0]), line=dict(color="#888", dash="dash"), annotation_text="depth margin",
@@ -52,8 +68,9 @@ def depth_figure(frame: pd.DataFrame):
     return style_figure(fig, height=420)
 
 
-def depth_svg(frame: pd.DataFrame) -> str:
-    """depth_figure as a static SVG: the same points, intervals, zero and margin lines, and a label per point."""
+def depth_svg(frame: pd.DataFrame, trends: dict | None = None) -> str:
+    """depth_figure as a static SVG: the same points, intervals, trend lines, zero and margin lines, and a label per
+    point."""
     points = _points(frame)
     width, height, left, right, top, bottom = 760, 420, 70, 220, 30, 60
     xs = [math.log10(p["x"]) for p in points] or [0.0, 1.0]
@@ -85,6 +102,10 @@ def depth_svg(frame: pd.DataFrame) -> str:
         if pd.notna(p["low"]) and pd.notna(p["high"]):
             out.append(f"<line x1='{px}' x2='{px}' y1='{y(p['low'])}' y2='{y(p['high'])}' stroke='{p['colour']}'/>")
         out.append(f"<circle cx='{px}' cy='{y(p['gain'])}' r='4' fill='{p['colour']}'/>")
+    for line in _trend_lines(points, trends):
+        (xa, xb), (ya, yb) = line["x"], line["y"]
+        out.append(f"<line x1='{x(xa)}' x2='{x(xb)}' y1='{y(ya)}' y2='{y(yb)}' stroke='{line['colour']}' "
+                   "stroke-dasharray='2,3'/>")
     for i, p in enumerate(sorted(points, key=lambda p: (p["setting"], p["colour"]))):
         out.append(f"<text x='{left + plot_w + 10}' y='{top + 12 + 14 * i}' fill='{p['colour']}'>"
                    f"{html.escape(p['setting'])} {html.escape(p['norm'])}: {p['gain']:+.3f}</text>")
