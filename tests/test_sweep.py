@@ -47,8 +47,12 @@ def changed_lines(old: str, new: str) -> list[tuple[str, str]]:
 ALL_3E3 = {"joint": 3e-3, "grow": 3e-3, "single": 3e-3}
 
 
+def rewrite_lr(text, chosen, comment):
+    return sweep.rewrite_arm_line(text, "lr", chosen, comment)
+
+
 def test_float_lr_becomes_a_mapping_per_arm_and_nothing_else_changes():
-    new = sweep.rewrite_lr_line(PROFILE, {"pre": {"joint": 1e-3}, "post": {"grow": 1.5e-3}}, "sweep X")
+    new = rewrite_lr(PROFILE, {"pre": {"joint": 1e-3}, "post": {"grow": 1.5e-3}}, "sweep X")
     assert changed_lines(PROFILE, new) == [(
         "  lr: 3.0e-3    # old comment\n",
         "  lr: {pre: {joint: 1.0e-3, grow: 3.0e-3, single: 3.0e-3}, post: {joint: 3.0e-3, grow: 1.5e-3, "
@@ -58,10 +62,10 @@ def test_float_lr_becomes_a_mapping_per_arm_and_nothing_else_changes():
 
 def test_partial_sweep_keeps_the_other_arms():
     per_norm = PROFILE.replace("  lr: 3.0e-3    # old comment\n", "  lr: {pre: 3.0e-3, post: 1.0e-3}\n")
-    once = sweep.rewrite_lr_line(per_norm, {"post": {"single": 2e-3}}, "c")
+    once = rewrite_lr(per_norm, {"post": {"single": 2e-3}}, "c")
     assert yaml.safe_load(once)["train"]["lr"] == {"pre": ALL_3E3,
                                                    "post": {"joint": 1e-3, "grow": 1e-3, "single": 2e-3}}
-    again = sweep.rewrite_lr_line(once, {"pre": {"grow": 6e-3}}, "d")
+    again = rewrite_lr(once, {"pre": {"grow": 6e-3}}, "d")
     assert yaml.safe_load(again)["train"]["lr"] == {"pre": ALL_3E3 | {"grow": 6e-3},
                                                     "post": {"joint": 1e-3, "grow": 1e-3, "single": 2e-3}}
 
@@ -69,7 +73,7 @@ def test_partial_sweep_keeps_the_other_arms():
 def test_block_mapping_and_crlf_line_endings():
     text = PROFILE.replace("  lr: 3.0e-3    # old comment\n", "  lr:\n    pre: 2.0e-3\n    post: 1.0e-3\n")
     text = text.replace("\n", "\r\n")
-    new = sweep.rewrite_lr_line(text, {"post": {"joint": 5e-4}}, "c")
+    new = rewrite_lr(text, {"post": {"joint": 5e-4}}, "c")
     line = ("  lr: {pre: {joint: 2.0e-3, grow: 2.0e-3, single: 2.0e-3}, post: {joint: 5.0e-4, grow: 1.0e-3, "
             "single: 1.0e-3}}  # c\r\n")
     assert line + "  warmup_steps: 2\r\n" in new
@@ -78,34 +82,39 @@ def test_block_mapping_and_crlf_line_endings():
 
 def test_profile_without_a_train_lr_line_is_refused():
     with pytest.raises(ParamError, match="the train section has no lr line"):
-        sweep.rewrite_lr_line(PROFILE.replace("  lr: 3.0e-3    # old comment\n", ""), {"pre": {"joint": 1e-3}}, "c")
+        rewrite_lr(PROFILE.replace("  lr: 3.0e-3    # old comment\n", ""), {"pre": {"joint": 1e-3}}, "c")
 
 
 def rows(norm, scores, schedule="joint"):
-    return [{"norm": norm, "schedule": schedule, "lr": lr, "val_ce": ce} for lr, ce in scores.items()]
+    return [{"norm": norm, "schedule": schedule, "lr": lr, "warmup_steps": 48, "val_ce": ce} for lr, ce in scores.items()]
 
 
 def test_the_choice_is_the_best_mean_over_seeds_and_a_diverged_seed_rules_an_lr_out():
-    rows = [{"norm": "post", "schedule": "grow", "lr": lr, "seed": seed, "val_ce": ce}
+    rows = [{"norm": "post", "schedule": "grow", "lr": lr, "warmup_steps": 48, "seed": seed, "val_ce": ce}
             for lr, ces in {4e-3: [4.80, 4.80], 6e-3: [4.79, 4.78], 8.5e-3: [4.77, 6.60], 1.2e-2: [4.70, math.nan]}.items()
             for seed, ce in enumerate(ces)]
-    chosen = sweep.choose_lrs(rows)["post"]["grow"]
+    chosen = sweep.choose_arms(rows)["post"]["grow"]
     assert chosen["lr"] == 6e-3 and chosen["val_ce"] == pytest.approx(4.785)  # 8.5e-3 won seed 0 only
     assert chosen["edge"] is None
 
 
 def test_argmin_and_grid_edge_warnings_per_arm():
-    chosen = sweep.choose_lrs(rows("pre", {1e-3: 5.0, 3e-3: 4.5, 1e-2: 4.8}) + rows("post", {1e-3: 4.9, 3e-3: 5.2})
+    chosen = sweep.choose_arms(rows("pre", {1e-3: 5.0, 3e-3: 4.5, 1e-2: 4.8}) + rows("post", {1e-3: 4.9, 3e-3: 5.2})
                               + rows("x", {1e-3: 6.0, 3e-3: 5.0, 1e-2: math.nan})
                               + rows("pre", {1e-3: 5.0, 3e-3: 4.8, 1e-2: 4.7}, "grow"))
-    assert chosen["pre"]["joint"] == {"lr": 3e-3, "val_ce": 4.5, "edge": None}
-    assert chosen["pre"]["grow"] == {"lr": 1e-2, "val_ce": 4.7, "edge": "highest"}  # its own optimum
-    assert chosen["post"]["joint"] == {"lr": 1e-3, "val_ce": 4.9, "edge": "lowest"}
-    assert chosen["x"]["joint"] == {"lr": 3e-3, "val_ce": 5.0, "edge": None}  # bracketed by a diverged run
-    assert sweep.grid_warnings(chosen) == [
-        "pre-grow: the best lr 1e-02 is the highest point of the grid; extend the grid above it",
-        "post-joint: the best lr 1e-03 is the lowest point of the grid; extend the grid below it"]
-    diverged = sweep.choose_lrs(rows("pre", {1e-2: math.inf}))
+    one = {"warmup_steps": 48, "warmup_edge": "only"}
+    assert chosen["pre"]["joint"] == {"lr": 3e-3, "val_ce": 4.5, "edge": None} | one
+    assert chosen["pre"]["grow"] == {"lr": 1e-2, "val_ce": 4.7, "edge": "highest"} | one  # its own optimum
+    assert chosen["post"]["joint"] == {"lr": 1e-3, "val_ce": 4.9, "edge": "lowest"} | one
+    assert chosen["x"]["joint"] == {"lr": 3e-3, "val_ce": 5.0, "edge": None} | one  # bracketed by a diverged run
+    warnings = sweep.grid_warnings(chosen)
+    assert [w for w in warnings if "best lr" in w] == [
+        "pre-grow: the best lr 1e-02 is the highest point of the grid at warmup 48; extend the grid above it",
+        "post-joint: the best lr 1e-03 is the lowest point of the grid at warmup 48; extend the grid below it"]
+    # one warmup tried: its optimum is not bracketed, and every arm says so
+    assert "pre-joint: the best warmup 48 is the only warmup tried at lr 3e-03; try warmups on both sides of it" \
+        in warnings and len(warnings) == 2 + 4
+    diverged = sweep.choose_arms(rows("pre", {1e-2: math.inf}))
     assert diverged["pre"]["joint"]["lr"] is None and "every candidate diverged" in sweep.grid_warnings(diverged)[0]
 
 
@@ -129,13 +138,13 @@ def test_tiny_sweep_end_to_end(outputs, tmp_path):
 
     out = outputs / "sweep" / "tiny" / "post"  # not the study's placements (pre, post): its own folder
     table = list(csv.DictReader((out / "sweep.csv").open()))
-    assert [r["run_name"] for r in table] == ["sweep-post-joint-lr1e-03-s0", "sweep-post-joint-lr3e-03-s0"]
+    assert [r["run_name"] for r in table] == ["sweep-post-joint-lr1e-03-wu2-s0", "sweep-post-joint-lr3e-03-wu2-s0"]
     assert list(table[0]) == list(sweep.COLUMNS)
     saved = json.loads((out / "sweep.json").read_text())
     assert saved["rows"] == result["rows"] and saved["profile"] == "tiny" and saved["command"] == "test"
     best = min(result["rows"], key=lambda r: r["val_ce"])
     assert saved["chosen"]["post"]["joint"]["lr"] == best["lr"]
-    assert len(saved["warnings"]) == 1  # two-point grid: the best is always at an edge
+    assert len(saved["warnings"]) == 2  # two-point grid: the best lr is always at an edge; one warmup tried
 
     after = (profiles / "tiny.yaml").read_text()
     ((old, new),) = changed_lines(before, after)
@@ -145,7 +154,7 @@ def test_tiny_sweep_end_to_end(outputs, tmp_path):
     assert str(out / "sweep.json") in new and f"(val_ce post-joint {best['val_ce']:.4f})" in new
     assert (PARAMS_DIR / "profiles" / "tiny.yaml").read_text() == before
 
-    summary = outputs / "runs" / "tiny" / "sweep-post-joint-lr1e-03-s0" / "summary.json"
+    summary = outputs / "runs" / "tiny" / "sweep-post-joint-lr1e-03-wu2-s0" / "summary.json"
     stamp = summary.stat().st_mtime_ns
     assert sweep.sweep(plan, progress=False)["rows"] == result["rows"]  # resumed: finished runs are read back
     assert summary.stat().st_mtime_ns == stamp
@@ -161,17 +170,17 @@ def test_a_sweep_that_extends_the_grid_keeps_the_earlier_candidates(outputs, cap
     result = sweep.sweep(second, progress=False, command="second")
     out = outputs / "sweep" / "tiny" / "post"
     table = list(csv.DictReader((out / "sweep.csv").open()))
-    assert [r["run_name"] for r in table] == ["sweep-post-joint-lr1e-03-s0", "sweep-post-joint-lr3e-03-s0"]
-    assert result["earlier_runs"] == ["sweep-post-joint-lr3e-03-s0"] and result["command"] == "second"
+    assert [r["run_name"] for r in table] == ["sweep-post-joint-lr1e-03-wu2-s0", "sweep-post-joint-lr3e-03-wu2-s0"]
+    assert result["earlier_runs"] == ["sweep-post-joint-lr3e-03-wu2-s0"] and result["command"] == "second"
     best = min(result["rows"], key=lambda r: r["val_ce"])
     assert result["chosen"]["post"]["joint"]["lr"] == best["lr"]  # the choice is over both invocations' candidates
-    shutil.rmtree(outputs / "runs" / "tiny" / "sweep-post-joint-lr3e-03-s0")
+    shutil.rmtree(outputs / "runs" / "tiny" / "sweep-post-joint-lr3e-03-wu2-s0")
     again = sweep.sweep(second, progress=False, command="third")
-    assert [r["run_name"] for r in again["rows"]] == ["sweep-post-joint-lr1e-03-s0"] and again["earlier_runs"] == []
+    assert [r["run_name"] for r in again["rows"]] == ["sweep-post-joint-lr1e-03-wu2-s0"] and again["earlier_runs"] == []
     assert "an earlier candidate no longer counts, left out of the choice (kept in sweep.json's dropped): " \
-           "sweep-post-joint-lr3e-03-s0" in capsys.readouterr().out
-    lost = [r for r in result["rows"] if r["run_name"] == "sweep-post-joint-lr3e-03-s0"]
-    assert [d["row"] for d in again["dropped"]] == lost and "sweep-post-joint-lr3e-03-s0" in again["dropped"][0]["why"]
+           "sweep-post-joint-lr3e-03-wu2-s0" in capsys.readouterr().out
+    lost = [r for r in result["rows"] if r["run_name"] == "sweep-post-joint-lr3e-03-wu2-s0"]
+    assert [d["row"] for d in again["dropped"]] == lost and "sweep-post-joint-lr3e-03-wu2-s0" in again["dropped"][0]["why"]
     # a later invocation keeps the dropped candidate in the record (not in the choice) with its first reason
     later = sweep.sweep(second, progress=False, command="fourth")
     assert later["dropped"] == again["dropped"] and later["chosen"]["post"]["joint"]["lr"] == 1e-3
@@ -193,7 +202,7 @@ def test_grid_per_placement(outputs, tmp_path):
     arms = [("pre", 1e-3), ("pre", 3e-3), ("post", 5e-4)]
     assert [(s.schedule, s.norm, s.profile.train.lr) for s in plan.specs] == \
         [("joint", *a) for a in arms] + [("grow", *a) for a in arms]
-    assert plan.specs[3].run_name == "sweep-pre-grow-lr1e-03-s0"
+    assert plan.specs[3].run_name == "sweep-pre-grow-lr1e-03-wu2-s0"
     with pytest.raises(ParamError, match="schedule='sideways' is not allowed"):
         sweep.make_plan("tiny", config_path=config, schedules=["sideways"])
     config.write_text("lrs:\n  tiny: {pre: [3.0e-3]}\n")
@@ -218,8 +227,8 @@ def test_jobs_hand_the_unfinished_candidates_to_the_executor(outputs, monkeypatc
             done.add(job.name)
     monkeypatch.setattr(study, "execute_runs", execute)
     rows = sweep.run_candidates(plan, progress=False, jobs=2)
-    assert handed == ["sweep-pre-joint-lr3e-03-s0"]
-    assert [r["run_name"] for r in rows] == ["sweep-pre-joint-lr1e-03-s0", "sweep-pre-joint-lr3e-03-s0"]
+    assert handed == ["sweep-pre-joint-lr3e-03-wu2-s0"]
+    assert [r["run_name"] for r in rows] == ["sweep-pre-joint-lr1e-03-wu2-s0", "sweep-pre-joint-lr3e-03-wu2-s0"]
 
 
 def test_a_placement_outside_the_study_is_written_for_the_schedules_it_swept():
@@ -227,11 +236,11 @@ def test_a_placement_outside_the_study_is_written_for_the_schedules_it_swept():
     placement missing a schedule is still an error naming the sweep that fills it."""
     text = PROFILE.replace("  lr: 3.0e-3    # old comment", "  lr: {pre: {joint: 1.0e-3, grow: 2.0e-3, single: 3.0e-3}, "
                            "post: {joint: 4.0e-4, grow: 5.0e-4, single: 6.0e-4}}")
-    new = sweep.rewrite_lr_line(text, {"mix": {"joint": 6e-3, "grow": 6e-3}}, "c")
+    new = rewrite_lr(text, {"mix": {"joint": 6e-3, "grow": 6e-3}}, "c")
     lr = yaml.safe_load(new)["train"]["lr"]
     assert lr["mix"] == {"joint": 6e-3, "grow": 6e-3} and lr["pre"]["single"] == 3e-3 and lr["post"]["grow"] == 5e-4
     with pytest.raises(ParamError, match="no value for post-single; sweep it too"):
-        sweep.rewrite_lr_line(text.replace(", single: 6.0e-4", ""), {"mix": {"joint": 6e-3}}, "c")
+        rewrite_lr(text.replace(", single: 6.0e-4", ""), {"mix": {"joint": 6e-3}}, "c")
 
 
 def test_a_candidate_directory_holding_another_numerics_version_is_refused_before_training(outputs, monkeypatch):
@@ -247,7 +256,67 @@ def test_a_candidate_directory_holding_another_numerics_version_is_refused_befor
     handed = []
     monkeypatch.setattr(study, "execute_runs", lambda profile, pending, *a, **kw: handed.extend(pending))
     for jobs in (1, 2):
-        with pytest.raises(rundir.RunDirError, match=r"sweep refused before training: .*sweep-pre-joint-lr1e-03-s0 "
+        with pytest.raises(rundir.RunDirError, match=r"sweep refused before training: .*sweep-pre-joint-lr1e-03-wu2-s0 "
                                                      r"holds a run made with other settings \(numerics\)"):
             sweep.run_candidates(plan, progress=False, jobs=jobs)
     assert handed == [] and not plan.specs[1].dir.exists()
+
+
+def test_the_choice_is_bracketed_in_lr_and_in_warmup():
+    """A cross-shaped search (warmups at one lr, lrs at the best warmup): the optimum is bracketed in lr among the
+    lrs tried at its warmup and in warmup among the warmups tried at its lr; an lr that moved from the warmup stage's
+    lr has one warmup tried there, which the warnings say."""
+    cross = {(3e-3, 24): 5.0, (3e-3, 48): 4.8, (3e-3, 96): 4.9, (1e-3, 48): 4.95, (1e-2, 48): 4.85}
+    rows = [{"norm": "pre", "schedule": "joint", "lr": lr, "warmup_steps": w, "seed": 0, "val_ce": ce}
+            for (lr, w), ce in cross.items()]
+    chosen = sweep.choose_arms(rows)["pre"]["joint"]
+    assert chosen == {"lr": 3e-3, "warmup_steps": 48, "val_ce": 4.8, "edge": None, "warmup_edge": None}
+    assert sweep.grid_warnings({"pre": {"joint": chosen}}) == []
+    moved = sweep.choose_arms(rows + [{**rows[0], "lr": 2e-2, "warmup_steps": 48, "val_ce": 4.7},
+                                      {**rows[0], "lr": 5e-2, "warmup_steps": 48, "val_ce": 4.75}])["pre"]["joint"]
+    assert (moved["lr"], moved["edge"], moved["warmup_edge"]) == (2e-2, None, "only")
+    assert sweep.grid_warnings({"pre": {"joint": moved}}) == [
+        "pre-joint: the best warmup 48 is the only warmup tried at lr 2e-02; try warmups on both sides of it"]
+
+
+def test_lr_factors_scale_each_arms_lr_and_warmups_multiply_the_candidates(outputs):
+    lr = {"pre": {"joint": 2.4e-2, "grow": 1.2e-2, "single": 1.2e-2}, "post": 6e-3}
+    plan = sweep.make_plan("tiny", ["pre", "post"], seeds=[0, 1], schedules=["joint", "grow"], warmups=[96, 48],
+                           lr_factors=[0.7, 1], overrides=OVERRIDES | {"train.lr": lr})
+    assert plan.lrs == {"pre-joint": (0.0168, 0.024), "post-joint": (0.0042, 0.006), "pre-grow": (0.0084, 0.012),
+                        "post-grow": (0.0042, 0.006)}
+    assert set(plan.warmups.values()) == {(48, 96)} and len(plan.specs) == 4 * 2 * 2 * 2
+    assert plan.specs[0].run_name == "sweep-pre-joint-lr1.68e-02-wu48-s0"
+    assert (plan.specs[0].profile.train.lr, plan.specs[0].profile.train.warmup_steps) == (0.0168, 48)
+    # without --warmups every arm runs at its own profile warmup
+    own = sweep.make_plan("tiny", ["pre", "post"], [1e-3], seeds=[0], schedules=["joint"],
+                          overrides=OVERRIDES | {"train.warmup_steps": {"pre": 5, "post": 7}})
+    assert [s.profile.train.warmup_steps for s in own.specs] == [5, 7]
+    with pytest.raises(ParamError, match="--lrs and --lr-factors exclude each other"):
+        sweep.make_plan("tiny", lrs=[1e-3], lr_factors=[1])
+    with pytest.raises(ParamError, match=r"--warmups=\[-1\] must be a non-empty list of warmup steps"):
+        sweep.make_plan("tiny", lrs=[1e-3], warmups=[-1])
+
+
+def test_a_warmup_sweep_writes_the_warmup_line_per_arm(outputs, tmp_path):
+    """--write after a sweep that tried two warmups: train.warmup_steps becomes a mapping per arm holding the chosen
+    one for the swept arm and the former value for the others; train.lr is written as before. A profile without a
+    warmup_steps line is refused before training."""
+    profiles = tmp_path / "profiles"
+    shutil.copytree(PARAMS_DIR / "profiles", profiles)
+    before = (profiles / "tiny.yaml").read_text()
+    plan = sweep.make_plan("tiny", ["pre"], seeds=[0], schedules=["joint"], warmups=[1, 2], lr_factors=[1],
+                           overrides=OVERRIDES)
+    result = sweep.sweep(plan, write=True, profiles_dir=profiles, progress=False, command="test")
+    best = min(result["rows"], key=lambda r: r["val_ce"])
+    assert [r["warmup_steps"] for r in result["rows"]] == [1, 2]
+    assert result["chosen"]["pre"]["joint"]["warmup_steps"] == best["warmup_steps"]
+    written = yaml.safe_load((profiles / "tiny.yaml").read_text())["train"]
+    assert written["warmup_steps"] == {"pre": {"joint": best["warmup_steps"], "grow": 2, "single": 2},
+                                       "post": {"joint": 2, "grow": 2, "single": 2}}
+    assert written["lr"]["pre"]["joint"] == best["lr"]
+    assert {old for old, _ in changed_lines(before, (profiles / "tiny.yaml").read_text())} == {
+        "  lr: 3.0e-3\n", "  warmup_steps: 2\n"}
+    (profiles / "tiny.yaml").write_text(before.replace("  warmup_steps: 2\n", ""))
+    with pytest.raises(ParamError, match="the train section has no warmup_steps line"):
+        sweep.sweep(plan, write=True, profiles_dir=profiles, progress=False)

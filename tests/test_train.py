@@ -14,7 +14,7 @@ from normgrow.config import ParamError
 from normgrow.train.growth import plan_phases
 from normgrow.student.model import load_student
 from normgrow.train.tracking import TENSORBOARD_DIR
-from normgrow.train.spec import derive_run_name, lr_for_run, make_run_spec
+from normgrow.train.spec import derive_run_name, for_arm, make_run_spec
 from normgrow.train.run import run_variant
 from fakes import kill_mid_phase
 
@@ -197,33 +197,52 @@ def test_resume_after_sigkill_matches_uninterrupted_run(outputs, tmp_path, extra
 
 def test_lr_per_placement_and_schedule():
     lr = {"pre": {"joint": 1e-3, "grow": 2e-3, "single": 3e-3}, "post": 4e-4}
-    assert [lr_for_run(lr, "pre", s) for s in ("joint", "grow", "single")] == [1e-3, 2e-3, 3e-3]
-    assert lr_for_run(lr, "post", "grow") == 4e-4 and lr_for_run(5e-3, "post", "single") == 5e-3
+    assert [for_arm("train.lr", lr, "pre", s) for s in ("joint", "grow", "single")] == [1e-3, 2e-3, 3e-3]
+    assert for_arm("train.lr", lr, "post", "grow") == 4e-4 and for_arm("train.lr", 5e-3, "post", "single") == 5e-3
     # a placement swept for joint and grow runs those two; its single run is refused with the sweep that fills it
     partial = {"pre": {"joint": 1e-3, "grow": 2e-3}, "post": 1e-3}
-    assert lr_for_run(partial, "pre", "grow") == 2e-3
+    assert for_arm("train.lr", partial, "pre", "grow") == 2e-3
     with pytest.raises(ParamError, match=r"train.lr.pre=.* no learning rate for schedule='single'; sweep it: "
                                          r"python -m normgrow.sweep --norms pre --schedules single --write"):
-        lr_for_run(partial, "pre", "single")
+        for_arm("train.lr", partial, "pre", "single")
     with pytest.raises(ParamError, match=r"unknown schedule.s. gro; allowed keys: joint, grow, single"):
-        lr_for_run({"pre": {"joint": 1e-3, "gro": 2e-3}}, "pre", "joint")
+        for_arm("train.lr", {"pre": {"joint": 1e-3, "gro": 2e-3}}, "pre", "joint")
     # a freeze control takes its placement's grow lr, a matched run its joint lr (through make_run_spec)
     freeze = make_run_spec(profile="tiny", norm="pre", schedule="grow", freeze_prefix=True,
                            overrides=fakes.TINY_OVERRIDES | {"train.lr": lr})
     assert freeze.profile.train.lr == 2e-3
 
 
+def test_warmup_per_placement_and_schedule_is_resolved_for_the_run_and_recorded_as_a_number():
+    """train.warmup_steps takes the lr's forms (spec.for_arm); a run records its arm's number, so a scalar profile
+    and a mapping giving the arm the same number are the same run; bad values name the key."""
+    warmup = {"pre": {"joint": 4, "grow": 2, "single": 6}, "post": 3}
+    spec = make_run_spec(profile="tiny", norm="pre", schedule="grow", overrides=fakes.TINY_OVERRIDES | {
+        "train.warmup_steps": warmup})
+    assert spec.profile.train.warmup_steps == 2
+    assert make_run_spec(profile="tiny", norm="post", schedule="single", overrides=fakes.TINY_OVERRIDES | {
+        "train.warmup_steps": warmup}).profile.train.warmup_steps == 3
+    same = make_run_spec(profile="tiny", norm="pre", schedule="grow", overrides=fakes.TINY_OVERRIDES | {
+        "train.warmup_steps": 2})
+    assert same.identity()["profile"] == spec.identity()["profile"]
+    with pytest.raises(ParamError, match=r"train.warmup_steps=-1 must be >= 0 \(one value, or a mapping like"):
+        make_run_spec(profile="tiny", overrides=fakes.TINY_OVERRIDES | {"train.warmup_steps": {"pre": -1}})
+    with pytest.raises(ParamError, match=r"train.warmup_steps=.* gives no warmup for norm='post'"):
+        make_run_spec(profile="tiny", norm="post", overrides=fakes.TINY_OVERRIDES | {"train.warmup_steps": {"pre": 2}})
+
+
 def test_lr_mapping_needs_only_the_runs_placement():
     """A mapping tuned for pre and post runs those two; another placement needs its own key; a key that is no
     placement is still an error."""
     lr = {"pre": 1e-3, "post": 4e-4}
-    assert lr_for_run(lr, "post", "joint") == 4e-4 and lr_for_run({"mix": 2e-3}, "mix", "grow") == 2e-3
+    assert for_arm("train.lr", lr, "post", "joint") == 4e-4
+    assert for_arm("train.lr", {"mix": 2e-3}, "mix", "grow") == 2e-3
     with pytest.raises(ParamError, match=r"train.lr=.* gives no learning rate for norm='peri' \(keys given: pre, "
                                          r"post\); add train.lr.peri"):
-        lr_for_run(lr, "peri", "joint")
+        for_arm("train.lr", lr, "peri", "joint")
     with pytest.raises(ParamError, match="unknown placement.s. sandwich; allowed keys: pre, post, mix, peri, "
                                          "deepnorm, lns"):
-        lr_for_run(lr | {"sandwich": 1e-3}, "pre", "joint")
+        for_arm("train.lr", lr | {"sandwich": 1e-3}, "pre", "joint")
     with pytest.raises(ParamError, match="no learning rate for norm='lns'"):
         make_run_spec(profile="tiny", norm="lns", overrides=fakes.TINY_OVERRIDES | {"train.lr": lr})
 

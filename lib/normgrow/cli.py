@@ -110,13 +110,17 @@ def study_parser() -> argparse.ArgumentParser:
 
 
 def sweep_parser() -> argparse.ArgumentParser:
-    parser = _parser("python -m normgrow.sweep", "Peak learning-rate sweep per arm (placement x schedule): every "
-                     "candidate lr is an ordinary run; the chosen lr of an arm is its best mean final val_ce.",
-                     "each candidate to runs/<profile>/sweep-<norm>-<schedule>-lr<lr>-s<seed>/ and "
+    parser = _parser("python -m normgrow.sweep", "Peak learning-rate and warmup sweep per arm (placement x "
+                     "schedule): every candidate is an ordinary run; an arm's choice is its best mean final val_ce.",
+                     "each candidate to runs/<profile>/sweep-<norm>-<schedule>-lr<lr>-wu<warmup>-s<seed>/ and "
                      "sweep.csv, sweep.json to sweep/<profile>/ (other placements than the study's: "
-                     "sweep/<profile>/<norms>/); with --write, the chosen lrs to params/profiles/<profile>.yaml")
+                     "sweep/<profile>/<norms>/); with --write, the chosen lrs (and warmups) to params/profiles/<profile>.yaml")
     parser.add_argument("--norms", nargs="+", help="placements to sweep (default: those of params/runs)")
     parser.add_argument("--lrs", type=float, nargs="+", help="candidate peak lrs (default: params/sweep.yaml)")
+    parser.add_argument("--lr-factors", type=float, nargs="+", help="candidates: each arm's profile lr times these "
+                        "(instead of --lrs; --lr-factors 1: at each arm's lr)")
+    parser.add_argument("--warmups", type=int, nargs="+", help="candidate warmup steps per phase, each run at every "
+                        "candidate lr (default: each arm's profile warmup)")
     parser.add_argument("--schedules", nargs="+", choices=SCHEDULES, help="schedules to sweep (default: "
                         "params/sweep.yaml)")
     _seeds(parser, "seeds of every candidate lr, the choice being the best mean (default: params/sweep.yaml)")

@@ -183,10 +183,13 @@ class TrainParams:
     batch_size: int = 16  # sequences per step
     # Peak learning rate: one float for every placement, or {pre: X, post: Y, ...} (post-norm wants a lower one;
     # `python -m normgrow.sweep` measures it), which needs only the placements the profile runs. make_run_spec
-    # resolves it for the run's norm (spec.lr_for_run).
+    # resolves it for the run's norm (spec.for_arm).
     lr: Any = 3e-3
     min_lr_ratio: float = 0.1
-    warmup_steps: int = 10
+    # Linear warmup steps per phase: an integer, or per placement (and schedule) like lr, since warmup decides
+    # whether an arm trains as much as its lr does (post-norm needs more); `python -m normgrow.sweep --warmups`
+    # measures it. make_run_spec resolves it for the run's arm.
+    warmup_steps: Any = 10
     weight_decay: float = 0.1
     betas: tuple = (0.9, 0.95)
     grad_clip: float = 1.0
@@ -385,22 +388,30 @@ def profile_from_dict(raw: dict, name: str) -> Profile:
     if unknown:
         raise ParamError(f"unknown profile section {unknown[0]!r}; allowed sections: {', '.join(SECTIONS)}")
     sections = {s: _build(cls, raw.get(s), s) for s, cls in SECTIONS.items()}
-    sections["train"] = dataclasses.replace(sections["train"], lr=_check_lr(sections["train"].lr))
+    sections["train"] = dataclasses.replace(sections["train"], lr=_check_per_arm("train.lr", sections["train"].lr),
+                                            warmup_steps=_check_per_arm("train.warmup_steps",
+                                                                        sections["train"].warmup_steps))
     profile = Profile(name=name, **sections)  # the file's stem: a profile cannot name another outputs folder
     _check_values(profile)
     _check_cross(profile)
     return profile
 
 
-def _check_lr(lr: Any) -> Any:
-    """train.lr: a positive float, or a mapping of placement -> positive float or mapping of schedule -> positive
-    float (the names are checked against the run's norm and schedule in spec.lr_for_run, where they are defined)."""
-    if isinstance(lr, dict) and lr:
-        return {str(k): _check_lr(v) for k, v in lr.items()}
-    value = _coerce("train.lr", lr, float)
-    if not (math.isfinite(value) and value > 0):
-        raise ParamError(f"train.lr={value!r} must be > 0 and finite (a float, or a mapping like "
-                         f"{{pre: 3.0e-3, post: 1.0e-3}})")
+PER_ARM = {  # keys given per arm: (type, allowed range as the message says it, test, an example mapping)
+    "train.lr": (float, "> 0 and finite", lambda v: math.isfinite(v) and v > 0, "{pre: 3.0e-3, post: 1.0e-3}"),
+    "train.warmup_steps": (int, ">= 0", lambda v: v >= 0, "{pre: 48, post: 192}"),
+}
+
+
+def _check_per_arm(key: str, value: Any) -> Any:
+    """A PER_ARM key: one value, or a mapping of placement -> value or mapping of schedule -> value (the names are
+    checked against the run's norm and schedule in spec.for_arm, where they are defined)."""
+    if isinstance(value, dict) and value:
+        return {str(k): _check_per_arm(key, v) for k, v in value.items()}
+    kind, allowed, test, example = PER_ARM[key]
+    value = _coerce(key, value, kind)
+    if not test(value):
+        raise ParamError(f"{key}={value!r} must be {allowed} (one value, or a mapping like {example})")
     return value
 
 
@@ -418,7 +429,6 @@ RANGES = {  # key -> (allowed range as the message says it, test); every float m
     "student.rope_theta": ("> 0", lambda v: v > 0),
     "student.mix_alpha": ("in [0, 1]", lambda v: 0 <= v <= 1),
     "train.min_lr_ratio": ("in [0, 1]", lambda v: 0 <= v <= 1),
-    "train.warmup_steps": (">= 0", lambda v: v >= 0),
     "train.weight_decay": (">= 0", lambda v: v >= 0),
     "train.grad_clip": ("> 0", lambda v: v > 0),
     "train.eval_tokens": (">= 0 (0 = the whole validation split)", lambda v: v >= 0),

@@ -62,7 +62,7 @@ from .rundir import (GRID_RUN_PREFIX, RunDirError, Summary, check_name, grid_dir
 from .analysis.stats import LEVEL, depth_trend, mean_ci, paired_differences, regime_check, runs_frame, with_flatness, depth_check, baselines
 from .study import (Job, directory_conflict, ensure_teacher_cache, execute_runs, finished_jobs, report_failures,
                     study_jobs)
-from .train.spec import lr_for_run, make_run_spec
+from .train.spec import for_arm, make_run_spec
 from .utils import atomic_write_json, atomic_write_text, stable_hash
 from .analysis.variants import Reference, StudyRuns, Variant, load_reference, load_variants
 
@@ -177,7 +177,8 @@ def run_overrides(profile: str, setting: Setting, norm: str, schedule: str, base
     if schedule not in setting.lr_of and setting.lr_scale == 1.0:
         return overrides
     lr = load_profile(profile, overrides).train.lr
-    return {**overrides, "train.lr": lr_for_run(lr, norm, setting.lr_of.get(schedule, schedule)) * setting.lr_scale}
+    arm_lr = for_arm("train.lr", lr, norm, setting.lr_of.get(schedule, schedule))
+    return {**overrides, "train.lr": arm_lr * setting.lr_scale}
 
 
 def check_settings(grid: Grid, only: list[str] | None) -> None:

@@ -1,25 +1,34 @@
-"""Peak learning-rate sweep per arm (placement x schedule):
-``python -m normgrow.sweep --profile cpu [--schedules joint grow single] [--write]`` (make sweep).
+"""Peak learning-rate and warmup sweep per arm (placement x schedule):
+``python -m normgrow.sweep --profile cpu [--schedules joint grow single] [--warmups 48 96 192] [--write]``
+(make sweep).
 
 Why: pre- and post-norm may want different peak learning rates (post-norm classically a lower one), and a
 placement's best lr differs between the joint and the grown schedule; one shared lr could hand one arm a handicap
 that the study would then read as a placement or curriculum effect. The sweep measures, per (placement, schedule),
-the lr with the lowest final validation CE, and ``--write`` stores it in the profile as
-``train.lr: {pre: {joint: X, grow: Y, single: Z}, post: {...}}`` (spec.lr_for_run resolves it for each run; a
-freeze control takes its placement's grow lr, a matched run its joint lr).
+the lr and warmup with the lowest final validation CE, and ``--write`` stores them in the profile as
+``train.lr: {pre: {joint: X, grow: Y, single: Z}, post: {...}}`` and ``train.warmup_steps`` of the same form
+(spec.for_arm resolves them for each run; a freeze control takes its placement's grow values, a matched run its
+joint values). Warmup decides whether an arm trains at all as much as its lr does (post-norm on the unigram plateau
+at 48 warmup steps on some seeds, training at 192), so both are tuned per arm.
 
 Choices:
-  - Candidates per profile come from params/sweep.yaml (parameters are data); ``--lrs`` overrides. The grid is sorted
-    and deduplicated, so its edges are its smallest and largest values.
+  - Candidates per profile come from params/sweep.yaml (parameters are data); ``--lrs`` overrides, and
+    ``--lr-factors`` makes each arm's candidates its profile lr times the factors (a search around each arm's
+    current optimum). Warmups: ``--warmups``, else each arm's profile warmup. Every candidate lr runs every warmup
+    (a product; a search in stages keeps it small: warmups at each arm's lr (``--lr-factors 1 --warmups ...``),
+    ``--write``, then lrs at the written warmups). The grid is sorted and deduplicated, so its edges are its
+    smallest and largest values.
   - Candidates run each schedule of ``--schedules`` (default: params/sweep.yaml's ``schedules``). Every arm the
     study compares gets its own optimum, so a gap between arms is not a gap in tuning; the grid per placement is
     shared by its schedules.
-  - Each candidate is an ordinary run ``sweep-<norm>-<schedule>-lr<lr>-s<seed>`` in outputs/runs/<profile>/ with
-    ``train.lr`` overridden (study run names never start with ``sweep-``). run_variant resumes an interrupted run and
+  - Each candidate is an ordinary run ``sweep-<norm>-<schedule>-lr<lr>-wu<warmup>-s<seed>`` in
+    outputs/runs/<profile>/ with ``train.lr`` and ``train.warmup_steps`` overridden (study run names never start with ``sweep-``). run_variant resumes an interrupted run and
     returns a finished one without training, so an interrupted sweep continues where it stopped; a finished run made
     with other profile parameters is refused by run_variant, never silently reused.
-  - The chosen lr per arm is the argmin of final val_ce over finite values (a diverged run never wins). A minimum at
-    an edge of the grid means the optimum may lie outside it: a warning says so and sweep.json records it.
+  - The chosen (lr, warmup) per arm is the argmin of mean final val_ce over finite values (a diverged run never
+    wins). It is bracketed when a lower and a higher lr were tried at its warmup, and a shorter and a longer warmup
+    at its lr; an optimum on an edge of either (or a dimension with one value there) may lie outside what was tried:
+    a warning says so and sweep.json records it.
   - ``--jobs N`` trains N candidates at once, each in a worker process, through the study's executor; the rows and
     the choice do not depend on it (each candidate is the same run either way).
   - Seeds (``seeds`` in params/sweep.yaml, ``--seeds``): every lr of an arm runs every seed and the arm's choice is
@@ -27,13 +36,14 @@ Choices:
     pick one next to a cliff: on the cpu profile post-norm's one-seed optimum for its 3-block first stage (8.5e-3)
     trained seed 0 and left seeds 1 and 2 on or near the unigram plateau (docs/LOG.md), so arms near a divergence
     need the seeds the study will run.
-  - ``--write`` edits only the ``lr:`` entry of the profile's train section (a line edit, not a YAML dump, so every
-    other line and comment stays byte for byte), re-parses the result to check it, and writes atomically. A norm
-    and schedule that were not swept keep their current value. A profile without an lr line is refused before any training.
+  - ``--write`` edits only the ``lr:`` entry of the profile's train section, and its ``warmup_steps:`` entry when
+    some arm tried more than one warmup (a line edit, not a YAML dump, so every other line and comment stays byte
+    for byte), re-parses the result to check it, and writes atomically. A norm and schedule that were not swept keep
+    their current value. A profile without an lr line is refused before any training.
   - The record keeps every candidate: the rows of an earlier invocation that this one did not run stay in sweep.csv
     and sweep.json, read back from their runs while those are finished under this numerics version
-    (earlier_rows), and each arm's choice is over all of its candidates. So extending a grid (lower lrs, one more
-    schedule) adds to the record and never overwrites it.
+    (earlier_rows), and each arm's choice is over all of its candidates. So extending a grid (lower lrs, other
+    warmups, one more schedule) adds to the record and never overwrites it.
 Outputs: outputs/sweep/<profile>/sweep.csv (one row per candidate) and sweep.json (the rows, the choice per arm,
 the grid warnings, date, profile, git commit, this invocation's command line and the earlier runs it kept); a
 sweep of placements other than the study's writes them to outputs/sweep/<profile>/<norms>/ (rundir.sweep_dir,
@@ -67,23 +77,26 @@ from .rundir import (NUMERICS_VERSION, SWEEP_RUN_PREFIX, RunDirError, is_finishe
 from .train.growth import SCHEDULES
 from .student.model import NORMS
 from .train.run import run_variant
-from .train.spec import RunSpec, lr_for_run, make_run_spec
+from .train.spec import RunSpec, for_arm, make_run_spec
 from .analysis.variants import load_variants
 from .utils import atomic_write_json, atomic_write_text, read_json
 
 SWEEP_FILE = PARAMS_DIR / "sweep.yaml"
 PROFILES_DIR = PARAMS_DIR / "profiles"
 SWEEP_KEYS = ("lrs", "seeds", "schedules")
-COLUMNS = ("norm", "schedule", "lr", "seed", "val_ce", "val_kd_ce", "steps", "tokens", "wall_s", "run_name")
+COLUMNS = ("norm", "schedule", "lr", "warmup_steps", "seed", "val_ce", "val_kd_ce", "steps", "tokens", "wall_s",
+           "run_name")
 EDGE_ADVICE = {"lowest": "below", "highest": "above", "only": "on both sides of"}
+ARM_KEYS = {"lr": "train.lr", "warmup_steps": "train.warmup_steps"}  # a choice's fields -> the profile keys written
 
 
 @dataclass(frozen=True)
 class SweepPlan:
-    """A validated sweep: one run spec per (schedule, norm, lr), schedules outer, lrs ascending."""
+    """A validated sweep: one run spec per (schedule, norm, lr, warmup, seed), schedules outer, lrs ascending."""
     profile: str
     norms: tuple[str, ...]
-    lrs: dict[str, tuple[float, ...]]  # per norm (shared by its schedules)
+    lrs: dict[str, tuple[float, ...]]  # per norm (shared by its schedules); per arm with lr_factors
+    warmups: dict[str, tuple[int, ...]]  # per norm x schedule ("pre-joint")
     seeds: tuple[int, ...]
     schedules: tuple[str, ...]
     specs: tuple[RunSpec, ...]
@@ -105,8 +118,8 @@ def yaml_float(lr: float) -> str:
     return f"{mantissa}{'0' if mantissa.endswith('.') else ''}e{int(exponent):+d}"
 
 
-def sweep_run_name(norm: str, schedule: str, lr: float, seed: int) -> str:
-    return f"{SWEEP_RUN_PREFIX}{norm}-{schedule}-lr{lr_tag(lr)}-s{seed}"
+def sweep_run_name(norm: str, schedule: str, lr: float, warmup: int, seed: int) -> str:
+    return f"{SWEEP_RUN_PREFIX}{norm}-{schedule}-lr{lr_tag(lr)}-wu{warmup}-s{seed}"
 
 
 def load_sweep_config(path: Path = SWEEP_FILE) -> dict:
@@ -119,6 +132,14 @@ def load_sweep_config(path: Path = SWEEP_FILE) -> dict:
         raise ParamError(f"{path}: lrs must map profile names to lists of learning rates, "
                          "e.g. {tiny: [1.0e-3, 3.0e-3]}")
     return raw
+
+
+def check_warmups(warmups, source: str) -> tuple[int, ...]:
+    """A non-empty list of integers >= 0, returned sorted and deduplicated."""
+    if not isinstance(warmups, (list, tuple)) or not warmups or any(
+            not isinstance(w, int) or isinstance(w, bool) or w < 0 for w in warmups):
+        raise ParamError(f"{source}={warmups!r} must be a non-empty list of warmup steps (integers >= 0), e.g. [48, 192]")
+    return tuple(sorted(set(warmups)))
 
 
 def check_lrs(lrs, source: str) -> tuple[float, ...]:
@@ -146,14 +167,24 @@ def study_norms() -> tuple[str, ...]:
 
 def make_plan(profile: str, norms: list[str] | None = None, lrs: list | None = None, seeds: list[int] | None = None,
               overrides: dict | None = None, config_path: Path = SWEEP_FILE,
-              schedules: list[str] | None = None) -> SweepPlan:
+              schedules: list[str] | None = None, warmups: list[int] | None = None,
+              lr_factors: list | None = None) -> SweepPlan:
     """Validate everything before any training: the profile, the grid, the norms, the seed (make_run_spec checks the
     last two with its usual messages). overrides: extra dotted profile keys for every candidate (tests shrink the
-    tiny profile onto a synthetic cache with them)."""
-    name = load_profile(profile).name  # an unknown profile fails here, naming the available ones
+    tiny profile onto a synthetic cache with them). lr_factors (not with lrs): each arm's candidates are its profile
+    lr times these; warmups: every arm's candidate warmups, default each arm's profile warmup."""
+    prof = load_profile(profile, overrides)  # an unknown profile fails here, naming the available ones
+    name = prof.name
     config = load_sweep_config(config_path)
     norms = tuple(dict.fromkeys(norms or study_norms()))
-    if lrs is None:
+    if lrs is not None and lr_factors is not None:
+        raise ParamError("--lrs and --lr-factors exclude each other (candidate lrs, or factors of each arm's lr)")
+    if lr_factors is not None:
+        factors = check_lrs(lr_factors, "--lr-factors")
+        grid = None
+    elif lrs is not None:
+        grid = dict.fromkeys(norms, check_lrs(lrs, "--lrs"))
+    else:
         grids = config.get("lrs") or {}  # by profile name (a path profile's: its file stem)
         if name not in grids:
             raise ParamError(f"{config_path}: no candidate learning rates for profile {name!r} (lrs lists: "
@@ -163,8 +194,6 @@ def make_plan(profile: str, norms: list[str] | None = None, lrs: list | None = N
         source = f"{Path(config_path).name}: lrs.{name}"
         grid = {norm: check_lrs(per_norm.get(norm), f"{source}.{norm}" if isinstance(entry, dict) else source)
                 for norm in norms}
-    else:
-        grid = dict.fromkeys(norms, check_lrs(lrs, "--lrs"))
     seeds = tuple(dict.fromkeys(config.get("seeds", [0]) if seeds is None else seeds))
     if not seeds:
         raise ParamError("seeds must be a non-empty list of integers >= 0")
@@ -172,14 +201,23 @@ def make_plan(profile: str, norms: list[str] | None = None, lrs: list | None = N
     bad = [s for s in schedules if s not in SCHEDULES]
     if bad:
         raise ParamError(f"schedule={bad[0]!r} is not allowed; allowed values: {', '.join(SCHEDULES)}")
+    unknown = [n for n in norms if n not in NORMS]  # before for_arm reads the profile's values for them
+    if unknown:
+        raise ParamError(f"norm={unknown[0]!r} is not allowed; allowed values: {', '.join(NORMS)}")
+    arms = [(schedule, norm) for schedule in schedules for norm in norms]
+    lr_grid = {f"{n}-{s}": (tuple(sorted({float(f"{for_arm('train.lr', prof.train.lr, n, s) * f:.6g}")
+                                          for f in factors})) if grid is None else grid[n]) for s, n in arms}
+    warmup_grid = {f"{n}-{s}": (check_warmups(warmups, "--warmups") if warmups is not None else
+                                (for_arm("train.warmup_steps", prof.train.warmup_steps, n, s),)) for s, n in arms}
     specs = tuple(make_run_spec(profile=profile, norm=norm, schedule=schedule, seed=seed,
-                                run_name=sweep_run_name(norm, schedule, lr, seed),
-                                overrides={**(overrides or {}), "train.lr": lr})
-                  for schedule in schedules for norm in norms for lr in grid[norm] for seed in seeds)
+                                run_name=sweep_run_name(norm, schedule, lr, warmup, seed),
+                                overrides={**(overrides or {}), "train.lr": lr, "train.warmup_steps": warmup})
+                  for schedule, norm in arms for lr in lr_grid[f"{norm}-{schedule}"]
+                  for warmup in warmup_grid[f"{norm}-{schedule}"] for seed in seeds)
     names = [s.run_name for s in specs]
     if len(set(names)) != len(names):
-        raise ParamError(f"learning rates {grid} must differ within 6 significant digits (run names {names})")
-    return SweepPlan(profile, norms, grid, seeds, schedules, specs)
+        raise ParamError(f"learning rates {lr_grid} must differ within 6 significant digits (run names {names})")
+    return SweepPlan(profile, norms, grid if grid is not None else lr_grid, warmup_grid, seeds, schedules, specs)
 
 
 # --------------------------------------------------------------------------------------------- runs, choice
@@ -210,35 +248,47 @@ def run_candidates(plan: SweepPlan, progress: bool = True, jobs: int = 1) -> lis
     for spec in bar:
         bar.set_postfix_str(spec.run_name)
         summary = run_variant(spec, progress=progress)
-        rows.append(candidate_row(spec.norm, spec.schedule, spec.profile.train.lr, summary))
+        rows.append(candidate_row(spec.norm, spec.schedule, spec.profile.train, summary))
     return rows
 
 
-def candidate_row(norm: str, schedule: str, lr: float, summary: dict) -> dict:
-    """One row of sweep.csv (COLUMNS): a candidate's arm and lr, and the numbers of its summary (Summary.to_json)."""
-    return {"norm": norm, "schedule": schedule, "lr": lr} | {key: summary[key] for key in COLUMNS[3:]}
+def candidate_row(norm: str, schedule: str, train, summary: dict) -> dict:
+    """One row of sweep.csv (COLUMNS): a candidate's arm, lr and warmup (train: its resolved train section, as
+    TrainParams or as recorded in config.json), and the numbers of its summary (Summary.to_json)."""
+    get = train.get if isinstance(train, dict) else lambda key: getattr(train, key)
+    return {"norm": norm, "schedule": schedule, "lr": get("lr"), "warmup_steps": get("warmup_steps")} | {
+        key: summary[key] for key in COLUMNS[4:]}
 
 
-def choose_lrs(rows: list[dict]) -> dict[str, dict[str, dict]]:
-    """Per norm and schedule: the lr with the lowest mean val_ce over its seeds (an lr with a non-finite seed is out),
-    that mean, and ``edge``: lowest / highest when it is the smallest / largest lr of that arm's grid (the optimum may
-    lie outside), only for a one-point grid, else None. Edges count diverged runs: a best lr just below a diverged one
-    is bracketed. Every lr out: lr None."""
+def _edge(values: list, best) -> str | None:
+    """Where best sits among the values tried: only (one value), lowest, highest, or None (bracketed)."""
+    values = sorted(set(values))
+    return ("only" if len(values) == 1 else "lowest" if best == values[0] else "highest" if best == values[-1]
+            else None)
+
+
+def choose_arms(rows: list[dict]) -> dict[str, dict[str, dict]]:
+    """Per norm and schedule: the (lr, warmup_steps) with the lowest mean val_ce over its seeds (a candidate with a
+    non-finite seed is out), that mean, and its brackets: ``edge`` where the lr sits among the lrs tried at its
+    warmup, ``warmup_edge`` where the warmup sits among the warmups tried at its lr (lowest / highest, only for one
+    value, else None: bracketed). Edges count diverged runs: a best lr just below a diverged one is bracketed.
+    Every candidate out: lr and warmup_steps None."""
     chosen: dict[str, dict[str, dict]] = {}
     for norm, schedule in dict.fromkeys((r["norm"], r["schedule"]) for r in rows):
-        by_lr: dict[float, list[float]] = {}
+        by_pair: dict[tuple, list[float]] = {}
         for r in rows:
             if (r["norm"], r["schedule"]) == (norm, schedule):
-                by_lr.setdefault(r["lr"], []).append(r["val_ce"])
-        grid = sorted(by_lr)
-        means = {lr: sum(v) / len(v) for lr, v in by_lr.items() if all(math.isfinite(x) for x in v)}
+                by_pair.setdefault((r["lr"], r["warmup_steps"]), []).append(r["val_ce"])
+        means = {pair: sum(v) / len(v) for pair, v in by_pair.items() if all(math.isfinite(x) for x in v)}
         if not means:
-            chosen.setdefault(norm, {})[schedule] = {"lr": None, "val_ce": None, "edge": None}
+            chosen.setdefault(norm, {})[schedule] = {"lr": None, "warmup_steps": None, "val_ce": None, "edge": None,
+                                                     "warmup_edge": None}
             continue
-        best = min(means, key=means.get)
-        edge = ("only" if len(grid) == 1 else "lowest" if best == grid[0] else "highest" if best == grid[-1]
-                else None)
-        chosen.setdefault(norm, {})[schedule] = {"lr": best, "val_ce": means[best], "edge": edge}
+        lr, warmup = best = min(means, key=means.get)
+        chosen.setdefault(norm, {})[schedule] = {
+            "lr": lr, "warmup_steps": warmup, "val_ce": means[best],
+            "edge": _edge([p[0] for p in by_pair if p[1] == warmup], lr),
+            "warmup_edge": _edge([p[1] for p in by_pair if p[0] == lr], warmup)}
     return chosen
 
 
@@ -249,9 +299,15 @@ def grid_warnings(chosen: dict[str, dict[str, dict]]) -> list[str]:
             if choice["lr"] is None:
                 warnings.append(f"{norm}-{schedule}: every candidate diverged (non-finite val_ce); extend the grid to "
                                 "lower learning rates")
-            elif choice["edge"]:
+                continue
+            if choice["edge"]:
                 warnings.append(f"{norm}-{schedule}: the best lr {lr_tag(choice['lr'])} is the {choice['edge']} "
-                                f"point of the grid; extend the grid {EDGE_ADVICE[choice['edge']]} it")
+                                f"point of the grid at warmup {choice['warmup_steps']}; extend the grid "
+                                f"{EDGE_ADVICE[choice['edge']]} it")
+            if choice["warmup_edge"]:
+                warnings.append(f"{norm}-{schedule}: the best warmup {choice['warmup_steps']} is the "
+                                f"{choice['warmup_edge']} warmup tried at lr {lr_tag(choice['lr'])}; try warmups "
+                                f"{EDGE_ADVICE[choice['warmup_edge']]} it")
     return warnings
 
 
@@ -291,7 +347,7 @@ def earlier_rows(plan: SweepPlan, rows: list[dict], out_dir: Path) -> tuple[list
             dropped.append({"why": f"recorded under numerics version {identity.get('numerics')}, not "
                                    f"{NUMERICS_VERSION}", "row": row})
             continue
-        kept.append(candidate_row(identity["norm"], identity["schedule"], identity["profile"]["train"]["lr"],
+        kept.append(candidate_row(identity["norm"], identity["schedule"], identity["profile"]["train"],
                                   summary.to_json()))
     counted = ran | {r["run_name"] for r in kept}
     return kept, dropped + [d for d in record.get("dropped", []) if d["row"].get("run_name") not in counted]
@@ -302,11 +358,13 @@ def summarize(plan: SweepPlan, rows: list[dict], command: str, earlier: list[dic
     """sweep.json's content: every candidate (this invocation's and the earlier ones still counting, earlier_rows),
     sorted by placement, schedule, lr and seed, the choice per arm over all of them, and the earlier candidates
     that no longer count (earlier_rows' dropped, never in the choice)."""
-    every = sorted([*earlier, *rows], key=lambda r: (r["norm"], SCHEDULES.index(r["schedule"]), r["lr"], r["seed"]))
-    chosen = choose_lrs(every)
+    every = sorted([*earlier, *rows], key=lambda r: (r["norm"], SCHEDULES.index(r["schedule"]), r["lr"],
+                                                     r["warmup_steps"], r["seed"]))
+    chosen = choose_arms(every)
     return {"profile": plan.profile, "date": date.today().isoformat(), "git_commit": git_commit(), "command": command,
             "schedules": list(plan.schedules), "seeds": list(plan.seeds), "norms": list(plan.norms),
-            "lrs": {norm: list(g) for norm, g in plan.lrs.items()},
+            "lrs": {key: list(g) for key, g in plan.lrs.items()},
+            "warmups": {arm: list(g) for arm, g in plan.warmups.items()},
             "earlier_runs": [r["run_name"] for r in earlier], "rows": every, "chosen": chosen,
             "warnings": grid_warnings(chosen), "dropped": list(dropped)}
 
@@ -329,11 +387,14 @@ def write_results(result: dict, out_dir: Path) -> Path:
 
 
 def format_table(result: dict) -> str:
-    """One line per candidate; * marks the chosen lr of each arm."""
-    lines = [f"{'norm':<5} {'schedule':<8} {'lr':>9} {'val_ce':>8} {'val_kd_ce':>9} {'steps':>6} {'wall_s':>7}"]
+    """One line per candidate; * marks the chosen lr and warmup of each arm."""
+    lines = [f"{'norm':<5} {'schedule':<8} {'lr':>9} {'warmup':>6} {'val_ce':>8} {'val_kd_ce':>9} {'steps':>6} "
+             f"{'wall_s':>7}"]
     for r in result["rows"]:
-        mark = " *" if result["chosen"][r["norm"]][r["schedule"]]["lr"] == r["lr"] else ""
-        lines.append(f"{r['norm']:<5} {r['schedule']:<8} {lr_tag(r['lr']):>9} {r['val_ce']:>8.4f} "
+        choice = result["chosen"][r["norm"]][r["schedule"]]
+        mark = " *" if (choice["lr"], choice["warmup_steps"]) == (r["lr"], r["warmup_steps"]) else ""
+        lines.append(f"{r['norm']:<5} {r['schedule']:<8} {lr_tag(r['lr']):>9} {r['warmup_steps']:>6} "
+                     f"{r['val_ce']:>8.4f} "
                      f"{r['val_kd_ce']:>9.4f} {r['steps']:>6} {r['wall_s']:>7.1f}{mark}")
     return "\n".join(lines)
 
@@ -344,62 +405,76 @@ def _indent(line: str) -> int:
     return len(line) - len(line.lstrip(" "))
 
 
-def lr_line_span(lines: list[str], where: str) -> tuple[int, int]:
-    """[start, end) of the lr entry of the top-level train section: the ``lr:`` line at the section's key
-    indentation plus the more-indented lines right under it (a block-style mapping). ParamError when absent."""
+def arm_line_span(lines: list[str], name: str, where: str) -> tuple[int, int]:
+    """[start, end) of the ``name`` entry (lr, warmup_steps) of the top-level train section: its line at the
+    section's key indentation plus the more-indented lines right under it (a block-style mapping). ParamError when
+    absent."""
     head = next((i for i, line in enumerate(lines) if re.match(r"train:\s*(#.*)?$", line)), None)
     if head is None:
-        raise ParamError(f"{where}: no top-level train: section, so no train.lr line to replace")
+        raise ParamError(f"{where}: no top-level train: section, so no train.{name} line to replace")
     stop = next((i for i in range(head + 1, len(lines)) if re.match(r"[^\s#]", lines[i])), len(lines))
     keys = [i for i in range(head + 1, stop) if re.match(r" +[^\s#]", lines[i])]
-    hits = [i for i in keys if _indent(lines[i]) == _indent(lines[keys[0]]) and re.match(r" +lr\s*:", lines[i])]
+    hits = [i for i in keys if _indent(lines[i]) == _indent(lines[keys[0]]) and re.match(rf" +{name}\s*:", lines[i])]
     if not hits:
-        raise ParamError(f"{where}: the train section has no lr line to replace; add one (e.g. `  lr: 3.0e-3`) first")
+        example = "lr: 3.0e-3" if name == "lr" else f"{name}: 48"
+        raise ParamError(f"{where}: the train section has no {name} line to replace; add one (e.g. `  {example}`) "
+                         "first")
     end = hits[0] + 1
     while end < stop and lines[end].strip() and _indent(lines[end]) > _indent(lines[hits[0]]):
         end += 1
     return hits[0], end
 
 
-def merge_lrs(current, chosen: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
-    """One lr per schedule for every placement the profile's train.lr names or the sweep chose: the chosen value where
-    swept, else the profile's current one for that arm (spec.lr_for_run: a float or a per-placement value applies to
-    every schedule). A float train.lr names no placement: the study's placements are written out. A schedule neither
-    swept nor in the profile for a placement of the study is an error; for another placement it is left out (a
-    placement swept for joint and grow runs those; lr_for_run refuses its single run, naming the sweep)."""
+def merge_arms(name: str, current, chosen: dict[str, dict]) -> dict[str, dict]:
+    """One value of train.<name> (lr, warmup_steps) per schedule for every placement the profile's value names or
+    the sweep chose: the chosen value where swept, else the profile's current one for that arm (spec.for_arm: a
+    single or a per-placement value applies to every schedule). A single value names no placement: the study's
+    placements are written out. A schedule neither swept nor in the profile for a placement of the study is an
+    error; for another placement it is left out (a placement swept for joint and grow runs those; for_arm refuses
+    its single run, naming the sweep)."""
+    kind = float if name == "lr" else int
     norms = [n for n in NORMS if n in chosen or (n in current if isinstance(current, dict) else n in study_norms())]
-    merged: dict[str, dict[str, float]] = {}
+    merged: dict[str, dict] = {}
     for norm in norms:
         for schedule in SCHEDULES:
             value = chosen.get(norm, {}).get(schedule)
             if value is None:
                 try:
-                    value = lr_for_run(current, norm, schedule)
+                    value = for_arm(f"train.{name}", current, norm, schedule)
                 except (KeyError, ParamError):
                     if norm not in study_norms():
                         continue
-                    raise ParamError(f"train.lr={current!r} has no value for {norm}-{schedule}; sweep it too "
+                    raise ParamError(f"train.{name}={current!r} has no value for {norm}-{schedule}; sweep it too "
                                      f"(--norms {norm} --schedules {' '.join(SCHEDULES)})") from None
-            merged.setdefault(norm, {})[schedule] = float(value)
+            merged.setdefault(norm, {})[schedule] = kind(value)
     return merged
 
 
-def rewrite_lr_line(text: str, chosen: dict[str, dict[str, float]], comment: str, where: str = "profile") -> str:
-    """text with the train section's lr entry replaced by ``lr: {pre: {joint: X, ...}, post: {...}}  # comment``;
-    every other line is kept byte for byte (line endings included). The result is re-parsed: its train.lr must read
-    back as written."""
+def rewrite_arm_line(text: str, name: str, chosen: dict[str, dict], comment: str, where: str = "profile") -> str:
+    """text with the train section's ``name`` entry (lr, warmup_steps) replaced by ``name: {pre: {joint: X, ...},
+    post: {...}}  # comment``; every other line is kept byte for byte (line endings included). The result is
+    re-parsed: its value must read back as written."""
     lines = text.splitlines(keepends=True)
-    start, end = lr_line_span(lines, where)
-    lrs = merge_lrs((yaml.safe_load(text) or {})["train"]["lr"], chosen)
+    start, end = arm_line_span(lines, name, where)
+    values = merge_arms(name, (yaml.safe_load(text) or {})["train"].get(name), chosen)
     ending = lines[end - 1][len(lines[end - 1].rstrip("\r\n")):] or "\n"
-    mapping = ", ".join(f"{norm}: {{{', '.join(f'{s}: {yaml_float(lr)}' for s, lr in by_schedule.items())}}}"
-                        for norm, by_schedule in lrs.items())
-    new_line = f"{' ' * _indent(lines[start])}lr: {{{mapping}}}  # {comment}{ending}"
+    show = yaml_float if name == "lr" else str
+    mapping = ", ".join(f"{norm}: {{{', '.join(f'{s}: {show(v)}' for s, v in by_schedule.items())}}}"
+                        for norm, by_schedule in values.items())
+    new_line = f"{' ' * _indent(lines[start])}{name}: {{{mapping}}}  # {comment}{ending}"
     new_text = "".join(lines[:start] + [new_line] + lines[end:])
     raw = yaml.safe_load(new_text)
-    if raw["train"]["lr"] != lrs:
-        raise RuntimeError(f"{where}: the rewritten lr line reads back as {raw['train']['lr']!r}, not {lrs!r}")
+    if raw["train"][name] != values:
+        raise RuntimeError(f"{where}: the rewritten {name} line reads back as {raw['train'][name]!r}, not {values!r}")
     return new_text
+
+
+def swept_warmups(rows: list[dict]) -> bool:
+    """Whether some arm tried more than one warmup: only then does --write touch the warmup_steps line."""
+    tried: dict[tuple, set] = {}
+    for r in rows:
+        tried.setdefault((r["norm"], r["schedule"]), set()).add(r["warmup_steps"])
+    return any(len(w) > 1 for w in tried.values())
 
 
 def display_path(path: Path) -> str:
@@ -410,13 +485,12 @@ def display_path(path: Path) -> str:
         return str(path)
 
 
-def write_profile_lr(path: Path, result: dict, json_path: Path) -> None:
-    """Store the chosen lr per arm in the profile's train.lr line, with the sweep's date, file and val_ce; a sweep of
-    some arms keeps the line's former comment after "other arms:", since the arms it did not sweep come from there."""
-    chosen = {norm: {schedule: c["lr"] for schedule, c in by_schedule.items()}
-              for norm, by_schedule in result["chosen"].items()}
-    missing = [f"{norm}-{schedule}" for norm, by_schedule in chosen.items() for schedule, lr in by_schedule.items()
-               if lr is None]
+def write_profile_arms(path: Path, result: dict, json_path: Path) -> None:
+    """Store the chosen lr per arm in the profile's train.lr line, and the chosen warmup in its train.warmup_steps
+    line when some arm tried several (swept_warmups), each with the sweep's date, file and val_ce; a sweep of some
+    arms keeps a line's former comment after "other arms:", since the arms it did not sweep come from there."""
+    missing = [f"{norm}-{schedule}" for norm, by_schedule in result["chosen"].items()
+               for schedule, c in by_schedule.items() if c["lr"] is None]
     if missing:
         raise ParamError(f"--write: no learning rate chosen for {', '.join(missing)} (every run diverged); "
                          f"{path} left unchanged")
@@ -424,13 +498,17 @@ def write_profile_lr(path: Path, result: dict, json_path: Path) -> None:
                        for schedule, c in by_schedule.items())
     seeds = result["seeds"]
     what = "val_ce" if len(seeds) == 1 else f"mean val_ce over seeds {' '.join(map(str, seeds))}"
-    comment = f"sweep {result['date']}: {display_path(json_path)} ({what} {scores})"
     text = path.read_bytes().decode()
-    line = text.splitlines()[lr_line_span(text.splitlines(keepends=True), str(path))[0]]
-    merged = merge_lrs((yaml.safe_load(text) or {})["train"]["lr"], chosen)
-    if "#" in line and any(s not in chosen.get(n, {}) for n, by in merged.items() for s in by):
-        comment += "; other arms: " + line.split("#", 1)[1].strip()  # where the arms not swept here come from
-    atomic_write_text(path, rewrite_lr_line(text, chosen, comment, str(path)))
+    for name in ("lr", "warmup_steps") if swept_warmups(result["rows"]) else ("lr",):
+        chosen = {norm: {schedule: c[name] for schedule, c in by_schedule.items()}
+                  for norm, by_schedule in result["chosen"].items()}
+        comment = f"sweep {result['date']}: {display_path(json_path)} ({what} {scores})"
+        line = text.splitlines()[arm_line_span(text.splitlines(keepends=True), name, str(path))[0]]
+        merged = merge_arms(name, (yaml.safe_load(text) or {})["train"].get(name), chosen)
+        if "#" in line and any(s not in chosen.get(n, {}) for n, by in merged.items() for s in by):
+            comment += "; other arms: " + line.split("#", 1)[1].strip()  # where the arms not swept here come from
+        text = rewrite_arm_line(text, name, chosen, comment, str(path))
+    atomic_write_text(path, text)
 
 
 # ------------------------------------------------------------------------------------------------------ entry
@@ -445,7 +523,9 @@ def sweep(plan: SweepPlan, write: bool = False, profiles_dir: Path = PROFILES_DI
     if write:  # refuse before training, not after
         if not profile_path.is_file():
             raise ParamError(f"--write: no profile file {profile_path}")
-        lr_line_span(profile_path.read_bytes().decode().splitlines(keepends=True), str(profile_path))
+        lines = profile_path.read_bytes().decode().splitlines(keepends=True)
+        for name in ("lr", "warmup_steps") if any(len(w) > 1 for w in plan.warmups.values()) else ("lr",):
+            arm_line_span(lines, name, str(profile_path))
     rows = run_candidates(plan, progress, jobs)
     out_dir = sweep_dir(plan.profile, sweep_placements(plan.norms))
     earlier, dropped = earlier_rows(plan, rows, out_dir)
@@ -459,8 +539,8 @@ def sweep(plan: SweepPlan, write: bool = False, profiles_dir: Path = PROFILES_DI
         print(f"warning: {warning}")
     print(f"results: {json_path.parent / 'sweep.csv'}, {json_path}")
     if write:
-        write_profile_lr(profile_path, result, json_path)
-        print(f"wrote train.lr to {profile_path}")
+        write_profile_arms(profile_path, result, json_path)
+        print(f"wrote train.lr{' and train.warmup_steps' if swept_warmups(result['rows']) else ''} to {profile_path}")
     return result
 
 
@@ -470,7 +550,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from .study import parse_seeds
         seeds = parse_seeds(args.seeds) if args.seeds else None
-        plan = make_plan(args.profile, args.norms, args.lrs, seeds, schedules=args.schedules)
+        plan = make_plan(args.profile, args.norms, args.lrs, seeds, schedules=args.schedules, warmups=args.warmups,
+                         lr_factors=args.lr_factors)
         writable_outputs_dir()
         with runner_lock():
             sweep(plan, args.write, command=command, jobs=args.jobs)

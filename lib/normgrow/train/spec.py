@@ -1,7 +1,7 @@
 """A run's spec: the parameters of run_variant.ipynb (and of ``python -m normgrow run``) validated against the
 profile before any heavy work or output directory, each error naming the parameter and its allowed values
-(make_run_spec); the run's identity and its default name (RunSpec, derive_run_name); the lr of an arm (lr_for_run);
-the settings a run never reads (unread_keys); the step's memory against the machine's (check_step_budget); the disk
+(make_run_spec); the run's identity and its default name (RunSpec, derive_run_name); the lr and warmup of an arm
+(for_arm); the settings a run never reads (unread_keys); the step's memory against the machine's (check_step_budget); the disk
 a finished run keeps (run_disk_estimate).
 """
 from __future__ import annotations
@@ -100,26 +100,27 @@ def _check_keys(where: str, mapping: dict, allowed, kind: str) -> None:
                          f"{', '.join(allowed)}")
 
 
-def lr_for_run(lr, norm: str, schedule: str) -> float:
-    """The peak learning rate of a run from train.lr: one float; one per placement ({pre: X, post: Y}); or one per
-    placement and schedule ({pre: {joint: X, grow: Y, single: Z}, post: {...}}), since a placement's best lr differs
-    between the joint and the grown schedule (python -m normgrow.sweep --schedules joint grow single measures each).
-    A mapping needs the run's placement and schedule only (a profile tuned for pre and post still runs those two; a
-    placement swept for joint and grow runs those); a key that is no placement or schedule is an error. A freeze
-    control trains at its placement's grow lr and a matched run at its joint lr: they are those schedules with one
-    setting changed."""
-    if not isinstance(lr, dict):
-        return lr
-    _check_keys("train.lr", lr, NORMS, "placement")
-    if norm not in lr:
-        raise ParamError(f"train.lr={lr!r} gives no learning rate for norm={norm!r} (keys given: "
-                         f"{', '.join(lr)}); add train.lr.{norm}")
-    per_norm = lr[norm]
+def for_arm(key: str, value, norm: str, schedule: str):
+    """The value of a per-arm key (config.PER_ARM: train.lr, train.warmup_steps) for a run: one value; one per
+    placement ({pre: X, post: Y}); or one per placement and schedule ({pre: {joint: X, grow: Y, single: Z}, post:
+    {...}}), since a placement's best lr and warmup differ between the joint and the grown schedule (python -m
+    normgrow.sweep measures each). A mapping needs the run's placement and schedule only (a profile tuned for pre and
+    post still runs those two; a placement swept for joint and grow runs those); a key that is no placement or
+    schedule is an error. A freeze control trains at its placement's grow value and a matched run at its joint
+    value: they are those schedules with one setting changed."""
+    if not isinstance(value, dict):
+        return value
+    what = {"train.lr": "learning rate", "train.warmup_steps": "warmup"}.get(key, "value")
+    _check_keys(key, value, NORMS, "placement")
+    if norm not in value:
+        raise ParamError(f"{key}={value!r} gives no {what} for norm={norm!r} (keys given: {', '.join(value)}); add "
+                         f"{key}.{norm}")
+    per_norm = value[norm]
     if not isinstance(per_norm, dict):
         return per_norm
-    _check_keys(f"train.lr.{norm}", per_norm, SCHEDULES, "schedule")
+    _check_keys(f"{key}.{norm}", per_norm, SCHEDULES, "schedule")
     if schedule not in per_norm:
-        raise ParamError(f"train.lr.{norm}={per_norm!r} gives no learning rate for schedule={schedule!r}; sweep it: "
+        raise ParamError(f"{key}.{norm}={per_norm!r} gives no {what} for schedule={schedule!r}; sweep it: "
                          f"python -m normgrow.sweep --norms {norm} --schedules {schedule} --write")
     return per_norm[schedule]
 
@@ -137,12 +138,13 @@ def unread_keys(prof: Profile, norm: str, schedule: str) -> list[str]:
 
 
 def run_profile(profile: str, norm: str, schedule: str, overrides: dict | None = None) -> Profile:
-    """The profile a run trains with: the file, the overrides, train.lr resolved for the run's placement and
-    schedule, and every key the run never reads (unread_keys) at its default. So a run records only settings that
+    """The profile a run trains with: the file, the overrides, train.lr and train.warmup_steps resolved for the run's
+    placement and schedule, and every key the run never reads (unread_keys) at its default. So a run records only settings that
     can change its numbers, and a setting that cannot (a growth operator for a joint run) leaves its identity as it
     is: the grid (grid.py) then shares that run between settings instead of training it twice."""
     prof = load_profile(profile, overrides)
-    sections = {"train": {"lr": lr_for_run(prof.train.lr, norm, schedule)}}
+    sections = {"train": {name: for_arm(f"train.{name}", getattr(prof.train, name), norm, schedule)
+                          for name in ("lr", "warmup_steps")}}
     for key in unread_keys(prof, norm, schedule):
         section, name = key.split(".")
         sections.setdefault(section, {})[name] = getattr(type(getattr(prof, section))(), name)
