@@ -91,7 +91,7 @@ def ladder(profile: str) -> None:
                  if pd.notna(r[f"depth_gain_{s}"]) else "" for s in "ab"]
         tflop = f"{r['joint_tflop']:.1f}" if pd.notna(r["joint_tflop"]) else ""
         print(f"| {r['setting']} | {int(r['unique_tokens']):,} | {int(r['run_tokens']):,} | {int(r['d_model'])} | "
-              f"{int(r['warmup_steps'])} | {tflop} | {gains[0]} | {gains[1]} | {int(r['runs_finished'])} of "
+              f"{r['warmup_steps']} | {tflop} | {gains[0]} | {gains[1]} | {int(r['runs_finished'])} of "
               f"{int(r['runs_needed'])} | {'yes' if r['depth_pays'] is True or r['depth_pays'] == 'True' else 'no'} |")
     trends = json.loads((outputs_dir() / "grid" / profile / "ladder" / "grid.json").read_text()).get("depth_trend", {})
     print("\n" + "\n".join(f"- {trend_sentence(norm, t)}" for norm, t in trends.items()))

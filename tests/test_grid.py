@@ -12,7 +12,7 @@ import fakes
 from normgrow import grid
 from normgrow.analysis.claims import NOT_JUDGED, NOT_TESTABLE
 from normgrow.analysis.variants import load_reference
-from normgrow.config import ParamError
+from normgrow.config import ParamError, load_profile
 from normgrow.train.spec import make_run_spec
 from normgrow.train.run import run_variant
 
@@ -269,3 +269,14 @@ def test_the_depth_trend_per_placement_reads_each_placement_from_its_side():
                                                                          for s in "ab" for e in ("low", "high")})
     assert depth_svg(frame, trends).count("stroke-dasharray='2,3'") == 2
     assert sorted(t.name for t in depth_figure(frame, trends).data if t.mode == "lines") == ["post: trend", "pre: trend"]
+
+
+def test_a_settings_warmup_is_one_number_or_each_arms(grids):
+    write_grid(grids, "g", "placements: [pre, post]\nseeds: [0]\nschedules: [joint, single]\nsettings:\n"
+                           "  - {name: same}\n  - {name: per_arm, overrides: {train.warmup_steps: {pre: 4, post: 8}}}\n")
+    plan = grid.plan_grid("cpu", grid.load_grid("g"))
+    for setting, expected in (("same", 48), ("per_arm", "pre-joint 4 pre-single 4 post-joint 8 post-single 8")):
+        cells = [c for c in plan.cells if c.setting == setting]
+        prof = load_profile("cpu", grid.setting_overrides(plan, next(s for s in plan.grid.settings
+                                                                      if s.name == setting)))
+        assert grid.setting_warmups(prof, cells) == expected

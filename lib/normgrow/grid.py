@@ -306,6 +306,15 @@ def setting_unigram(plan: GridPlan, setting: Setting) -> float | None:
     return baselines(plan.profile, setting_overrides(plan, setting)).get("unigram_val_ce")
 
 
+def setting_warmups(prof, cells: list[Cell]) -> int | str:
+    """The warmup steps of a setting's runs: one number when every arm has the same, else each arm's (train.
+    warmup_steps per arm, spec.for_arm)."""
+    arms = {f"{c.norm}-{c.schedule}": for_arm("train.warmup_steps", prof.train.warmup_steps, c.norm, c.schedule)
+            for c in cells}
+    values = set(arms.values())
+    return values.pop() if len(values) == 1 else " ".join(f"{arm} {w}" for arm, w in arms.items())
+
+
 def joint_tflop(plan: GridPlan, setting: Setting, prof) -> float:
     """The matmul TFLOP of a finished joint run of the setting's placement a (bench.student_step_flops per token of
     its student, prof: the setting's profile, vocabulary as it trained, x its tokens); NaN when there is none."""
@@ -336,7 +345,7 @@ def judge_setting(plan: GridPlan, setting: Setting, reference: Reference, unigra
            "lrs": " ".join(f"{n}-{s} {lr:g}" for n, s, lr in dict.fromkeys((c.norm, c.schedule, c.lr) for c in cells)),
            "unigram_val_ce": unigram, "unique_tokens": prof.data.train_tokens,
            "run_tokens": sum(prof.train.stage_tokens), "d_model": prof.student.d_model,
-           "warmup_steps": prof.train.warmup_steps, "joint_tflop": joint_tflop(plan, setting, prof)}
+           "warmup_steps": setting_warmups(prof, cells), "joint_tflop": joint_tflop(plan, setting, prof)}
     for name, norm in (("a", a), ("b", b)):
         gain = mean_ci(paired_differences(runs, f"{norm}-single", f"{norm}-joint").values, level)
         row |= {f"depth_gain_{name}_ci_low": gain["ci_low"], f"depth_gain_{name}_ci_high": gain["ci_high"]}
