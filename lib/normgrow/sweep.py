@@ -22,9 +22,10 @@ Choices:
     study compares gets its own optimum, so a gap between arms is not a gap in tuning; the grid per placement is
     shared by its schedules.
   - Each candidate is an ordinary run ``sweep-<norm>-<schedule>-lr<lr>-wu<warmup>-s<seed>`` in
-    outputs/runs/<profile>/ with ``train.lr`` and ``train.warmup_steps`` overridden (study run names never start with ``sweep-``). run_variant resumes an interrupted run and
-    returns a finished one without training, so an interrupted sweep continues where it stopped; a finished run made
-    with other profile parameters is refused by run_variant, never silently reused.
+    outputs/runs/<profile>/ with ``train.lr`` and ``train.warmup_steps`` overridden (study run names never start
+    with ``sweep-``). run_variant resumes an interrupted run and returns a finished one without training, so an
+    interrupted sweep continues where it stopped; a finished run made with other profile parameters is refused by
+    run_variant, never silently reused.
   - The chosen (lr, warmup) per arm is the argmin of mean final val_ce over finite values (a diverged run never
     wins). It is bracketed when a lower and a higher lr were tried at its warmup, and a shorter and a longer warmup
     at its lr; an optimum on an edge of either (or a dimension with one value there) may lie outside what was tried:
