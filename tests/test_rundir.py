@@ -16,7 +16,7 @@ from normgrow import rundir
 from normgrow.train import run as train
 from normgrow.config import ParamError, load_profile
 from normgrow.rundir import RunDirError, RunLock
-from normgrow.train.spec import derive_run_name, make_run_spec
+from normgrow.train.spec import RunSpec, derive_run_name, make_run_spec
 from normgrow.train.run import NonFiniteError, run_variant
 
 
@@ -299,8 +299,8 @@ def test_a_symlinked_run_directory_is_named_as_seen_and_never_emptied_through(ou
 
 def test_a_profile_file_outside_the_repository_runs(outputs, tmp_path, capsys):
     """A profile is a name or a path: the tiny profile's file copied to a folder outside the repository trains as
-    --profile <path>; its runs go under outputs/runs/<file stem>, its notebook parameters carry the path (the kernel
-    loads the same file), and the other entry points take it too (study results, sweep learning rates by stem)."""
+    --profile <path>; its runs go under outputs/runs/<file stem>, its spec crosses into a kernel whole (RunSpec.to_json:
+    the kernel needs no file), and the other entry points take it too (study results, sweep learning rates by stem)."""
     from normgrow import config, study, sweep
     from normgrow.__main__ import main
     path = tmp_path / "elsewhere" / "mytiny.yaml"
@@ -311,7 +311,7 @@ def test_a_profile_file_outside_the_repository_runs(outputs, tmp_path, capsys):
         raw[section][key] = value
     path.write_text(yaml.safe_dump(raw))
     s = make_run_spec(profile=str(path))
-    assert s.dir == outputs / "runs" / "mytiny" / "pre-grow-s0" and s.notebook_parameters()["profile"] == str(path)
+    assert s.dir == outputs / "runs" / "mytiny" / "pre-grow-s0" and RunSpec.from_json(s.to_json()) == s
     summary = run_variant(s, progress=False)
     assert summary["profile"] == "mytiny" and rundir.is_finished(outputs / "runs" / "mytiny" / "pre-grow-s0")
     assert rundir.study_dir(str(path)) == outputs / "study" / "mytiny"

@@ -38,6 +38,7 @@ from tqdm.auto import tqdm
 from .config import NOTEBOOKS, PARAMS_DIR, REPO_ROOT, ParamError, read_yaml
 from .rundir import (NOTEBOOK, RunDirError, directory_conflict, is_finished, read_finished, read_identity,
                      read_metrics, run_path)
+from .train.spec import RunSpec, make_run_spec
 from .utils import descendants, execute_notebook, stop_processes
 
 
@@ -253,6 +254,12 @@ def _run_steps(running: dict[str, Path]) -> str:
     return ", ".join(shown)
 
 
+def run_spec(profile: str, job: Job, processes: int | None) -> RunSpec:
+    """The validated run of a job (spec.make_run_spec), made when it starts: a matched run's donor is resolved only
+    once it has finished. Its kernel gets it whole (RunSpec.to_json), so the kernel reads no profile file."""
+    return make_run_spec(profile=profile, processes=processes, **job.params)
+
+
 def _raise_keyboard_interrupt(signum, frame):
     raise KeyboardInterrupt
 
@@ -283,12 +290,19 @@ def execute_runs(profile: str, pending: list[Job], jobs: int, processes: int | N
                     pending.remove(r)
                     bar.update(1)
                 elif len(futures) < jobs and (r.depends_on is None or r.depends_on in done):
-                    notebook = run_path(profile, r.name) / NOTEBOOK
+                    pending.remove(r)
+                    try:
+                        spec = run_spec(profile, r, processes)
+                    except ParamError as err:
+                        failed[r.name] = str(err)
+                        print(f"\nFAILED {r.name}: {err}")
+                        bar.update(1)
+                        continue
+                    notebook = spec.dir / NOTEBOOK
                     future = pool.submit(_execute_run, NOTEBOOKS / "run_variant.ipynb", notebook,
-                                         {"profile": profile, "processes": processes, **r.params})
+                                         {"run_spec": spec.to_json()})
                     futures[future] = r
                     running[r.name] = notebook.parent
-                    pending.remove(r)
             if not futures:  # the last runs were skipped
                 if pending:  # cannot happen: every command puts each donor among its jobs, ahead of its runs
                     raise RuntimeError(f"no run can start: {[r.name for r in pending]} wait on missing donors")

@@ -776,7 +776,7 @@ def record_notebook(spec: RunSpec) -> Path | None:
     if path.exists() or not is_finished(spec.dir):
         return None
     with outside_launch():  # under accelerate launch, the kernel is not one more rank of this job
-        execute_notebook(NOTEBOOKS / "run_variant.ipynb", path, spec.notebook_parameters())
+        execute_notebook(NOTEBOOKS / "run_variant.ipynb", path, {"run_spec": spec.to_json()})
     return path
 
 
