@@ -27,6 +27,26 @@ def test_config_validation():
         StudentConfig(vocab_size=V, n_layers=1, d_model=32, n_heads=4, n_kv_heads=3, head_dim=8, d_ff=48)
 
 
+def test_every_field_of_the_profile_s_student_section_reaches_the_model():
+    """The model's config extends the profile's student section (one declaration): each of its fields, set to a
+    value other than its default in a profile, is the model's. Before, StudentConfig copied the fields it also
+    declared, so a field declared on one side only (or renamed on one) silently took the default."""
+    import dataclasses
+    from normgrow.config import load_profile
+    student = load_profile("tiny").student
+    changed = {f.name: (not f.default if isinstance(f.default, bool) else
+                        f.default * 2 if isinstance(f.default, (int, float)) else f"not-{f.default}")
+               for f in dataclasses.fields(student)}
+    changed |= {"n_heads": 2, "n_kv_heads": 1, "head_dim": 8, "mix_alpha": 0.5}  # a valid shape, not the default
+    assert all(changed[f.name] != f.default for f in dataclasses.fields(student))
+    cfg = StudentConfig.from_params(dataclasses.replace(student, **changed), vocab_size=V, n_layers=2)
+    assert {name: getattr(cfg, name) for name in changed} == changed
+    grown = Student(StudentConfig.from_params(student, vocab_size=V, n_layers=1))
+    before = grown.cfg
+    grown.append_blocks(2)
+    assert grown.cfg.n_layers == 3 and before.n_layers == 1  # a grown model gets a new config; the old one stays
+
+
 def test_init_and_shapes():
     m = make(tie_embeddings=False, init_std=0.05)
     for name, p in m.named_parameters():

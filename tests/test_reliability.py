@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from normgrow import config, rundir, study
+from normgrow import config, rundir, runner
 from normgrow.analysis import variants
 from normgrow.viz import report
 from normgrow.config import ParamError
@@ -65,9 +65,9 @@ def test_damaged_summaries_are_named_and_never_counted(outputs):
     assert table.loc["post-joint-matched-s2", "status"] == "damaged"
     assert table.loc["post-joint-matched-s0", "status"] == "unassigned"
     assert "damaged, not counted (3)" in files["report"].read_text()
-    failed: dict[str, str] = {}
-    done = study.finished_jobs(["post-grow-s0", "post-grow-s2", "post-joint-matched-s2"], "tiny", failed)
-    assert done == {"post-grow-s2"} and all(why.startswith("damaged: ") for why in failed.values())
+    names = ["post-grow-s0", "post-grow-s2", "post-joint-matched-s2"]
+    done, failed, pending = runner.plan_jobs("tiny", [runner.Job(name, {}, {}) for name in names])
+    assert done == {"post-grow-s2"} and pending == [] and all(why.startswith("damaged: ") for why in failed.values())
 
 
 def test_a_changed_metrics_file_is_damaged_and_an_unrecorded_one_counts(outputs, capsys):
@@ -92,10 +92,9 @@ def test_a_changed_metrics_file_is_damaged_and_an_unrecorded_one_counts(outputs,
     assert set(found.assigned) == {("post-grow", 2), ("post-grow", 3)}
     table = pd.read_csv(report.write_report(report.build_report("tiny"))["unassigned"]).set_index("run")
     assert table.loc["post-grow-s1", "status"] == "damaged"
-    failed: dict[str, str] = {}
-    assert study.finished_jobs([f"post-grow-s{seed}" for seed in range(4)], "tiny", failed) == {"post-grow-s2",
-                                                                                                "post-grow-s3"}
-    assert study.report_failures(failed) == 1 and "damaged post-grow-s0" in capsys.readouterr().out
+    done, failed, _ = runner.plan_jobs("tiny", [runner.Job(f"post-grow-s{seed}", {}, {}) for seed in range(4)])
+    assert done == {"post-grow-s2", "post-grow-s3"}
+    assert runner.report_failures(failed) == 1 and "damaged post-grow-s0" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("value, expected", [("relout", "relout"), ("./a/../b", "b")])
@@ -182,20 +181,20 @@ def test_a_gap_the_claims_judge_cannot_be_removed_from_the_reference(tmp_path, m
         variants.load_reference()
 
 
-# What study.execute_runs does around its runs, with a 'kernel' that holds a multiprocessing lock (as a kernel's
-# tqdm does) in place of a notebook: spawn workers (study._worker_init), SIGTERM raised as KeyboardInterrupt,
+# What runner.execute_runs does around its runs, with a 'kernel' that holds a multiprocessing lock (as a kernel's
+# tqdm does) in place of a notebook: spawn workers (runner._worker_init), SIGTERM raised as KeyboardInterrupt,
 # kill_descendants, pool shutdown.
 RUNNER = '''
 import multiprocessing, signal, subprocess, sys, time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from normgrow import study
+from normgrow import runner
 
 KERNEL = ("import multiprocessing, pathlib, sys, time; lock = multiprocessing.get_context('spawn').Lock(); "
           "pathlib.Path(sys.argv[1]).touch(); time.sleep(120)")
 if __name__ == "__main__":
-    signal.signal(signal.SIGTERM, study._raise_keyboard_interrupt)
-    pool = ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn"), initializer=study._worker_init,
+    signal.signal(signal.SIGTERM, runner._raise_keyboard_interrupt)
+    pool = ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn"), initializer=runner._worker_init,
                                initargs=(None,))
     try:
         for i in range(2):
@@ -203,7 +202,7 @@ if __name__ == "__main__":
         time.sleep(120)
     except KeyboardInterrupt:
         start = time.time()
-        study.kill_descendants()
+        runner.kill_descendants()
         print(f"stopped in {time.time() - start:.1f} s", flush=True)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)

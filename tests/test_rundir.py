@@ -16,7 +16,7 @@ from normgrow import rundir
 from normgrow.train import run as train
 from normgrow.config import ParamError, load_profile
 from normgrow.rundir import RunDirError, RunLock
-from normgrow.train.spec import derive_run_name, make_run_spec
+from normgrow.train.spec import RunSpec, derive_run_name, make_run_spec
 from normgrow.train.run import NonFiniteError, run_variant
 
 
@@ -191,13 +191,13 @@ def test_study_refuses_a_run_made_with_other_settings(outputs, capsys):
     (single,) = study.load_study(seeds=[0], variants=["pre-single"])
     run_variant(make_run_spec(profile="tiny", schedule="single", run_name="pre-single-s0",
                               overrides=fakes.TINY_OVERRIDES | {"train.lr": 0.5}), progress=False)
-    why = study.conflicting_run("tiny", single, teacher_key=None)
+    why = rundir.directory_conflict(rundir.run_path("tiny", "pre-single-s0"), single.identity("tiny"))
     assert "pre-single-s0 holds a run made with other settings (profile." in why
     other = make_run_spec(profile="tiny", schedule="single", seed=1, run_name="pre-single-s1")
     rundir.run_path("tiny", "pre-single-s1").mkdir(parents=True)
     (rundir.run_path("tiny", "pre-single-s1") / "config.json").write_text(json.dumps(other.identity()))
     (matching,) = study.load_study(seeds=[1], variants=["pre-single"])
-    assert study.conflicting_run("tiny", matching, teacher_key=None) is None
+    assert rundir.directory_conflict(rundir.run_path("tiny", "pre-single-s1"), matching.identity("tiny")) is None
 
 
 def test_study_drops_repeated_runs_and_seeds(capsys):
@@ -240,9 +240,10 @@ def test_finished_run_on_another_teacher_cache_stays_a_result(outputs):
     run_dir = rundir.run_path("tiny", "pre-single-s0")
     run_dir.mkdir(parents=True)
     (run_dir / "config.json").write_text(json.dumps(identity | {"teacher_key": "bf16-cache"}))
-    assert "teacher_key" in study.conflicting_run("tiny", single, teacher_key="float32-cache")
+    expected = single.identity("tiny") | {"teacher_key": "float32-cache"}
+    assert "teacher_key" in rundir.directory_conflict(run_dir, expected)
     (run_dir / "summary.json").write_text("{}")
-    assert study.conflicting_run("tiny", single, teacher_key="float32-cache") is None
+    assert rundir.directory_conflict(run_dir, expected) is None
 
 
 def test_a_profile_key_absent_from_a_recorded_run_compares_as_its_default():
@@ -277,7 +278,6 @@ def test_a_symlinked_run_directory_is_named_as_seen_and_never_emptied_through(ou
     """pre-grow-s0 is a link to another run's directory (post-single-s0, other parameters): every refusal names the
     link, not its target; the advice is to remove the link, never to delete the directory or to pass force=True,
     and force=True does not empty the other run through the link."""
-    from normgrow import study
     other = run_variant(spec("post-single-s0", norm="post", schedule="single"), progress=False)
     runs = outputs / "runs" / "tiny"
     (runs / "pre-grow-s0").symlink_to(runs / "post-single-s0", target_is_directory=True)
@@ -289,7 +289,7 @@ def test_a_symlinked_run_directory_is_named_as_seen_and_never_emptied_through(ou
     with pytest.raises(ParamError, match=rf"^{link} is a link to .*post-single-s0; force=True would empty"):
         run_variant(spec(force=True), progress=False)
     assert rundir.read_summary(runs / "post-single-s0").to_json() == other  # untouched
-    why = study.directory_conflict(rundir.run_path("tiny", "pre-grow-s0"), spec().identity(), None)
+    why = rundir.directory_conflict(rundir.run_path("tiny", "pre-grow-s0"), spec().identity())
     assert why.startswith(f"{link} holds a run made with other settings") and "remove the link" in why
     assert "delete" not in why
     (runs / "post-single-s0" / "config.json").unlink()
@@ -299,8 +299,8 @@ def test_a_symlinked_run_directory_is_named_as_seen_and_never_emptied_through(ou
 
 def test_a_profile_file_outside_the_repository_runs(outputs, tmp_path, capsys):
     """A profile is a name or a path: the tiny profile's file copied to a folder outside the repository trains as
-    --profile <path>; its runs go under outputs/runs/<file stem>, its notebook parameters carry the path (the kernel
-    loads the same file), and the other entry points take it too (study results, sweep learning rates by stem)."""
+    --profile <path>; its runs go under outputs/runs/<file stem>, its spec crosses into a kernel whole (RunSpec.to_json:
+    the kernel needs no file), and the other entry points take it too (study results, sweep learning rates by stem)."""
     from normgrow import config, study, sweep
     from normgrow.__main__ import main
     path = tmp_path / "elsewhere" / "mytiny.yaml"
@@ -311,7 +311,7 @@ def test_a_profile_file_outside_the_repository_runs(outputs, tmp_path, capsys):
         raw[section][key] = value
     path.write_text(yaml.safe_dump(raw))
     s = make_run_spec(profile=str(path))
-    assert s.dir == outputs / "runs" / "mytiny" / "pre-grow-s0" and s.notebook_parameters()["profile"] == str(path)
+    assert s.dir == outputs / "runs" / "mytiny" / "pre-grow-s0" and RunSpec.from_json(s.to_json()) == s
     summary = run_variant(s, progress=False)
     assert summary["profile"] == "mytiny" and rundir.is_finished(outputs / "runs" / "mytiny" / "pre-grow-s0")
     assert rundir.study_dir(str(path)) == outputs / "study" / "mytiny"
@@ -321,3 +321,23 @@ def test_a_profile_file_outside_the_repository_runs(outputs, tmp_path, capsys):
         sweep.make_plan(str(path), config_path=tmp_path / "sweep.yaml")
     assert main(["cache", "--profile", str(tmp_path / "missing.yaml")]) == 2
     assert "missing.yaml is not a profile file" in capsys.readouterr().err
+
+
+def test_the_runner_and_the_run_judge_a_directory_by_one_rule(outputs):
+    """A finished run whose config.json holds a key today's identity does not name (recorded by an earlier version)
+    is the same run to the runner (runner.plan_jobs), to run_variant (train.run.prepare_run_dir) and to the report
+    (variants.collect_runs): all three go through rundir.identity_conflict. Before, run_variant compared every
+    recorded key and refused the directory the runner had scheduled as finished."""
+    from normgrow import runner
+    s = spec()
+    summary = run_variant(s, progress=False)
+    config = s.dir / "config.json"
+    config.write_text(json.dumps(json.loads(config.read_text()) | {"retired_key": 1}))
+    done, failed, _ = runner.plan_jobs("tiny", [runner.Job(s.run_name, {}, s.identity())])
+    assert done == {s.run_name} and failed == {}
+    assert run_variant(s, progress=False) == summary
+    config.write_text(json.dumps(json.loads(config.read_text()) | {"seed": 7}))
+    _, failed, _ = runner.plan_jobs("tiny", [runner.Job(s.run_name, {}, s.identity())])
+    assert "holds a run made with other settings (seed)" in failed[s.run_name]
+    with pytest.raises(ParamError, match=r"holds a finished run with different parameters \(seed\)"):
+        run_variant(s, progress=False)

@@ -61,12 +61,13 @@ def test_rerun_trains_nothing(finished_study):
 def test_other_processes_are_refused_as_other_settings(finished_study, monkeypatch):
     """--processes 2 on runs made with one process: they are results of other settings (train.processes is part of
     a run's identity), so the study refuses them instead of counting or resuming them."""
-    from normgrow.study import conflicting_run, load_study
+    from normgrow.rundir import directory_conflict, run_path
+    from normgrow.study import load_study
     root, _, _ = finished_study
     monkeypatch.setenv("NORMGROW_OUTPUTS", str(root))
     for run in load_study(seeds=[0], variants=list(RUNS)):
-        assert conflicting_run(PROFILE, run, None) is None
-        assert "(profile.train.processes)" in conflicting_run(PROFILE, run, None, processes=2)
+        assert directory_conflict(run_path(PROFILE, run.name), run.identity(PROFILE)) is None
+        assert "(profile.train.processes)" in directory_conflict(run_path(PROFILE, run.name), run.identity(PROFILE, 2))
 
 
 def test_killed_study_resumes_to_the_same_numbers(finished_study, tmp_path, share_cache):
@@ -165,17 +166,17 @@ def test_killed_runner_takes_its_workers_and_kernels_along(tmp_path, share_cache
                                           ("{tiny: two}", "jobs.tiny='two'")])
 def test_bad_jobs_are_named(tmp_path, jobs, needle):
     from normgrow.config import ParamError
-    from normgrow.study import study_jobs
+    from normgrow.runner import default_jobs
     path = tmp_path / "study.yaml"
     path.write_text(f"runs: [pre-grow]\nseeds: [0]\njobs: {jobs}\n")
     with pytest.raises(ParamError, match=needle):
-        study_jobs("tiny", path)
+        default_jobs("tiny", path)
 
 
 def test_jobs_default_to_one_and_small_students_run_two():
-    from normgrow.study import study_jobs
-    assert study_jobs("paper") == 1
-    assert study_jobs("tiny") == study_jobs("quick") == study_jobs("cpu") == 2
+    from normgrow.runner import default_jobs
+    assert default_jobs("paper") == 1
+    assert default_jobs("tiny") == default_jobs("quick") == default_jobs("cpu") == 2
 
 
 def test_a_run_started_from_the_command_line_keeps_its_executed_notebook(tmp_path, share_cache):

@@ -211,9 +211,8 @@ def test_grid_per_placement(outputs, tmp_path):
 
 
 def test_jobs_hand_the_unfinished_candidates_to_the_executor(outputs, monkeypatch):
-    """--jobs N: the candidates not yet finished go to study.execute_runs as run_variant.ipynb parameters (executed
+    """--jobs N: the candidates not yet finished go to runner.execute_runs as run_variant.ipynb parameters (executed
     here in-process instead of in worker kernels), then every row is read back."""
-    from normgrow import study
     from normgrow.train.spec import make_run_spec
     from normgrow.train.run import run_variant
     plan = sweep.make_plan("tiny", ["pre"], [1e-3, 3e-3], seeds=[0], overrides=OVERRIDES, schedules=["joint"])
@@ -225,7 +224,7 @@ def test_jobs_hand_the_unfinished_candidates_to_the_executor(outputs, monkeypatc
             handed.append(job.name)
             run_variant(make_run_spec(profile=profile, **job.params), progress=False)
             done.add(job.name)
-    monkeypatch.setattr(study, "execute_runs", execute)
+    monkeypatch.setattr(sweep, "execute_runs", execute)
     rows = sweep.run_candidates(plan, progress=False, jobs=2)
     assert handed == ["sweep-pre-joint-lr3e-03-wu2-s0"]
     assert [r["run_name"] for r in rows] == ["sweep-pre-joint-lr1e-03-wu2-s0", "sweep-pre-joint-lr3e-03-wu2-s0"]
@@ -247,14 +246,14 @@ def test_a_candidate_directory_holding_another_numerics_version_is_refused_befor
     """A finished candidate recorded under another NUMERICS_VERSION is neither counted nor trained over, and the
     sweep says so before training any candidate (bug: with --jobs it was skipped as finished, the others trained,
     and the sweep failed only when reading the rows back)."""
-    from normgrow import rundir, study
+    from normgrow import rundir
     from normgrow.train.run import run_variant
     plan = sweep.make_plan("tiny", ["pre"], [1e-3, 3e-3], seeds=[0], overrides=OVERRIDES, schedules=["joint"])
     run_variant(plan.specs[0], progress=False)
     config = plan.specs[0].dir / "config.json"
     config.write_text(json.dumps(json.loads(config.read_text()) | {"numerics": rundir.NUMERICS_VERSION - 1}))
     handed = []
-    monkeypatch.setattr(study, "execute_runs", lambda profile, pending, *a, **kw: handed.extend(pending))
+    monkeypatch.setattr(sweep, "execute_runs", lambda profile, pending, *a, **kw: handed.extend(pending))
     for jobs in (1, 2):
         with pytest.raises(rundir.RunDirError, match=r"sweep refused before training: .*sweep-pre-joint-lr1e-03-wu2-s0 "
                                                      r"holds a run made with other settings \(numerics\)"):

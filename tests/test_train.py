@@ -231,6 +231,28 @@ def test_warmup_per_placement_and_schedule_is_resolved_for_the_run_and_recorded_
         make_run_spec(profile="tiny", norm="post", overrides=fakes.TINY_OVERRIDES | {"train.warmup_steps": {"pre": 2}})
 
 
+@pytest.mark.parametrize("profile", ["tiny", "quick", "cpu", "gpu", "paper"])
+def test_a_run_crosses_into_its_kernel_once_as_its_resolved_spec(profile):
+    """RunSpec.to_json is what a runner hands run_variant.ipynb: its profile is the run's own, the arm's peak lr a
+    number (never the profile's mapping), and from_json gives back the same spec and identity without the profile's
+    file. A spec whose lr is a mapping is refused."""
+    import dataclasses
+    from normgrow.config import load_profile
+    from normgrow.train.spec import RunSpec
+    for norm, schedule in (("pre", "joint"), ("post", "grow"), ("post", "single")):
+        spec = make_run_spec(profile=profile, norm=norm, schedule=schedule, seed=3, run_name="x")
+        raw = json.loads(json.dumps(spec.to_json()))
+        assert isinstance(raw["profile"]["train"]["lr"], float)
+        assert raw["profile"]["train"]["lr"] == for_arm("train.lr", load_profile(profile).train.lr, norm, schedule)
+        assert RunSpec.from_json(raw) == spec and RunSpec.from_json(raw).identity() == spec.identity()
+    mapping = dataclasses.replace(spec.profile.train, lr={"pre": 1e-3})
+    with pytest.raises(ParamError, match=r"a run trains at one peak lr, its arm's"):
+        dataclasses.replace(spec, profile=dataclasses.replace(spec.profile, train=mapping))
+    mapping = dataclasses.replace(spec.profile.train, warmup_steps={"pre": 3})
+    with pytest.raises(ParamError, match=r"a run trains at one warmup, its arm's"):
+        dataclasses.replace(spec, profile=dataclasses.replace(spec.profile, train=mapping))
+
+
 def test_lr_mapping_needs_only_the_runs_placement():
     """A mapping tuned for pre and post runs those two; another placement needs its own key; a key that is no
     placement is still an error."""

@@ -130,7 +130,8 @@ def test_processes_parameter_sets_both_process_keys():
 
 
 def test_study_seeds_take_lists_and_ranges(capsys):
-    from normgrow.study import load_study, main, parse_seeds
+    from normgrow.runner import parse_seeds
+    from normgrow.study import load_study, main
     assert parse_seeds(["0-5"]) == [0, 1, 2, 3, 4, 5]
     assert parse_seeds(["0", "1", "2"]) == [0, 1, 2]
     assert parse_seeds(["0-2", "7", "9-9"]) == [0, 1, 2, 7, 9]

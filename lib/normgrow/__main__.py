@@ -67,14 +67,14 @@ def _run(args: argparse.Namespace) -> None:
 COMMANDS = {"export": _export, "cache": _cache, "run": _run}
 INPUT_ERRORS = {"export": (FileNotFoundError, FileExistsError), "cache": (), "run": ()}
 """Errors of a command that are bad input besides ParamError (a missing source, a destination an export refuses):
-one error line and exit 2, as study.runner_exit answers a bad parameter."""
+one error line and exit 2, as runner.runner_exit answers a bad parameter."""
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The exit code: 0, or 2 after one `error: ...` line for bad input (study.runner_exit: a bad parameter names
+    """The exit code: 0, or 2 after one `error: ...` line for bad input (runner.runner_exit: a bad parameter names
     the key, no traceback)."""
     args = parse("normgrow", argv)
-    from .study import runner_exit
+    from .runner import runner_exit
     code = runner_exit(lambda: COMMANDS[args.command](args), INPUT_ERRORS[args.command])
     from .ranks import end_launched_rank, launched_world
     if launched_world() > 1 and code == 0:  # a finished rank of `accelerate launch -m normgrow ...`; a refused

@@ -34,6 +34,7 @@ from typing import Any
 import yaml
 
 from .cli import REPO_ROOT, profile_names
+from .student.model import StudentParams  # the student section: declared with the model's config, which extends it
 from .train.distill import LOSSES, TAILS, DistillParams  # the distill section: the losses' parameters
 
 PARAMS_DIR = REPO_ROOT / "params"
@@ -154,26 +155,6 @@ class DataParams:
 @dataclass(frozen=True)
 class CacheParams:
     k: int = 32
-
-
-@dataclass(frozen=True)
-class StudentParams:
-    d_model: int = 128
-    n_heads: int = 4
-    n_kv_heads: int = 2
-    head_dim: int = 32
-    d_ff: int = 384
-    tie_embeddings: bool = True
-    rope_theta: float = 10000.0
-    rms_eps: float = 1e-6
-    init_std: float = 0.02
-    new_block_init: str = "random"  # a growth operator of growth_ops.GROWTH_OPS: random | copy_last | zero_out | gated
-    mix_alpha: float = 0.25  # norm mix (Mix-LN): post-norm in the first floor(mix_alpha * final depth) blocks
-    gate_ramp_steps: int = 64  # new_block_init gated (MSG): updates over which the new blocks' mask ramps from 0 to 1
-    # full: the teacher's whole vocabulary. corpus: only the token ids that occur in the cached corpus (train and
-    # validation); teacher top-k mass on other ids joins the tail bucket (see vocab.py). The head is most of a
-    # small student's FLOPs, and most of a 49k vocabulary never occurs in a few MB of text.
-    vocab: str = "full"
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ Choices:
     own run (``pre-joint-s0``) when the study has that variant, else between settings (the first setting in the file
     that needs it names it: ``grid-<setting>-<norm>-<schedule>-s<seed>``). A directory that holds other settings
     is refused, never counted; the study's report does not count ``grid-`` runs.
-  - Execution is the study's (study.execute_runs): resumable, ``jobs`` at a time (params/study.yaml), one teacher
-    cache per distinct data. A setting that cannot run (a placement without an lr) is reported, and the others go on.
+  - Execution is the runner's (runner.py, as for the study): resumable, ``jobs`` at a time (params/study.yaml), one
+    teacher cache per distinct data. A setting that cannot run (a placement without an lr) is reported, and the others go on.
   - Judged per setting by the study's own claim declarations (params/reference.yaml, SETTING_CLAIMS): headline-grow
     on the grow gap (a-grow - b-grow) and headline-ratio on the interaction (grow gap - joint gap), their gaps
     re-pointed at the setting's pair, paired by seed with 95% t-intervals, through the study's judges and gates
@@ -60,8 +60,7 @@ from .student.model import NORMS
 from .rundir import (GRID_RUN_PREFIX, RunDirError, Summary, check_name, grid_dir, is_finished, read_finished, run_path,
                      runner_lock, seeded_name)
 from .analysis.stats import LEVEL, depth_trend, mean_ci, paired_differences, regime_check, runs_frame, with_flatness, depth_check, baselines
-from .study import (Job, directory_conflict, ensure_teacher_cache, execute_runs, finished_jobs, report_failures,
-                    study_jobs)
+from .runner import Job, default_jobs, ensure_teacher_cache, git_commit, parse_seeds, report_failures, run_jobs, runner_exit
 from .train.spec import for_arm, make_run_spec
 from .utils import atomic_write_json, atomic_write_text, stable_hash
 from .analysis.variants import Reference, StudyRuns, Variant, load_reference, load_variants
@@ -165,7 +164,6 @@ class GridPlan:
     grid: Grid
     cells: tuple[Cell, ...]
     jobs: dict[str, Job]  # run name -> its job (each run once, whichever cells share it)
-    identities: dict[str, dict]  # run name -> the identity its directory must hold
     not_run: dict[str, str]  # setting -> why it cannot run
     overrides: dict = field(default_factory=dict)  # dotted profile keys of every run (plan_grid's overrides)
 
@@ -200,7 +198,7 @@ def plan_grid(profile: str, grid: Grid, seeds: list[int] | None = None, only: li
     study_variant = {(v.norm, v.schedule): v.name for v in variants.values()
                      if not v.freeze_prefix and v.match_active_layer_tokens is None}
     seeds = list(dict.fromkeys(seeds if seeds is not None else grid.seeds))
-    cells, jobs, identities, not_run, by_identity = [], {}, {}, {}, {}
+    cells, jobs, not_run, by_identity = [], {}, {}, {}
     for setting in grid.settings:
         if only and setting.name not in only:
             continue
@@ -230,10 +228,9 @@ def plan_grid(profile: str, grid: Grid, seeds: list[int] | None = None, only: li
                 by_identity[key] = name
                 params = {"seed": seed, "run_name": name, "norm": norm, "schedule": schedule}
                 jobs[name] = Job(name, {**params, "overrides": overrides or {}} if shared else
-                                 {**params, "overrides": arm})
-                identities[name] = {**identity, "run_name": name}
+                                 {**params, "overrides": arm}, {**identity, "run_name": name})
             cells.append(Cell(setting.name, norm, schedule, seed, by_identity[key], spec.profile.train.lr))
-    return GridPlan(profile, grid, tuple(cells), jobs, identities, not_run, dict(overrides or {}))
+    return GridPlan(profile, grid, tuple(cells), jobs, not_run, dict(overrides or {}))
 
 
 # -------------------------------------------------------------------------------------------------- the verdicts
@@ -477,7 +474,6 @@ def write_grid(plan: GridPlan, command: str = "", level: float = LEVEL) -> dict[
     from .viz.depth import depth_svg
     from .viz.render import write_text
     from .viz.forest import forest_svg, reference_marks
-    from .sweep import git_commit
     out = grid_dir(plan.profile, plan.grid.name)
     out.mkdir(parents=True, exist_ok=True)
     frame = grid_frame(plan, level)
@@ -506,7 +502,7 @@ def run_grid(profile: str, grid_name: str, seeds: list[int] | None = None, only:
     plan = plan_grid(profile, load_grid(grid_name), seeds, only, processes)
     for name, why in plan.not_run.items():
         print(f"setting {name}: not run: {why}")
-    jobs = study_jobs(profile) if jobs is None else jobs
+    jobs = default_jobs(profile) if jobs is None else jobs
     out = grid_dir(profile, grid_name)
     out.mkdir(parents=True, exist_ok=True)
     teacher_keys = {}  # run name -> the key of its setting's cache; settings that change no data share one cache
@@ -517,19 +513,9 @@ def run_grid(profile: str, grid_name: str, seeds: list[int] | None = None, only:
             key = ensure_teacher_cache(load_profile(profile, overrides), out, processes, setting.overrides,
                                        f"00_teacher-{setting.name}.ipynb")
             teacher_keys |= dict.fromkeys(names, key)
-    failed = {}
-    for name in plan.jobs:
-        conflict = directory_conflict(run_path(profile, name), plan.identities[name], teacher_keys[name])
-        if conflict:
-            failed[name] = conflict
-            print(f"refused {name}: {conflict}")
-    done = finished_jobs(list(plan.jobs), profile, failed)
-    pending = [job for n, job in plan.jobs.items() if n not in done and n not in failed]
-    shared = len(plan.cells) - len(plan.jobs)
-    print(f"grid {grid_name}: {len(plan.cells)} cells in {len(plan.jobs)} runs ({shared} cells share a run); "
-          f"{len(done)} finished, {len(pending)} to run")
-    execute_runs(profile, pending, jobs, processes, f"grid {grid_name}", done, failed, initial=len(done) + len(failed),
-                 total=len(plan.jobs))
+    print(f"grid {grid_name}: {len(plan.cells)} cells in {len(plan.jobs)} runs "
+          f"({len(plan.cells) - len(plan.jobs)} cells share a run)")
+    _, failed = run_jobs(profile, list(plan.jobs.values()), teacher_keys, jobs, processes, f"grid {grid_name}")
     try:
         files = write_grid(plan_grid(profile, plan.grid, seeds, None, processes) if only else plan, command)
         print(f"results: {files['report']}")
@@ -541,7 +527,6 @@ def run_grid(profile: str, grid_name: str, seeds: list[int] | None = None, only:
 def main(argv: list[str] | None = None) -> int:
     args = parse("grid", argv)
     command = shlex.join(["python", "-m", "normgrow.grid", *(sys.argv[1:] if argv is None else argv)])
-    from .study import parse_seeds, runner_exit
 
     def work() -> int:
         seeds = parse_seeds(args.seeds) if args.seeds else None

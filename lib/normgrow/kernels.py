@@ -10,7 +10,7 @@ into the runner's output.
     running cell. nbclient shuts a kernel down only after its last cell has finished, so the signal stops nothing;
     when it lands while the kernel is still in a message handler (after the last reply, before the handler returns)
     ipykernel logs "KeyboardInterrupt caught in kernel". A kernel that must stop (Ctrl-C, SIGTERM of the runner) is
-    terminated by study.kill_descendants, not interrupted.
+    terminated by runner.kill_descendants, not interrupted.
 """
 from __future__ import annotations
 

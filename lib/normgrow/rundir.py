@@ -20,8 +20,8 @@ the resolved path lies inside outputs/, before anything is created or deleted th
 
 Identity: config.json holds everything that changes a run's numbers: the profile content after overrides (so a run
 with ``overrides: {train.lr: 0.5}`` differs from one without), the run parameters, the teacher cache key and
-NUMERICS_VERSION. A directory whose config.json differs is never resumed, counted or overwritten (train/run.py, study.py,
-the report). Library versions (torch, python) are recorded beside it as provenance but not compared: a patch release
+NUMERICS_VERSION. A directory whose config.json differs is never resumed, counted or overwritten (identity_conflict, the one
+rule: train/run.py, runner.py, the report). Library versions (torch, python) are recorded beside it as provenance but not compared: a patch release
 does not change what a run means, and refusing every run after an upgrade would lose more than it protects.
 """
 from __future__ import annotations
@@ -230,6 +230,33 @@ def identity_differences(recorded: dict, expected: dict) -> list[str]:
                     flat[key] = default
     return sorted(k for k in set(a) | set(b)
                   if k.split(".")[0] != "environment" and k not in NOT_COMPARED and a.get(k) != b.get(k))
+
+
+def identity_conflict(recorded: dict, expected: dict, finished: bool) -> list[str]:
+    """The one rule by which a directory holds a run (train.run.prepare_run_dir before it trains, runner.plan_jobs
+    before it schedules, analysis.variants.collect_runs before it counts): the dotted keys on which the recorded
+    identity differs from the expected one (identity_differences). Only the keys expected names are compared, so a
+    reader that knows part of a run (the report: its profile and numerics version) compares that part. The teacher
+    cache key, when expected names it, is compared only for an unfinished run: resuming it on another cache would mix
+    two, while a finished run made on another cache of the same profile, which differs only in the dtype ``auto``
+    resolved to on the machine that built it (committed results made with bf16, opened on a CPU without native
+    bf16), stays a result of that run."""
+    if finished:
+        expected = {k: v for k, v in expected.items() if k != "teacher_key"}
+    return identity_differences({k: v for k, v in recorded.items() if k in expected}, expected)
+
+
+def directory_conflict(run_dir: Path, expected: dict) -> str | None:
+    """Why run_dir holds a run other than the one of identity ``expected`` (identity_conflict), or None when it holds
+    none or that one. Such a directory is never counted nor resumed."""
+    recorded = read_identity(run_dir)
+    if recorded is None:
+        return None
+    differing = identity_conflict(recorded, expected, is_finished(run_dir))
+    if not differing:
+        return None
+    return (f"{run_dir} holds a run made with other settings ({', '.join(differing[:4])}); "
+            f"{set_aside(run_dir)}, and run again")
 
 
 # --------------------------------------------------------------------------------------------------------- summary

@@ -30,8 +30,8 @@ Choices:
     wins). It is bracketed when a lower and a higher lr were tried at its warmup, and a shorter and a longer warmup
     at its lr; an optimum on an edge of either (or a dimension with one value there) may lie outside what was tried:
     a warning says so and sweep.json records it.
-  - ``--jobs N`` trains N candidates at once, each in a worker process, through the study's executor; the rows and
-    the choice do not depend on it (each candidate is the same run either way).
+  - ``--jobs N`` trains N candidates at once, each in a worker process, through the runner (runner.py, the study's
+    and the grid's too); the rows and the choice do not depend on it (each candidate is the same run either way).
   - Seeds (``seeds`` in params/sweep.yaml, ``--seeds``): every lr of an arm runs every seed and the arm's choice is
     the lowest *mean* final val_ce over them; an lr with a non-finite seed never wins. One seed picks an lr but can
     pick one next to a cliff: on the cpu profile post-norm's one-seed optimum for its 3-block first stage (8.5e-3)
@@ -61,7 +61,6 @@ import io
 import math
 import re
 import shlex
-import subprocess
 import sys
 from dataclasses import dataclass
 from datetime import date
@@ -73,8 +72,8 @@ from tqdm.auto import tqdm
 from .cli import parse
 from .config import (PARAMS_DIR, REPO_ROOT, ParamError, is_profile_path, load_profile, profile_file, read_yaml,
                      writable_outputs_dir)
-from .rundir import (NUMERICS_VERSION, SWEEP_RUN_PREFIX, RunDirError, is_finished, read_finished, run_path,
-                     runner_lock, sweep_dir)
+from .rundir import NUMERICS_VERSION, SWEEP_RUN_PREFIX, RunDirError, read_finished, run_path, runner_lock, sweep_dir
+from .runner import Job, execute_runs, git_commit, parse_seeds, plan_jobs, runner_exit
 from .train.growth import SCHEDULES
 from .student.model import NORMS
 from .train.run import run_variant
@@ -225,23 +224,20 @@ def make_plan(profile: str, norms: list[str] | None = None, lrs: list | None = N
 
 def run_candidates(plan: SweepPlan, progress: bool = True, jobs: int = 1) -> list[dict]:
     """Run (resume, or read back when finished) every candidate; one row per candidate. jobs > 1: the unfinished
-    candidates first run ``jobs`` at a time through the study's executor (study.execute_runs: run_variant.ipynb in
-    worker processes, cores / jobs threads each), then every row is read back; a candidate whose notebook failed is a
+    candidates first run ``jobs`` at a time through the runner (runner.execute_runs: run_variant.ipynb in worker
+    processes, cores / jobs threads each), then every row is read back; a candidate whose notebook failed is a
     RuntimeError naming it. jobs 1: in this process, the outer bar counting candidates and each run drawing its own
     step bar below it. Before anything trains, a candidate whose directory holds a run made with other settings (an
-    earlier numerics version, another profile) is a RunDirError naming each: it is never counted, and finding it
-    only when reading the rows back would come after the whole sweep had trained."""
-    from .study import directory_conflict
-    conflicts = [why for s in plan.specs if (why := directory_conflict(s.dir, s.identity(), None))]
-    if conflicts:
-        raise RunDirError("sweep refused before training: " + "; ".join(conflicts))
+    earlier numerics version, another profile) or a damaged one is a RunDirError naming each (runner.plan_jobs): it
+    is never counted, and finding it only when reading the rows back would come after the whole sweep had trained."""
+    candidates = [Job(s.run_name, {"seed": s.seed, "run_name": s.run_name, "norm": s.norm, "schedule": s.schedule,
+                                   "overrides": s.overrides}, s.identity()) for s in plan.specs]
+    done, failed, pending = plan_jobs(plan.profile, candidates)
+    if failed:
+        raise RunDirError("sweep refused before training: " + "; ".join(failed.values()))
     if jobs > 1:
-        from .study import Job, execute_runs
-        done, failed = set(), {}
-        pending = [Job(s.run_name, {"seed": s.seed, "run_name": s.run_name, "norm": s.norm, "schedule": s.schedule,
-                                    "overrides": s.overrides}) for s in plan.specs if not is_finished(s.dir)]
         execute_runs(plan.profile, pending, jobs, None, f"sweep {plan.profile}", done, failed,
-                     initial=len(plan.specs) - len(pending), total=len(plan.specs))
+                     initial=len(done), total=len(plan.specs))
         if failed:
             raise RuntimeError("sweep candidates failed: " + "; ".join(f"{n}: {why}" for n, why in failed.items()))
     rows = []
@@ -310,15 +306,6 @@ def grid_warnings(chosen: dict[str, dict[str, dict]]) -> list[str]:
                                 f"{choice['warmup_edge']} warmup tried at lr {lr_tag(choice['lr'])}; try warmups "
                                 f"{EDGE_ADVICE[choice['warmup_edge']]} it")
     return warnings
-
-
-def git_commit() -> str | None:
-    """HEAD of the repository; None outside a git checkout. Uncommitted edits are not captured."""
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout.strip() if out.returncode == 0 else None
 
 
 def earlier_rows(plan: SweepPlan, rows: list[dict], out_dir: Path) -> tuple[list[dict], list[dict]]:
@@ -548,18 +535,15 @@ def sweep(plan: SweepPlan, write: bool = False, profiles_dir: Path = PROFILES_DI
 def main(argv: list[str] | None = None) -> int:
     args = parse("sweep", argv)
     command = shlex.join(["python", "-m", "normgrow.sweep", *(sys.argv[1:] if argv is None else argv)])
-    try:
-        from .study import parse_seeds
+
+    def work() -> None:
         seeds = parse_seeds(args.seeds) if args.seeds else None
         plan = make_plan(args.profile, args.norms, args.lrs, seeds, schedules=args.schedules, warmups=args.warmups,
                          lr_factors=args.lr_factors)
         writable_outputs_dir()
         with runner_lock():
             sweep(plan, args.write, command=command, jobs=args.jobs)
-    except (ParamError, RunDirError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    return 0
+    return runner_exit(work)
 
 
 if __name__ == "__main__":

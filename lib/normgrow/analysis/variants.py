@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass, field, fields
 
 from ..config import PARAMS_DIR, ParamError, read_yaml
-from ..rundir import (NUMERICS_VERSION, RunDirError, Summary, finished_runs, identity_differences, read_finished,
+from ..rundir import (NUMERICS_VERSION, RunDirError, Summary, finished_runs, identity_conflict, read_finished,
                       seeded_name)
 
 RUN_KEYS = ("norm", "schedule", "freeze_prefix", "match_active_layer_tokens")
@@ -303,8 +303,7 @@ def collect_runs(profile: str) -> StudyRuns:
         arm = (summary.norm, summary.schedule)  # train.lr may differ per placement and schedule
         if arm not in expected:
             expected[arm] = {"profile": run_profile(profile, *arm).to_dict(), "numerics": NUMERICS_VERSION}
-        recorded = {"profile": (identity or {}).get("profile"), "numerics": (identity or {}).get("numerics")}
-        differing = identity_differences(recorded, expected[arm])
+        differing = identity_conflict(identity or {}, expected[arm], finished=True)
         if differing:
             unassigned[name] = (f"recorded settings differ from params/profiles/{profile}.yaml "
                                 f"({', '.join(differing[:4])}{', ...' if len(differing) > 4 else ''})")

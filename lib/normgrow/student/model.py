@@ -47,7 +47,6 @@ blocks.{i}.{attn,mlp}_out_norm.
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 import os
 from dataclasses import asdict, dataclass
@@ -65,23 +64,39 @@ NORMS = tuple(PLACEMENTS)
 ATTENTION_KERNELS = ("auto", "autocast")
 
 
-@dataclass
-class StudentConfig:
-    vocab_size: int
-    n_layers: int
-    d_model: int
-    n_heads: int
-    n_kv_heads: int
-    head_dim: int
-    d_ff: int
-    norm: str = "pre"  # a name of placements.PLACEMENTS (NORMS)
+@dataclass(frozen=True)
+class StudentParams:
+    """A profile's student section (config.SECTIONS): what every run of the profile shares. Declared here, once:
+    StudentConfig extends it with what a run decides, so the model reads these fields under the names the profile
+    gives them (a field renamed here is renamed for both; nothing is copied field by field)."""
+    d_model: int = 128
+    n_heads: int = 4
+    n_kv_heads: int = 2
+    head_dim: int = 32
+    d_ff: int = 384
     tie_embeddings: bool = True
     rope_theta: float = 10000.0
     rms_eps: float = 1e-6
     init_std: float = 0.02
+    new_block_init: str = "random"  # a growth operator of growth_ops.GROWTH_OPS: random | copy_last | zero_out | gated
+    mix_alpha: float = 0.25  # norm mix (Mix-LN): post-norm in the first floor(mix_alpha * final depth) blocks
+    gate_ramp_steps: int = 64  # new_block_init gated (MSG): updates over which the new blocks' mask ramps from 0 to 1
+    # full: the teacher's whole vocabulary. corpus: only the token ids that occur in the cached corpus (train and
+    # validation); teacher top-k mass on other ids joins the tail bucket (see vocab.py). The head is most of a
+    # small student's FLOPs, and most of a 49k vocabulary never occurs in a few MB of text.
+    vocab: str = "full"
+
+
+@dataclass(frozen=True, kw_only=True)
+class StudentConfig(StudentParams):
+    """A student: the profile's student section (StudentParams; the model ignores new_block_init, gate_ramp_steps
+    and vocab, which the training loop reads) plus what the run decides. Frozen: a grown model gets a new config
+    (Student.append_blocks), so no caller's config changes under it."""
+    vocab_size: int
+    n_layers: int
+    norm: str = "pre"  # a name of placements.PLACEMENTS (NORMS)
     max_seq_len: int = 4096
     attention_kernel: str = "auto"  # auto (float32 on CPU) | autocast; see the module docstring
-    mix_alpha: float = 0.25  # Mix-LN's fraction of post-norm blocks (placements.Mix)
     # The depth a depth-dependent placement refers to (Mix-LN's L, DeepNorm's N): the run's final depth
     # (train.stages[-1], set by train.start_run) for every schedule, so a grown student's blocks are those of its
     # joint counterpart (placements.py). None: n_layers.
@@ -96,7 +111,7 @@ class StudentConfig:
         if not 0 <= self.mix_alpha <= 1:
             raise ValueError(f"StudentConfig.mix_alpha={self.mix_alpha!r} must be in [0, 1]")
         if self.placement_depth is None:
-            self.placement_depth = self.n_layers
+            object.__setattr__(self, "placement_depth", self.n_layers)
         if self.placement_depth < 1:
             raise ValueError(f"StudentConfig.placement_depth={self.placement_depth!r} must be >= 1")
         if self.n_heads % self.n_kv_heads:
@@ -105,11 +120,10 @@ class StudentConfig:
             raise ValueError(f"StudentConfig.head_dim={self.head_dim} must be even (RoPE rotates pairs)")
 
     @classmethod
-    def from_params(cls, student, **fields_from_run) -> "StudentConfig":
-        """The config for a profile's student section (config.StudentParams: width, heads, init, ...) plus what the
-        run decides (vocab_size, n_layers, norm, max_seq_len): every field of this class found on the section."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{n: getattr(student, n) for n in names if hasattr(student, n)} | fields_from_run)
+    def from_params(cls, student: StudentParams, **fields_from_run) -> "StudentConfig":
+        """The config of a profile's student section plus what the run decides (vocab_size, n_layers, norm,
+        max_seq_len, ...)."""
+        return cls(**dataclasses.asdict(student) | fields_from_run)
 
 
 class RMSNorm(nn.Module):
@@ -229,7 +243,7 @@ def init_weights(module: nn.Module, std: float, generator: torch.Generator | Non
 class Student(nn.Module):
     def __init__(self, cfg: StudentConfig):
         super().__init__()
-        self.cfg = copy.copy(cfg)  # append_blocks updates n_layers; never mutate the caller's object
+        self.cfg = cfg
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.blocks = nn.ModuleList(Block(self.cfg, i) for i in range(cfg.n_layers))
         self.norm = RMSNorm(cfg.d_model, cfg.rms_eps) if PLACEMENTS[cfg.norm].final_norm else nn.Identity()
@@ -286,7 +300,7 @@ class Student(nn.Module):
         for _ in range(n):
             block = GROWTH_OPS[init].new_block(self, generator)
             self.blocks.append(block.to(device=ref.device, dtype=ref.dtype))
-        self.cfg.n_layers = len(self.blocks)
+        self.cfg = dataclasses.replace(self.cfg, n_layers=len(self.blocks))
 
 
 def save_student(path, model: Student, extra: dict | None = None) -> None:

@@ -76,7 +76,7 @@ from ..student.growth_ops import GROWTH_OPS
 from ..student.model import Student, StudentConfig, save_student
 from ..ranks import Ranks, check_processes, on_ranks, outside_launch, progress_bar
 from ..rundir import (BOUNDARY, CHECKPOINTS, CONFIG, FINAL, FLAT_TAIL, GROWTH, GROWTH_EVAL, LAST, LOCK, METRICS,
-                      NOTEBOOK, PhaseSummary, RunDirError, RunLock, Summary, identity_differences, is_finished, metrics_record,
+                      NOTEBOOK, PhaseSummary, RunDirError, RunLock, Summary, identity_conflict, is_finished, metrics_record,
                       phase_checkpoint, phase_checkpoints, read_identity, read_summary, run_path, set_aside,
                       write_summary)
 from .spec import RunSpec
@@ -298,11 +298,7 @@ def prepare_run_dir(spec: RunSpec, teacher_key: str) -> tuple[Path, Summary | No
                 shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
     identity = spec.identity() | {"teacher_key": teacher_key}
     existing = read_identity(run_dir)
-    # a finished run on another cache of this profile (the dtype `auto` resolved to elsewhere) is still this run's
-    # result; an unfinished one is not resumed on another cache (see study.conflicting_run)
-    compared = ({k: v for k, v in identity.items() if k != "teacher_key"} | {"teacher_key": existing.get("teacher_key")}
-                if existing is not None and is_finished(run_dir) else identity)
-    differing = identity_differences(existing, compared) if existing is not None else []
+    differing = identity_conflict(existing, identity, is_finished(run_dir)) if existing is not None else []
     if differing:
         state = "a finished" if is_finished(run_dir) else "an unfinished"
         discard = set_aside(run_dir) if run_dir.is_symlink() else "pass force=True to discard it"
@@ -780,7 +776,7 @@ def record_notebook(spec: RunSpec) -> Path | None:
     if path.exists() or not is_finished(spec.dir):
         return None
     with outside_launch():  # under accelerate launch, the kernel is not one more rank of this job
-        execute_notebook(NOTEBOOKS / "run_variant.ipynb", path, spec.notebook_parameters())
+        execute_notebook(NOTEBOOKS / "run_variant.ipynb", path, {"run_spec": spec.to_json()})
     return path
 
 

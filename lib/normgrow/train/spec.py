@@ -7,14 +7,13 @@ a finished run keeps (run_disk_estimate).
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
 import torch
 
-from ..config import ParamError, Profile, check_seed, load_profile, with_processes
+from ..config import ParamError, Profile, check_seed, load_profile, profile_from_dict, with_processes
 from .growth import GROWS, GROWTH_KEYS, SCHEDULES
 from ..student.growth_ops import GROWTH_OPS
 from ..student.model import NORMS, Student, StudentConfig
@@ -28,7 +27,10 @@ from ..data.vocab import VocabMap
 
 @dataclass(frozen=True)
 class RunSpec:
-    """A validated run: the profile plus the papermill parameters of run_variant.ipynb."""
+    """A validated run: the profile plus the papermill parameters of run_variant.ipynb. Its profile is the run's own
+    (run_profile): the overrides applied, the arm's peak lr and warmup numbers, the keys the run never reads at their
+    defaults. It crosses into a run's kernel once, as JSON (to_json, from_json), so no layer below the one that
+    made it reads or resolves the profile file again."""
     profile: Profile
     norm: str
     schedule: str
@@ -38,7 +40,12 @@ class RunSpec:
     run_name: str
     force: bool = False
     overrides: dict = field(default_factory=dict)
-    profile_given: str = ""  # the profile as make_run_spec got it: a name, or a file's path (its kernels load it)
+
+    def __post_init__(self):
+        for name, what in (("lr", "one peak lr"), ("warmup_steps", "one warmup")):
+            value = getattr(self.profile.train, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ParamError(f"train.{name}={value!r}: a run trains at {what}, its arm's (spec.for_arm), a number")
 
     @property
     def dir(self) -> Path:
@@ -51,11 +58,17 @@ class RunSpec:
                 "freeze_prefix": self.freeze_prefix, "match_active_layer_tokens": self.match_active_layer_tokens,
                 "seed": self.seed, "run_name": self.run_name, "numerics": NUMERICS_VERSION}
 
-    def notebook_parameters(self) -> dict:
-        """The parameters with which run_variant.ipynb makes this very spec (processes are in the overrides)."""
-        return {"profile": self.profile_given or self.profile.name, "norm": self.norm, "schedule": self.schedule,
-                "freeze_prefix": self.freeze_prefix, "match_active_layer_tokens": self.match_active_layer_tokens,
-                "seed": self.seed, "run_name": self.run_name, "overrides": self.overrides}
+    def to_json(self) -> dict:
+        """This spec as JSON, what run_variant.ipynb takes as its ``run_spec`` parameter (the runner's kernels,
+        record_notebook): every field, the profile as its dict (Profile.to_dict)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)} | {"profile": self.profile.to_dict()}
+
+    @classmethod
+    def from_json(cls, raw: dict) -> "RunSpec":
+        """The spec to_json wrote: its profile rebuilt from the dict (config.profile_from_dict: types and tuples as
+        loaded), never from the profile's file, which the kernel need not even see."""
+        profile = dict(raw["profile"])
+        return cls(**raw | {"profile": profile_from_dict(profile, profile.pop("name"))})
 
 
 def derive_run_name(norm: str, schedule: str, freeze_prefix: bool, match: str | None, seed: int,
@@ -187,8 +200,7 @@ def make_run_spec(profile: str = "tiny", norm: str = "pre", schedule: str = "gro
         match_name = resolve_match_target(prof.name, str(match_active_layer_tokens), seed).name
     run_name = run_name or derive_run_name(norm, schedule, freeze_prefix, match_active_layer_tokens, seed, overrides)
     check_name("run_name", run_name)
-    return RunSpec(prof, norm, schedule, freeze_prefix, match_name, seed, run_name, force, dict(overrides or {}),
-                   os.fspath(profile))
+    return RunSpec(prof, norm, schedule, freeze_prefix, match_name, seed, run_name, force, dict(overrides or {}))
 
 
 def step_memory(prof: Profile) -> tuple[int, int]:

@@ -1,0 +1,364 @@
+"""The runner of every set of runs: the study (study.py), a sweep (sweep.py) and a grid (grid.py, the regime ladder
+among them) each define a list of Jobs, and everything after that happens here, the same way for all three.
+
+Order: the teacher cache is built once before any run (ensure_teacher_cache; a grid builds one per distinct data);
+plan_jobs sorts the jobs into refused (a directory holding another run: rundir.directory_conflict, the one identity
+rule), damaged (a summary.json that does not read), finished (skipped) and pending; execute_runs trains the pending
+ones, a matched run only once its donor has finished, and each interrupted run resumes from its last checkpoint
+(train.run does that; nothing here tracks progress but the run directories). report_failures names every failed,
+refused, skipped or damaged run, and runner_exit turns the outcome into the exit code of every command.
+
+Choices:
+  - Runs execute as notebooks/run_variant.ipynb in worker processes, ``jobs`` at a time (params/study.yaml per
+    profile, or --jobs), each kernel with cores / jobs threads when jobs > 1: the kernel's executed notebook is the
+    run's record (run.ipynb), and a kernel that dies takes only its run with it.
+  - Stopping: SIGTERM and Ctrl-C stop every run (they resume from their last checkpoint) and exit 130; a worker dies
+    with the runner even on SIGKILL (PR_SET_PDEATHSIG), so no orphan keeps training a run a restarted runner would
+    resume.
+  - A failing run is reported with the path of its executed notebook; the other runs go on (runs that depend on it
+    are skipped), and the runner exits 1.
+"""
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+from tqdm.auto import tqdm
+
+from .config import NOTEBOOKS, PARAMS_DIR, REPO_ROOT, ParamError, read_yaml
+from .rundir import (NOTEBOOK, RunDirError, directory_conflict, is_finished, read_finished, read_identity,
+                     read_metrics, run_path)
+from .train.spec import RunSpec, make_run_spec
+from .utils import descendants, execute_notebook, stop_processes
+
+
+@dataclass(frozen=True)
+class Job:
+    """One run of a set: its name, its run_variant.ipynb parameters besides profile and processes (seed, run_name,
+    norm, schedule, overrides, ...), the identity its directory must hold (spec.RunSpec.identity), and the run whose
+    budget it takes, which must finish first."""
+    name: str
+    params: dict
+    identity: dict
+    depends_on: str | None = None
+
+
+# ------------------------------------------------------------------------------------------------- parameters
+
+def parse_seeds(words: list[str]) -> list[int]:
+    """The seeds of --seeds: each word a seed (``3``) or an inclusive range (``0-5``: seeds 0 to 5), in order, e.g.
+    ["0-2", "7"] -> [0, 1, 2, 7]. A word of another form, or a range whose end is below its start, is a ParamError
+    naming the word. Repeats are the command's to drop; the range [0, 2**32) is checked with every run's parameters
+    (spec.make_run_spec)."""
+    seeds = []
+    for word in words:
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", word.strip())
+        if not m or (m.group(2) is not None and int(m.group(2)) < int(m.group(1))):
+            raise ParamError(f"--seeds {word!r} is neither a seed (an integer >= 0, e.g. 3) nor a range first-last "
+                             f"with first <= last (e.g. 0-5)")
+        first = int(m.group(1))
+        seeds += range(first, int(m.group(2) or first) + 1)
+    return seeds
+
+
+def default_jobs(profile: str, path: Path | None = None) -> int:
+    """Runs executed at once for this profile: params/study.yaml's ``jobs: {profile: n}``; 1 when not listed."""
+    path = Path(path or PARAMS_DIR / "study.yaml")
+    jobs = (read_yaml(path) or {}).get("jobs") or {}
+    if not isinstance(jobs, dict):
+        raise ParamError(f"{path}: jobs must map profile names to run counts, e.g. {{tiny: 2}} (got {jobs!r})")
+    n = jobs.get(profile, 1)
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ParamError(f"{path}: jobs.{profile}={n!r} must be an integer >= 1")
+    return n
+
+
+def git_commit() -> str | None:
+    """HEAD of the repository, which every record of a set of runs carries; None outside a git checkout.
+    Uncommitted edits are not captured."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+# ------------------------------------------------------------------------------------------------ teacher cache
+
+class Poller:
+    """Calls update() every few seconds on a daemon thread, so progress stays live while a notebook executes in
+    its kernel (the kernels' own progress bars are not shown)."""
+
+    def __init__(self, update, interval: float = 5.0):
+        self.update, self.interval = update, interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.update()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _show_cache_build(bar) -> None:
+    """Teacher tokens done / total of the cache build in progress (the progress files of its ranks, in its temp
+    directory)."""
+    from .data.teacher import teacher_root
+    from .data.teacher_cache import PROGRESS_FILES
+    try:
+        latest = max(teacher_root().glob(".tmp-*/"), key=lambda p: p.stat().st_mtime, default=None)
+        ranks = [json.loads(p.read_text()) for p in latest.glob(PROGRESS_FILES)] if latest is not None else []
+        if ranks:
+            bar.total, bar.n = ranks[0]["tokens_total"], sum(r["tokens_done"] for r in ranks)
+    except (OSError, ValueError):  # renamed away as the build finished, or a file being replaced
+        return
+    bar.refresh()
+
+
+def build_teacher_cache(profile: str, out_dir: Path, processes: int | None = None, overrides: dict | None = None,
+                        notebook: str = "00_teacher.ipynb") -> None:
+    """Execute notebooks/00_teacher.ipynb (into out_dir/notebook) on the profile with dotted overrides, with a live
+    bar of the teacher's pass over the corpus."""
+    bar = tqdm(desc="teacher cache", unit="tok", file=sys.stdout)
+    poller = Poller(lambda: _show_cache_build(bar))
+    try:
+        execute_notebook(NOTEBOOKS / "00_teacher.ipynb", out_dir / notebook,
+                         {"profile": profile, "processes": processes, "overrides": overrides or {}})
+        bar.n = bar.total or 0  # done (the last poll may predate the last batches)
+    finally:
+        poller.close()
+        bar.close()
+
+
+def ensure_teacher_cache(prof, out_dir: Path, processes: int | None = None, overrides: dict | None = None,
+                         notebook: str = "00_teacher.ipynb") -> str:
+    """The key of the teacher cache of prof (the profile with the dotted overrides it was loaded with), built first
+    (notebooks/00_teacher.ipynb, executed into out_dir/notebook) when it is not complete."""
+    from .data.teacher_cache import open_cache
+    try:
+        key = open_cache(prof).key
+        print(f"teacher cache: complete, reused (outputs/teacher/{key})")
+        return key
+    except FileNotFoundError:
+        print(f"teacher cache: building (notebooks/00_teacher.ipynb{' with ' + str(overrides) if overrides else ''})")
+        build_teacher_cache(prof.name, out_dir, processes, overrides, notebook)
+        return open_cache(prof).key
+
+
+# ------------------------------------------------------------------------------------------------------- the plan
+
+def plan_jobs(profile: str, jobs: list[Job], teacher_keys: dict[str, str] | None = None
+              ) -> tuple[set[str], dict[str, str], list[Job]]:
+    """(done, failed, pending) of jobs. failed: a directory holding another run (rundir.directory_conflict against
+    the job's identity and, when teacher_keys names it, the key of the cache it trains on) is refused, never counted
+    nor resumed; a finished run whose summary.json or config.json does not read or validate (rundir.read_finished) is
+    damaged: neither counted nor retrained, since its directory may hold results someone wants to look at. done: the
+    finished runs; pending: the rest, in the given order."""
+    done, failed = set(), {}
+    for job in jobs:
+        run_dir = run_path(profile, job.name)
+        key = (teacher_keys or {}).get(job.name)
+        conflict = directory_conflict(run_dir, job.identity | ({"teacher_key": key} if key else {}))
+        if conflict:
+            failed[job.name] = conflict
+            print(f"refused {job.name}: {conflict}")
+        elif is_finished(run_dir):
+            try:
+                read_finished(run_dir)
+                done.add(job.name)
+            except RunDirError as err:
+                failed[job.name] = f"damaged: {err}"
+                print(f"damaged {job.name}: {err}")
+    other_cache = sorted(n for n in done if teacher_keys and teacher_keys.get(n)
+                         and read_identity(run_path(profile, n)).get("teacher_key") != teacher_keys[n])
+    if other_cache:
+        print(f"note: {len(other_cache)} finished run(s) were made on another teacher cache of this profile (the dtype "
+              f"`auto` resolved to where they ran); kept as results: {' '.join(other_cache)}")
+    return done, failed, [job for job in jobs if job.name not in done and job.name not in failed]
+
+
+def run_jobs(profile: str, jobs: list[Job], teacher_keys: dict[str, str] | None, parallel: int,
+             processes: int | None, desc: str) -> tuple[set[str], dict[str, str]]:
+    """Plan the jobs (plan_jobs), say how many are finished, and execute the pending ones (execute_runs);
+    (done, failed) with why for every run that failed, was refused, skipped or is damaged."""
+    done, failed, pending = plan_jobs(profile, jobs, teacher_keys)
+    print(f"runs: {len(done)} of {len(jobs)} finished, {len(pending)} to run"
+          + (f", {parallel} at a time" if parallel > 1 else ""))
+    execute_runs(profile, pending, parallel, processes, desc, done, failed, initial=len(done) + len(failed),
+                 total=len(jobs))
+    return done, failed
+
+
+# ------------------------------------------------------------------------------------------------------ execution
+
+def _error_line(err: Exception) -> str:
+    text = str(err).strip()
+    return f"{type(err).__name__}: {text.splitlines()[-1] if text else ''}"
+
+
+def _worker_init(threads: int | None) -> None:
+    """In each worker: its thread count (inherited by the kernels it starts), and its fate tied to the runner's: the
+    kernel sends SIGTERM when the runner dies, even by SIGKILL (Linux PR_SET_PDEATHSIG), and SIGTERM stops the
+    worker's kernels before the worker exits, so no orphan keeps training a run a restarted runner would resume."""
+    if threads is not None:
+        os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)
+    if sys.platform == "linux":
+        import ctypes
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+    signal.signal(signal.SIGTERM, _stop_worker)
+
+
+def kill_descendants() -> None:
+    """Terminate every descendant of this process (workers, their kernels), then kill what is left (utils.descendants:
+    multiprocessing's resource trackers excepted, which is what keeps a SIGTERM's log free of tracebacks)."""
+    stop_processes(descendants(psutil.Process()))
+
+
+def _stop_worker(signum, frame) -> None:
+    kill_descendants()
+    os._exit(128 + signum)
+
+
+def _execute_run(notebook: Path, output: Path, parameters: dict) -> str | None:
+    """In a worker process: execute one run's notebook; the error line on failure (exceptions do not cross)."""
+    try:
+        execute_notebook(notebook, output, parameters)
+        return None
+    except Exception as err:  # papermill raises PapermillExecutionError with the cell's traceback
+        return _error_line(err)
+
+
+def _run_steps(running: dict[str, Path]) -> str:
+    """'name step N, ...' for the running runs, from the last record of each run's metrics.jsonl."""
+    shown = []
+    for name, run_dir in list(running.items()):
+        try:
+            records = read_metrics(run_dir, note=False)  # the last line may be being written
+        except RunDirError:
+            records = []
+        shown.append(name + (f" step {records[-1].get('step')}" if records else ""))
+    return ", ".join(shown)
+
+
+def run_spec(profile: str, job: Job, processes: int | None) -> RunSpec:
+    """The validated run of a job (spec.make_run_spec), made when it starts: a matched run's donor is resolved only
+    once it has finished. Its kernel gets it whole (RunSpec.to_json), so the kernel reads no profile file."""
+    return make_run_spec(profile=profile, processes=processes, **job.params)
+
+
+def _raise_keyboard_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def execute_runs(profile: str, pending: list[Job], jobs: int, processes: int | None, desc: str, done: set[str],
+                 failed: dict[str, str], initial: int = 0, total: int | None = None) -> None:
+    """Execute run_variant.ipynb for every pending job, ``jobs`` at a time in worker processes, a job only once the
+    job it depends on is in ``done``; adds each job's name to done, or to failed with why (its executed notebook, or
+    "skipped" when its donor failed). A live bar shows the running runs' steps. SIGTERM and Ctrl-C stop every
+    run (they resume from their last checkpoint) and raise KeyboardInterrupt."""
+    pending = list(pending)
+    bar = tqdm(total=len(pending) + initial if total is None else total, initial=initial, desc=desc, unit="run",
+               file=sys.stdout)
+    running: dict[str, Path] = {}  # run name -> run directory, while its notebook executes
+    poller = Poller(lambda: bar.set_postfix_str(_run_steps(running)))  # also redraws elapsed / remaining
+    threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
+    previous = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init,
+                               initargs=(threads,))
+    try:
+        futures = {}  # future -> Job
+        while pending or futures:
+            for r in list(pending):
+                if r.depends_on in failed:
+                    why = "is damaged" if failed[r.depends_on].startswith("damaged") else "failed"
+                    failed[r.name] = f"skipped: its budget donor {r.depends_on} {why}"
+                    print(f"\nskipped {r.name}: its budget donor {r.depends_on} {why}")
+                    pending.remove(r)
+                    bar.update(1)
+                elif len(futures) < jobs and (r.depends_on is None or r.depends_on in done):
+                    pending.remove(r)
+                    try:
+                        spec = run_spec(profile, r, processes)
+                    except ParamError as err:
+                        failed[r.name] = str(err)
+                        print(f"\nFAILED {r.name}: {err}")
+                        bar.update(1)
+                        continue
+                    notebook = spec.dir / NOTEBOOK
+                    future = pool.submit(_execute_run, NOTEBOOKS / "run_variant.ipynb", notebook,
+                                         {"run_spec": spec.to_json()})
+                    futures[future] = r
+                    running[r.name] = notebook.parent
+            if not futures:  # the last runs were skipped
+                if pending:  # cannot happen: every command puts each donor among its jobs, ahead of its runs
+                    raise RuntimeError(f"no run can start: {[r.name for r in pending]} wait on missing donors")
+                break
+            finished, _ = wait(futures, return_when=FIRST_COMPLETED)
+            for future in finished:
+                r = futures.pop(future)
+                del running[r.name]
+                error = future.result()
+                if error is None:
+                    done.add(r.name)
+                else:
+                    failed[r.name] = f"executed notebook {run_path(profile, r.name) / NOTEBOOK}"
+                    print(f"\nFAILED {r.name}: {error}\n  {failed[r.name]}")
+                bar.update(1)
+    except KeyboardInterrupt:
+        print(f"\n{desc} interrupted: stopping its runs (they resume from their last checkpoint next time)")
+        kill_descendants()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        signal.signal(signal.SIGTERM, previous)
+        poller.close()
+        bar.close()
+
+
+def execute_notebooks(names: list[str], out_dir: Path, parameters: dict, failed: dict[str, str]) -> None:
+    """Execute notebooks/<name>.ipynb (those present) into out_dir, in order, after the runs (the study's diagnostics
+    and summary); a failing one goes to failed with its executed notebook, and the next still executes."""
+    for name in names:
+        if (NOTEBOOKS / f"{name}.ipynb").exists():
+            print(f"{name}: notebooks/{name}.ipynb -> {out_dir / (name + '.ipynb')}")
+            try:
+                execute_notebook(NOTEBOOKS / f"{name}.ipynb", out_dir / f"{name}.ipynb", parameters)
+            except Exception as err:
+                failed[name] = f"executed notebook {out_dir / (name + '.ipynb')}"
+                print(f"FAILED {name}: {_error_line(err)}\n  {failed[name]}")
+
+
+# ----------------------------------------------------------------------------------------------------------- exit
+
+def report_failures(failed: dict[str, str]) -> int:
+    """Print every failed, refused, skipped or damaged run with why; the runner's exit code (1 if any, else 0)."""
+    if failed:
+        print("failures:\n" + "\n".join(f"  {name}: {why}" for name, why in failed.items()))
+    return 1 if failed else 0
+
+
+def runner_exit(work, input_errors: tuple = ()) -> int:
+    """A command's exit code: work()'s (None: 0), 2 with one `error: ...` line for a ParamError or RunDirError (bad
+    input, a locked or damaged directory) or one of input_errors (what a command's bad input raises besides),
+    130 for Ctrl-C or SIGTERM. Every command line shares it (study, sweep, grid, python -m normgrow)."""
+    try:
+        return work() or 0
+    except (ParamError, RunDirError, *input_errors) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
