@@ -127,5 +127,8 @@ def test_depth_trend_says_when_the_data_do_not_exclude_never():
     # a flat, noisy trend: the lower band never reaches the margin, so the latest compute is open (None)
     trend = stats.depth_trend([1, 10, 100, 1000], [0.03, 0.06, 0.02, 0.05], margin=0.098)
     assert trend["slope_ci_low"] < 0 < trend["slope_ci_high"] and trend["to_tflop"] is None
+    # three scattered rungs: the band is wide enough to hold the margin anywhere, so nothing is located
+    wide = stats.depth_trend([30, 38, 93], [0.049, 0.025, -0.005], margin=0.098)
+    assert wide["band_everywhere"] and wide["from_tflop"] is None and wide["to_tflop"] is None
     # two rungs: a line but no interval
     assert stats.depth_trend([1, 10], [0.03, 0.05], margin=0.098)["from_tflop"] is None

@@ -412,10 +412,13 @@ def trend_sentence(norm: str, trend: dict) -> str:
         return f"{norm}: {trend['n']} rungs, too few for a trend"
     where = (f"reaches the margin at {trend['at_tflop']:.3g} TFLOP" if trend["at_tflop"] else
              "never reaches the margin (slope <= 0)")
-    band = (f"the 95% band holds it from {trend['from_tflop']:.3g}" if trend["from_tflop"] else
-            "the 95% band never holds it")
-    band += (f" to {trend['to_tflop']:.3g} TFLOP" if trend["to_tflop"] else
-             (" TFLOP on, and does not exclude that depth never pays" if trend["from_tflop"] else ""))
+    if trend["band_everywhere"]:
+        band = "the 95% band is too wide to say where (it holds the margin over the whole range, 3 decades below the rungs on)"
+    elif trend["from_tflop"]:
+        band = f"the 95% band holds it from {trend['from_tflop']:.3g} " + (
+            f"to {trend['to_tflop']:.3g} TFLOP" if trend["to_tflop"] else "TFLOP on, and does not exclude that depth never pays")
+    else:
+        band = "the 95% band never holds it"
     return (f"{norm}: {trend['slope_per_decade']:+.3f} nats per decade of compute [{trend['slope_ci_low']:+.3f}, "
             f"{trend['slope_ci_high']:+.3f}] over {trend['n']} rungs; the line {where}; {band}")
 

@@ -471,7 +471,8 @@ def depth_trend(compute, gains, margin: float, level: float = LEVEL) -> dict:
     with a Student-t interval (n - 2 df), and the compute at which the line reaches the depth margin: ``at`` (the
     line's crossing, when the slope is positive) and the interval of computes where the line's pointwise
     confidence band holds the margin (``from``: the band's upper edge reaches it, ``to``: its lower edge does; None
-    when that edge never does, i.e. the data do not exclude that depth never pays). A trend over the ladder's rungs,
+    when that edge never does, i.e. the data do not exclude that depth never pays; ``band_everywhere`` when the band
+    holds the margin even 3 decades below the data, i.e. it is too wide to locate anything). A trend over the ladder's rungs,
     which change data, tokens and width together: it locates, it does not separate the three. NaN points are left
     out; fewer than 3 rungs give no interval."""
     x = np.log10(np.asarray(compute, dtype=float))
@@ -480,7 +481,7 @@ def depth_trend(compute, gains, margin: float, level: float = LEVEL) -> dict:
     x, y = x[keep], y[keep]
     n = int(x.size)
     out = {"n": n, "intercept": None, "slope_per_decade": math.nan, "slope_ci_low": math.nan, "slope_ci_high": math.nan,
-           "at_tflop": None, "from_tflop": None, "to_tflop": None, "margin": margin}
+           "at_tflop": None, "from_tflop": None, "to_tflop": None, "band_everywhere": None, "margin": margin}
     if n < 3 or np.ptp(x) == 0:
         return out
     xbar, sxx = x.mean(), float(((x - x.mean()) ** 2).sum())
@@ -499,7 +500,8 @@ def depth_trend(compute, gains, margin: float, level: float = LEVEL) -> dict:
     line = intercept + slope * grid
     width = t * s * np.sqrt(1 / n + (grid - xbar) ** 2 / sxx)
     upper, lower = line + width >= margin, line - width >= margin
-    if upper.any():
+    out["band_everywhere"] = bool(upper[0])  # the band holds the margin 3 decades below the data: nothing located
+    if upper.any() and not upper[0]:
         out["from_tflop"] = float(10 ** grid[np.argmax(upper)])
     if lower.any() and slope > 0:
         out["to_tflop"] = float(10 ** grid[np.argmax(lower)])
