@@ -57,3 +57,19 @@ def synthetic_outputs(tmp_path, monkeypatch):
     torch.set_num_threads(1)
     yield tmp_path / "outputs"
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    """A one-node SLURM cluster on this machine (slurm_cluster.py), started for a test module and stopped after it;
+    its environment (SLURM_CONF) points sbatch, squeue and submitit at it. Skipped, naming the packages, without
+    slurm-wlm and munge."""
+    from slurm_cluster import Cluster, missing
+    why = missing()
+    if why:
+        pytest.skip(why)
+    cluster = Cluster(tmp_path_factory.mktemp("slurm")).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

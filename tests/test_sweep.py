@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 import fakes
-from normgrow import sweep
+from normgrow import runner, sweep
 from normgrow.config import PARAMS_DIR, ParamError
 
 PROFILE = """\
@@ -224,7 +224,7 @@ def test_jobs_hand_the_unfinished_candidates_to_the_executor(outputs, monkeypatc
             handed.append(job.name)
             run_variant(make_run_spec(profile=profile, **job.params), progress=False)
             done.add(job.name)
-    monkeypatch.setattr(sweep, "execute_runs", execute)
+    monkeypatch.setattr(runner, "execute_runs", execute)
     rows = sweep.run_candidates(plan, progress=False, jobs=2)
     assert handed == ["sweep-pre-joint-lr3e-03-wu2-s0"]
     assert [r["run_name"] for r in rows] == ["sweep-pre-joint-lr1e-03-wu2-s0", "sweep-pre-joint-lr3e-03-wu2-s0"]
@@ -253,7 +253,7 @@ def test_a_candidate_directory_holding_another_numerics_version_is_refused_befor
     config = plan.specs[0].dir / "config.json"
     config.write_text(json.dumps(json.loads(config.read_text()) | {"numerics": rundir.NUMERICS_VERSION - 1}))
     handed = []
-    monkeypatch.setattr(sweep, "execute_runs", lambda profile, pending, *a, **kw: handed.extend(pending))
+    monkeypatch.setattr(runner, "execute_runs", lambda profile, pending, *a, **kw: handed.extend(pending))
     for jobs in (1, 2):
         with pytest.raises(rundir.RunDirError, match=r"sweep refused before training: .*sweep-pre-joint-lr1e-03-wu2-s0 "
                                                      r"holds a run made with other settings \(numerics\)"):

@@ -1,5 +1,6 @@
 """Parameter validation (config.py): every bad value fails at load time, with the key or the file and line."""
 import math
+import re
 import shutil
 
 import numpy as np
@@ -298,3 +299,29 @@ def test_the_command_line_names_a_bad_parameter_in_one_line(tmp_path, monkeypatc
     assert main(args) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and len(err.splitlines()) == 1 and re.search(match, err), err
+
+
+@pytest.mark.parametrize("text,flags,needle", [
+    ("executor: cluster\n", {}, "executor='cluster' is not allowed; allowed values: local, slurm"),
+    ("executor: local\nslurm: {cpus: 2}\n", {}, "unknown key slurm.cpus; allowed keys: partition, time_limit_min"),
+    ("executor: local\nslurm: {in_flight: 0}\n", {}, "slurm.in_flight=0 must be an integer >= 1"),
+    ("executor: local\n", {"time_limit_min": -5}, "slurm.time_limit_min=-5 must be an integer >= 1"),
+    ("executor: local\nslurm: {partition: ''}\n", {}, "slurm.partition='' must be a partition's name or null"),
+    ("executor: local\nwhere: here\n", {}, "unknown key 'where'; allowed keys: executor, slurm"),
+])
+def test_bad_executor_parameters_are_named(tmp_path, text, flags, needle):
+    """params/executors.yaml and the command line's flags over it are validated once, naming the key."""
+    from normgrow.runner import load_executor
+    path = _write(tmp_path / "executors.yaml", text)
+    with pytest.raises(ParamError, match=re.escape(needle)):
+        load_executor(flags, path)
+
+
+def test_executor_flags_override_the_file():
+    from normgrow.cli import PARSERS
+    from normgrow.runner import executor_of, load_executor
+    assert load_executor().executor == "local"  # the repository's default
+    args = PARSERS["grid"]().parse_args(["--partition", "gpu", "--in-flight", "3", "--cpus-per-run", "4"])
+    chosen = executor_of(args)
+    assert (chosen.slurm.partition, chosen.slurm.in_flight, chosen.slurm.cpus_per_run) == ("gpu", 3, 4)
+    assert chosen.slurm.time_limit_min == load_executor().slurm.time_limit_min

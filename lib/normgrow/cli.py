@@ -55,6 +55,22 @@ def _jobs(parser: argparse.ArgumentParser) -> None:
                         "params/study.yaml jobs for the profile, else 1)")
 
 
+def add_executor(parser: argparse.ArgumentParser) -> None:
+    """The executor's flags (runner.load_executor: each over params/executors.yaml)."""
+    parser.add_argument("--executor", choices=("local", "slurm"), help="local: worker processes on this machine; "
+                        "slurm: every run one SLURM job, the teacher cache one job (default: params/executors.yaml)")
+    parser.add_argument("--partition", help="slurm: the partition of the jobs (default: params/executors.yaml, else "
+                        "the cluster's)")
+    parser.add_argument("--time-limit", type=int, metavar="MIN", help="slurm: minutes per run job; a job that reaches "
+                        "it is requeued and resumes (default: params/executors.yaml)")
+    parser.add_argument("--cpus-per-run", type=int, help="slurm: CPUs of each run's job (default: "
+                        "params/executors.yaml)")
+    parser.add_argument("--gpus-per-run", type=int, help="slurm: GPUs of each run's job (default: "
+                        "params/executors.yaml)")
+    parser.add_argument("--in-flight", type=int, help="slurm: run jobs queued or running at once (default: "
+                        "params/executors.yaml)")
+
+
 def _processes(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--processes", type=int, help="processes (CPU ranks or GPUs) of each run (default: the "
                         "profile's train.processes)")
@@ -106,6 +122,7 @@ def study_parser() -> argparse.ArgumentParser:
     _jobs(parser)
     parser.add_argument("--processes", type=int, help="processes (CPU ranks or GPUs) of each run and of the teacher "
                         "pass (default: the profile's train.processes and teacher.processes)")
+    add_executor(parser)
     return parser
 
 
@@ -127,6 +144,7 @@ def sweep_parser() -> argparse.ArgumentParser:
     parser.add_argument("--write", action="store_true", help="store the chosen lrs in params/profiles/<profile>.yaml")
     parser.add_argument("--jobs", type=int, default=1, help="candidates trained at once, each in its own worker "
                         "process (default 1: in this process)")
+    add_executor(parser)
     return parser
 
 
@@ -145,6 +163,7 @@ def grid_parser() -> argparse.ArgumentParser:
     _processes(parser)
     parser.add_argument("--report-only", action="store_true", help="write the results of the finished runs; train "
                         "nothing")
+    add_executor(parser)
     return parser
 
 

@@ -60,7 +60,8 @@ from .student.model import NORMS
 from .rundir import (GRID_RUN_PREFIX, RunDirError, Summary, check_name, grid_dir, is_finished, read_finished, run_path,
                      runner_lock, seeded_name)
 from .analysis.stats import LEVEL, depth_trend, mean_ci, paired_differences, regime_check, runs_frame, with_flatness, depth_check, baselines
-from .runner import Job, default_jobs, ensure_teacher_cache, git_commit, parse_seeds, report_failures, run_jobs, runner_exit
+from .runner import (ExecutorParams, Job, default_jobs, ensure_teacher_cache, executor_of, git_commit, parse_seeds,
+                     report_failures, run_jobs, runner_exit)
 from .train.spec import for_arm, make_run_spec
 from .utils import atomic_write_json, atomic_write_text, stable_hash
 from .analysis.variants import Reference, StudyRuns, Variant, load_reference, load_variants
@@ -501,24 +502,27 @@ def write_grid(plan: GridPlan, command: str = "", level: float = LEVEL) -> dict[
 # ------------------------------------------------------------------------------------------------------- running
 
 def run_grid(profile: str, grid_name: str, seeds: list[int] | None = None, only: list[str] | None = None,
-             jobs: int | None = None, processes: int | None = None, command: str = "") -> int:
+             jobs: int | None = None, processes: int | None = None, command: str = "",
+             executor: ExecutorParams = ExecutorParams()) -> int:
     plan = plan_grid(profile, load_grid(grid_name), seeds, only, processes)
     for name, why in plan.not_run.items():
         print(f"setting {name}: not run: {why}")
     jobs = default_jobs(profile) if jobs is None else jobs
     out = grid_dir(profile, grid_name)
     out.mkdir(parents=True, exist_ok=True)
-    teacher_keys = {}  # run name -> the key of its setting's cache; settings that change no data share one cache
-    for setting in plan.grid.settings:
+    teacher_keys, cache_jobs = {}, {}  # run name -> its setting's cache key, or the job building it (slurm)
+    for setting in plan.grid.settings:  # settings that change no data share one cache
         names = {c.run_name for c in plan.cells if c.setting == setting.name}
         if names:
             overrides = with_processes(setting.overrides, processes)
-            key = ensure_teacher_cache(load_profile(profile, overrides), out, processes, setting.overrides,
-                                       f"00_teacher-{setting.name}.ipynb")
+            key, job = ensure_teacher_cache(load_profile(profile, overrides), out, processes, setting.overrides,
+                                            f"00_teacher-{setting.name}.ipynb", executor)
             teacher_keys |= dict.fromkeys(names, key)
+            cache_jobs |= dict.fromkeys(names, job) if job else {}
     print(f"grid {grid_name}: {len(plan.cells)} cells in {len(plan.jobs)} runs "
           f"({len(plan.cells) - len(plan.jobs)} cells share a run)")
-    _, failed = run_jobs(profile, list(plan.jobs.values()), teacher_keys, jobs, processes, f"grid {grid_name}")
+    _, failed = run_jobs(profile, list(plan.jobs.values()), teacher_keys, jobs, processes, f"grid {grid_name}",
+                         executor, cache_jobs)
     try:
         files = write_grid(plan_grid(profile, plan.grid, seeds, None, processes) if only else plan, command)
         print(f"results: {files['report']}")
@@ -540,7 +544,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"results: {write_grid(plan_grid(args.profile, grid, seeds, None, args.processes), command)['report']}")
             return 0
         with runner_lock():
-            return run_grid(args.profile, args.grid, seeds, args.settings, args.jobs, args.processes, command)
+            return run_grid(args.profile, args.grid, seeds, args.settings, args.jobs, args.processes, command,
+                            executor_of(args))
     return runner_exit(work)
 
 

@@ -12,6 +12,7 @@ Every module that reads or writes a run goes through here; nothing else builds t
                          metrics.jsonl held then (its line count and sha256), so a changed file is named as damage
         run.ipynb        the executed notebook (train.run.record_notebook)
         diagnostics.json the run's cached diagnostics (analysis/diagnostics.py)
+        slurm.json       under the slurm executor: the id of the run's job; slurm/ its scripts and logs (slurm.py)
     outputs/study/<profile>/   the study's tables, claims, report
 
 Names: a profile name or run name is letters, digits, '.', '_', '-', starting with a letter or digit (so never
@@ -58,6 +59,9 @@ GRID_RUN_PREFIX = "grid-"
 skips them like sweep runs (their results are outputs/grid/<profile>/<grid>/)."""
 
 CONFIG, SUMMARY, METRICS, LOCK, NOTEBOOK = "config.json", "summary.json", "metrics.jsonl", "LOCK", "run.ipynb"
+SLURM_RECORD, SLURM_DIR = "slurm.json", "slurm"
+"""Under the slurm executor (slurm.py): the id of the job a runner submitted for the run (SLURM_RECORD), and the job's
+scripts and logs (SLURM_DIR/), in the run directory, where the job writes."""
 GROWTH_EVAL = "growth_eval"
 """The metrics.jsonl kind of the extra evaluations after a growth (train.eval_after_growth): drawn with the curves,
 never counted by the regime's flatness (stats.CURVE_KINDS), whose points are the whole-split ones of eval_every and

@@ -9,21 +9,26 @@ ones, a matched run only once its donor has finished, and each interrupted run r
 refused, skipped or damaged run, and runner_exit turns the outcome into the exit code of every command.
 
 Choices:
-  - Runs execute as notebooks/run_variant.ipynb in worker processes, ``jobs`` at a time (params/study.yaml per
-    profile, or --jobs), each kernel with cores / jobs threads when jobs > 1: the kernel's executed notebook is the
-    run's record (run.ipynb), and a kernel that dies takes only its run with it.
-  - Stopping: SIGTERM and Ctrl-C stop every run (they resume from their last checkpoint) and exit 130; a worker dies
-    with the runner even on SIGKILL (PR_SET_PDEATHSIG), so no orphan keeps training a run a restarted runner would
-    resume.
+  - Runs execute as notebooks/run_variant.ipynb on the run's validated spec (run_spec), by the executor that
+    params/executors.yaml or --executor chooses (load_executor, validated once): ``local``, in worker processes,
+    ``jobs`` at a time (params/study.yaml per profile, or --jobs), each kernel with cores / jobs threads when
+    jobs > 1; ``slurm``, each run one SLURM job (slurm.py). The kernel's executed notebook is the run's record
+    (run.ipynb), and a kernel that dies takes only its run with it.
+  - Stopping: under the local executor SIGTERM and Ctrl-C stop every run (they resume from their last checkpoint)
+    and exit 130; a worker dies with the runner even on SIGKILL (PR_SET_PDEATHSIG), so no orphan keeps training a
+    run a restarted runner would resume. SLURM jobs outlive their runner, which a restart follows (slurm.py).
   - A failing run is reported with the path of its executed notebook; the other runs go on (runs that depend on it
     are skipped), and the runner exits 1.
 """
 from __future__ import annotations
 
+import dataclasses
+import importlib.util
 import json
 import multiprocessing
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -40,6 +45,29 @@ from .rundir import (NOTEBOOK, RunDirError, directory_conflict, is_finished, rea
                      read_metrics, run_path)
 from .train.spec import RunSpec, make_run_spec
 from .utils import descendants, execute_notebook, stop_processes
+
+
+EXECUTORS = ("local", "slurm")
+EXECUTORS_FILE = PARAMS_DIR / "executors.yaml"
+
+
+@dataclass(frozen=True)
+class SlurmParams:
+    """params/executors.yaml's slurm section (its comments say what each is)."""
+    partition: str | None = None
+    time_limit_min: int = 240
+    cpus_per_run: int = 2
+    gpus_per_run: int = 0
+    in_flight: int = 16
+    requeues: int = 3
+
+
+@dataclass(frozen=True)
+class ExecutorParams:
+    """How a runner executes its runs: ``local`` (worker processes) or ``slurm`` (slurm.py), and the slurm jobs'
+    parameters."""
+    executor: str = "local"
+    slurm: SlurmParams = SlurmParams()
 
 
 @dataclass(frozen=True)
@@ -81,6 +109,46 @@ def default_jobs(profile: str, path: Path | None = None) -> int:
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ParamError(f"{path}: jobs.{profile}={n!r} must be an integer >= 1")
     return n
+
+
+def load_executor(flags: dict | None = None, path: Path = EXECUTORS_FILE) -> ExecutorParams:
+    """params/executors.yaml with the command line's flags over it (flags: executor, or a key of the slurm section,
+    None where not given), validated: every error names the key and what is allowed."""
+    raw = read_yaml(path) or {}
+    unknown = sorted(set(raw) - {"executor", "slurm"})
+    if unknown:
+        raise ParamError(f"{path}: unknown key {unknown[0]!r}; allowed keys: executor, slurm")
+    given = {k: v for k, v in (flags or {}).items() if v is not None}
+    executor = given.pop("executor", raw.get("executor", "local"))
+    if executor not in EXECUTORS:
+        raise ParamError(f"executor={executor!r} is not allowed; allowed values: {', '.join(EXECUTORS)}")
+    slurm = {**(raw.get("slurm") or {}), **given}
+    allowed = [f.name for f in dataclasses.fields(SlurmParams)]
+    unknown = sorted(set(slurm) - set(allowed))
+    if unknown:
+        raise ParamError(f"{path}: unknown key slurm.{unknown[0]}; allowed keys: {', '.join(allowed)}")
+    for key, value in slurm.items():
+        if key == "partition":
+            if value is not None and not (isinstance(value, str) and value.strip()):
+                raise ParamError(f"slurm.partition={value!r} must be a partition's name or null (the default)")
+        elif not isinstance(value, int) or isinstance(value, bool) or value < (0 if key in ("gpus_per_run", "requeues")
+                                                                               else 1):
+            raise ParamError(f"slurm.{key}={value!r} must be an integer >= "
+                             f"{0 if key in ('gpus_per_run', 'requeues') else 1}")
+    if executor == "slurm":
+        missing = [c for c in ("sbatch", "squeue") if shutil.which(c) is None]
+        missing += [] if importlib.util.find_spec("submitit") else ["the Python package submitit"]
+        if missing:
+            raise ParamError(f"executor=slurm needs SLURM's sbatch and squeue on PATH and submitit; missing: "
+                             f"{', '.join(missing)}")
+    return ExecutorParams(executor, SlurmParams(**slurm))
+
+
+def executor_of(args) -> ExecutorParams:
+    """The executor of a command's arguments (cli.add_executor's flags) over params/executors.yaml."""
+    return load_executor({"executor": args.executor, "partition": args.partition, "time_limit_min": args.time_limit,
+                          "cpus_per_run": args.cpus_per_run, "gpus_per_run": args.gpus_per_run,
+                          "in_flight": args.in_flight})
 
 
 def git_commit() -> str | None:
@@ -145,18 +213,24 @@ def build_teacher_cache(profile: str, out_dir: Path, processes: int | None = Non
 
 
 def ensure_teacher_cache(prof, out_dir: Path, processes: int | None = None, overrides: dict | None = None,
-                         notebook: str = "00_teacher.ipynb") -> str:
-    """The key of the teacher cache of prof (the profile with the dotted overrides it was loaded with), built first
-    (notebooks/00_teacher.ipynb, executed into out_dir/notebook) when it is not complete."""
+                         notebook: str = "00_teacher.ipynb", executor: ExecutorParams = ExecutorParams()
+                         ) -> tuple[str | None, str | None]:
+    """(key, job) of the teacher cache of prof (the profile with the dotted overrides it was loaded with). A complete
+    cache: (its key, None). Else it is built by notebooks/00_teacher.ipynb, executed into out_dir/notebook: here and
+    now under the local executor, (its key, None); under slurm as one job the runs wait for, (None, the job's id): its
+    key exists once the job has run, and the runs' kernels check it (train.run.prepare_run_dir)."""
     from .data.teacher_cache import open_cache
     try:
         key = open_cache(prof).key
         print(f"teacher cache: complete, reused (outputs/teacher/{key})")
-        return key
+        return key, None
     except FileNotFoundError:
+        if executor.executor == "slurm":
+            from .slurm import cache_job
+            return None, cache_job(prof.name, out_dir, processes, overrides, notebook, executor.slurm)
         print(f"teacher cache: building (notebooks/00_teacher.ipynb{' with ' + str(overrides) if overrides else ''})")
         build_teacher_cache(prof.name, out_dir, processes, overrides, notebook)
-        return open_cache(prof).key
+        return open_cache(prof).key, None
 
 
 # ------------------------------------------------------------------------------------------------------- the plan
@@ -191,11 +265,22 @@ def plan_jobs(profile: str, jobs: list[Job], teacher_keys: dict[str, str] | None
     return done, failed, [job for job in jobs if job.name not in done and job.name not in failed]
 
 
-def run_jobs(profile: str, jobs: list[Job], teacher_keys: dict[str, str] | None, parallel: int,
-             processes: int | None, desc: str) -> tuple[set[str], dict[str, str]]:
-    """Plan the jobs (plan_jobs), say how many are finished, and execute the pending ones (execute_runs);
-    (done, failed) with why for every run that failed, was refused, skipped or is damaged."""
+def run_jobs(profile: str, jobs: list[Job], teacher_keys: dict[str, str | None] | None, parallel: int,
+             processes: int | None, desc: str, executor: ExecutorParams = ExecutorParams(),
+             after: dict[str, str] | None = None) -> tuple[set[str], dict[str, str]]:
+    """Plan the jobs (plan_jobs), say how many are finished, and execute the pending ones: here, ``parallel`` at a
+    time (execute_runs), or as SLURM jobs (slurm.execute_runs; after: run name -> the teacher cache job it waits
+    for). (done, failed) with why for every run that failed, was refused, skipped or is damaged."""
     done, failed, pending = plan_jobs(profile, jobs, teacher_keys)
+    if executor.executor == "slurm":
+        from . import slurm
+        print(f"runs: {len(done)} of {len(jobs)} finished, {len(pending)} to run as jobs of {slurm.describe(executor.slurm)}")
+        bar = tqdm(total=len(jobs), initial=len(done) + len(failed), desc=desc, unit="run", file=sys.stdout)
+        try:
+            slurm.execute_runs(profile, pending, executor.slurm, processes, done, failed, bar, after)
+        finally:
+            bar.close()
+        return done, failed
     print(f"runs: {len(done)} of {len(jobs)} finished, {len(pending)} to run"
           + (f", {parallel} at a time" if parallel > 1 else ""))
     execute_runs(profile, pending, parallel, processes, desc, done, failed, initial=len(done) + len(failed),

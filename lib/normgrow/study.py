@@ -22,8 +22,8 @@ from pathlib import Path
 from .cli import parse
 from .config import PARAMS_DIR, ParamError, load_profile, read_yaml, with_processes, writable_outputs_dir
 from .rundir import runner_lock, seeded_name, study_dir
-from .runner import (Job, default_jobs, ensure_teacher_cache, execute_notebooks, parse_seeds, report_failures,
-                     run_jobs, runner_exit)
+from .runner import (ExecutorParams, Job, default_jobs, ensure_teacher_cache, execute_notebooks, executor_of,
+                     parse_seeds, report_failures, run_jobs, runner_exit)
 from .train.spec import make_run_spec
 from .analysis.variants import Variant, load_reference, load_variants
 
@@ -136,7 +136,8 @@ def load_study(path: Path | None = None, seeds: list[int] | None = None, variant
 
 
 def run_study(profile: str, seeds: list[int] | None = None, variants: list[str] | None = None,
-              jobs: int | None = None, processes: int | None = None) -> int:
+              jobs: int | None = None, processes: int | None = None,
+              executor: ExecutorParams = ExecutorParams()) -> int:
     prof = load_profile(profile, with_processes(None, processes))  # validate before anything heavy
     runs = load_study(seeds=seeds, variants=variants, profile=profile)  # every run file, its values included
     load_reference()  # the report reads it after the last run: a mistake there is named before the first
@@ -147,9 +148,10 @@ def run_study(profile: str, seeds: list[int] | None = None, variants: list[str] 
     out_dir = study_dir(profile)
     out_dir.mkdir(parents=True, exist_ok=True)
     start = time.time()
-    teacher_key = ensure_teacher_cache(prof, out_dir, processes)
-    done, failed = run_jobs(profile, planned, dict.fromkeys([j.name for j in planned], teacher_key), jobs, processes,
-                            f"study {profile}")
+    teacher_key, cache_job = ensure_teacher_cache(prof, out_dir, processes, executor=executor)
+    names = [j.name for j in planned]
+    done, failed = run_jobs(profile, planned, dict.fromkeys(names, teacher_key), jobs, processes, f"study {profile}",
+                            executor, dict.fromkeys(names, cache_job) if cache_job else None)
     execute_notebooks(["diagnostics", "summary"], out_dir, {"profile": profile}, failed)
     print(f"study {profile}: {len(done)}/{len(runs)} runs finished in {time.time() - start:.0f} s; results in "
           f"{out_dir}")
@@ -163,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         seeds = parse_seeds(args.seeds) if args.seeds else None
         writable_outputs_dir()
         with runner_lock():
-            return run_study(args.profile, seeds, args.runs, args.jobs, args.processes)
+            return run_study(args.profile, seeds, args.runs, args.jobs, args.processes, executor_of(args))
     return runner_exit(work)
 
 

@@ -73,7 +73,7 @@ from .cli import parse
 from .config import (PARAMS_DIR, REPO_ROOT, ParamError, is_profile_path, load_profile, profile_file, read_yaml,
                      writable_outputs_dir)
 from .rundir import NUMERICS_VERSION, SWEEP_RUN_PREFIX, RunDirError, read_finished, run_path, runner_lock, sweep_dir
-from .runner import Job, execute_runs, git_commit, parse_seeds, plan_jobs, runner_exit
+from .runner import ExecutorParams, Job, executor_of, git_commit, parse_seeds, plan_jobs, run_jobs, runner_exit
 from .train.growth import SCHEDULES
 from .student.model import NORMS
 from .train.run import run_variant
@@ -222,22 +222,22 @@ def make_plan(profile: str, norms: list[str] | None = None, lrs: list | None = N
 
 # --------------------------------------------------------------------------------------------- runs, choice
 
-def run_candidates(plan: SweepPlan, progress: bool = True, jobs: int = 1) -> list[dict]:
-    """Run (resume, or read back when finished) every candidate; one row per candidate. jobs > 1: the unfinished
-    candidates first run ``jobs`` at a time through the runner (runner.execute_runs: run_variant.ipynb in worker
-    processes, cores / jobs threads each), then every row is read back; a candidate whose notebook failed is a
-    RuntimeError naming it. jobs 1: in this process, the outer bar counting candidates and each run drawing its own
+def run_candidates(plan: SweepPlan, progress: bool = True, jobs: int = 1,
+                   executor: ExecutorParams = ExecutorParams()) -> list[dict]:
+    """Run (resume, or read back when finished) every candidate; one row per candidate. jobs > 1 or the slurm
+    executor: the unfinished candidates first run through the runner (runner.run_jobs: run_variant.ipynb in worker
+    processes, ``jobs`` at a time with cores / jobs threads each, or as SLURM jobs), then every row is read back;
+    a candidate whose notebook failed is a RuntimeError naming it. jobs 1: in this process, the outer bar counting candidates and each run drawing its own
     step bar below it. Before anything trains, a candidate whose directory holds a run made with other settings (an
     earlier numerics version, another profile) or a damaged one is a RunDirError naming each (runner.plan_jobs): it
     is never counted, and finding it only when reading the rows back would come after the whole sweep had trained."""
     candidates = [Job(s.run_name, {"seed": s.seed, "run_name": s.run_name, "norm": s.norm, "schedule": s.schedule,
                                    "overrides": s.overrides}, s.identity()) for s in plan.specs]
-    done, failed, pending = plan_jobs(plan.profile, candidates)
-    if failed:
-        raise RunDirError("sweep refused before training: " + "; ".join(failed.values()))
-    if jobs > 1:
-        execute_runs(plan.profile, pending, jobs, None, f"sweep {plan.profile}", done, failed,
-                     initial=len(done), total=len(plan.specs))
+    refused = plan_jobs(plan.profile, candidates)[1]
+    if refused:
+        raise RunDirError("sweep refused before training: " + "; ".join(refused.values()))
+    if jobs > 1 or executor.executor == "slurm":
+        failed = run_jobs(plan.profile, candidates, None, jobs, None, f"sweep {plan.profile}", executor)[1]
         if failed:
             raise RuntimeError("sweep candidates failed: " + "; ".join(f"{n}: {why}" for n, why in failed.items()))
     rows = []
@@ -502,7 +502,7 @@ def write_profile_arms(path: Path, result: dict, json_path: Path) -> None:
 # ------------------------------------------------------------------------------------------------------ entry
 
 def sweep(plan: SweepPlan, write: bool = False, profiles_dir: Path = PROFILES_DIR, progress: bool = True,
-          command: str = "", jobs: int = 1) -> dict:
+          command: str = "", jobs: int = 1, executor: ExecutorParams = ExecutorParams()) -> dict:
     """Run the plan, write outputs/sweep/<profile>/sweep.{csv,json}, print the table and grid warnings; with write,
     store the choice in profiles_dir/<profile>.yaml (injectable so tests edit a copy), or in the file of a path
     profile. Returns sweep.json's dict."""
@@ -514,7 +514,7 @@ def sweep(plan: SweepPlan, write: bool = False, profiles_dir: Path = PROFILES_DI
         lines = profile_path.read_bytes().decode().splitlines(keepends=True)
         for name in ("lr", "warmup_steps") if any(len(w) > 1 for w in plan.warmups.values()) else ("lr",):
             arm_line_span(lines, name, str(profile_path))
-    rows = run_candidates(plan, progress, jobs)
+    rows = run_candidates(plan, progress, jobs, executor)
     out_dir = sweep_dir(plan.profile, sweep_placements(plan.norms))
     earlier, dropped = earlier_rows(plan, rows, out_dir)
     for entry in dropped:
@@ -542,7 +542,7 @@ def main(argv: list[str] | None = None) -> int:
                          lr_factors=args.lr_factors)
         writable_outputs_dir()
         with runner_lock():
-            sweep(plan, args.write, command=command, jobs=args.jobs)
+            sweep(plan, args.write, command=command, jobs=args.jobs, executor=executor_of(args))
     return runner_exit(work)
 
 

@@ -1,0 +1,90 @@
+"""The slurm executor against a real scheduler: a one-node SLURM cluster started on this machine (conftest's slurm
+fixture; skipped without the Debian packages slurm-wlm and munge). The reduced tiny study (tiny_study.py) runs as
+SLURM jobs to the numbers of the local executor; a runner stopped and started again follows the jobs it finds queued
+or running; a job cancelled mid-run is submitted again and its run resumes from its last checkpoint to the same
+numbers."""
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import pytest
+
+from tiny_study import (COMMAND, METRIC_COLUMNS, PROFILE, REPO, RUN_NAMES, STUDY_TIMEOUT, check_ok, kill_tree,
+                        make_outputs, read_summary, study_env)
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+SLURM = ["--executor", "slurm", "--cpus-per-run", "1"]
+
+
+def same_numbers(summary, reference) -> None:
+    assert sorted(summary.index) == sorted(reference.index)
+    for col in METRIC_COLUMNS:
+        a, b = summary[col].astype(float), reference[col].astype(float)
+        assert (a.isna() == b.isna()).all(), col
+        assert (a - b).abs().fillna(0.0).max() <= 1e-6, f"{col}: slurm {a.tolist()} local {b.tolist()}"
+
+
+def start(root, slurm) -> subprocess.Popen:
+    return subprocess.Popen(COMMAND + SLURM, cwd=REPO, env=study_env(root) | slurm.env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def job_of(root, run: str) -> str | None:
+    record = root / "runs" / PROFILE / run / "slurm.json"
+    return str(json.loads(record.read_text())["job_id"]) if record.is_file() else None
+
+
+def wait_for(what: str, condition, proc: subprocess.Popen, timeout: float = STUDY_TIMEOUT) -> None:
+    deadline = time.time() + timeout
+    while not condition():
+        assert proc.poll() is None, f"the runner ended (rc {proc.returncode}) before {what}:\n{proc.stdout.read()}"
+        assert time.time() < deadline, f"no {what} within {timeout} s"
+        time.sleep(0.5)
+
+
+def test_a_study_as_slurm_jobs_gives_the_local_executor_s_numbers(finished_study, tmp_path, share_cache, slurm):
+    _, reference, _ = finished_study
+    root = make_outputs(tmp_path / "outputs", share_cache)
+    proc = start(root, slurm)
+    out, _ = proc.communicate(timeout=STUDY_TIMEOUT)
+    check_ok(subprocess.CompletedProcess(proc.args, proc.returncode, out, ""))
+    assert "to run as jobs of slurm" in out
+    same_numbers(read_summary(root), reference)
+    for run in RUN_NAMES:  # each run was one job, its log beside its files
+        assert job_of(root, run) and list((root / "runs" / PROFILE / run / "slurm").glob("*_log.out"))
+
+
+def test_a_restarted_runner_follows_its_jobs_and_a_cancelled_job_resumes(finished_study, tmp_path, share_cache,
+                                                                          slurm):
+    """The first runner is killed once post-grow-s0's job runs: the job goes on. A second runner finds it running
+    and follows it instead of submitting it again; the job is then cancelled mid-run (scancel) after a checkpoint,
+    and the runner submits it again once: the run resumes from its last checkpoint to the local executor's numbers."""
+    _, reference, _ = finished_study
+    root = make_outputs(tmp_path / "outputs", share_cache)
+    first, run_dir = RUN_NAMES[0], root / "runs" / PROFILE / RUN_NAMES[0]
+    proc = start(root, slurm)
+    try:
+        wait_for("a running job", lambda: job_of(root, first) and slurm.job_state(job_of(root, first)) == "RUNNING",
+                 proc)
+    finally:
+        kill_tree(proc)
+    job = job_of(root, first)
+    assert slurm.job_state(job) == "RUNNING", "the job did not outlive its runner"
+
+    proc = start(root, slurm)
+    try:
+        wait_for("a checkpoint", lambda: (run_dir / "checkpoints" / "last.pt").is_file(), proc)
+        assert job_of(root, first) == job, "the second runner submitted the running job again"
+        slurm.run("scancel", job)
+        assert not (run_dir / "summary.json").is_file(), "the run finished before the cancel: nothing was tested"
+        out, _ = proc.communicate(timeout=STUDY_TIMEOUT)
+    except BaseException:
+        kill_tree(proc)
+        raise
+    check_ok(subprocess.CompletedProcess(proc.args, proc.returncode, out, ""))
+    assert f"{first}: job {job} already running; followed, not submitted again" in out
+    assert f"{first}: job {job} ended without finishing the run; submitted again (it resumes)" in out
+    assert job_of(root, first) != job
+    same_numbers(read_summary(root), reference)
