@@ -1,7 +1,8 @@
 """docs/RESULTS.md: a study's result tables as Markdown from its committed files (outputs/study/<profile>/*.csv,
 baselines.json) and those of every grid of the profile (outputs/grid/<profile>/<grid>/grid.csv).
 Run: .venv/bin/python scripts/readme_tables.py cpu > docs/RESULTS.md; with --ladder, README's table of the regime
-ladder (outputs/grid/<profile>/ladder/grid.csv)."""
+ladder (outputs/grid/<profile>/ladder/grid.csv); with --ladder-runs, the final val_ce of every finished ladder run
+by rung, arm and seed (docs/RESULTS.md)."""
 import json
 import sys
 
@@ -9,7 +10,7 @@ import pandas as pd
 
 from normgrow.config import outputs_dir
 from normgrow.grid import trend_sentence
-from normgrow.rundir import study_dir
+from normgrow.rundir import read_finished, run_path, study_dir
 
 
 def f(x, d=3):
@@ -97,8 +98,24 @@ def ladder(profile: str) -> None:
     print("\n" + "\n".join(f"- {trend_sentence(norm, t)}" for norm, t in trends.items()))
 
 
+def ladder_runs(profile: str) -> None:
+    """Every finished run of the ladder (outputs/grid/<profile>/ladder/runs.csv): its final val_ce (summary.json), a
+    row per rung and a column per arm and seed."""
+    cells = pd.read_csv(outputs_dir() / "grid" / profile / "ladder" / "runs.csv")
+    cells = cells[cells["status"] == "finished"]
+    cells = cells.assign(val_ce=[read_finished(run_path(profile, n))[0].val_ce for n in cells["run_name"]],
+                         arm=cells["norm"] + "-" + cells["schedule"] + " s" + cells["seed"].astype(str))
+    table = cells.pivot(index="setting", columns="arm", values="val_ce")
+    arms = sorted(table.columns, key=lambda a: (a.split("-")[0] != "pre", a))
+    print("| rung | " + " | ".join(arms) + " |\n|---|" + "---|" * len(arms))
+    for setting in dict.fromkeys(cells["setting"]):
+        print(f"| {setting} | " + " | ".join(f(table.loc[setting, a], 4) for a in arms) + " |")
+
+
 if __name__ == "__main__":
-    if "--ladder" in sys.argv:
+    if "--ladder-runs" in sys.argv:
+        ladder_runs(next((a for a in sys.argv[1:] if a != "--ladder-runs"), "cpu"))
+    elif "--ladder" in sys.argv:
         ladder(next((a for a in sys.argv[1:] if a != "--ladder"), "cpu"))
     else:
         main(sys.argv[1] if len(sys.argv) > 1 else "cpu")
