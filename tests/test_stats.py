@@ -132,3 +132,25 @@ def test_depth_trend_says_when_the_data_do_not_exclude_never():
     assert wide["band_everywhere"] and wide["from_tflop"] is None and wide["to_tflop"] is None
     # two rungs: a line but no interval
     assert stats.depth_trend([1, 10], [0.03, 0.05], margin=0.098)["from_tflop"] is None
+
+
+@pytest.mark.integration  # the bundled teacher's tokenizer and corpus, the shared tiny cache
+def test_the_unigram_level_survives_without_the_teacher_cache(share_cache, tmp_path, monkeypatch):
+    """Where the cache is gone but its teacher.json (committed with the results) is there, the levels are the same
+    numbers, the unigram re-made from the corpus's tokens (bug: without the cache a grid table rebuilt with
+    --report-only lost the unigram level, and every regime gate read "cannot be checked"). With no teacher pass
+    recorded at all there is no level."""
+    import shutil
+    from normgrow.analysis.stats import baselines
+    monkeypatch.setenv("NORMGROW_OUTPUTS", str(share_cache))
+    with_cache = baselines("tiny")
+    key = with_cache["teacher_source"].split("/")[2]
+    bare = tmp_path / "outputs"
+    (bare / "teacher" / key).mkdir(parents=True)
+    shutil.copy(share_cache / "teacher" / key / "teacher.json", bare / "teacher" / key / "teacher.json")
+    monkeypatch.setenv("NORMGROW_OUTPUTS", str(bare))
+    without = baselines("tiny")
+    assert without["unigram_val_ce"] == pytest.approx(with_cache["unigram_val_ce"], abs=1e-12)
+    assert without["teacher_val_ce"] == with_cache["teacher_val_ce"] and "outputs/data/" in without["unigram_source"]
+    monkeypatch.setenv("NORMGROW_OUTPUTS", str(tmp_path / "empty"))
+    assert baselines("tiny") == {}

@@ -211,23 +211,32 @@ def test_grid_per_placement(outputs, tmp_path):
 
 
 def test_jobs_hand_the_unfinished_candidates_to_the_executor(outputs, monkeypatch):
-    """--jobs N: the candidates not yet finished go to runner.execute_runs as run_variant.ipynb parameters (executed
-    here in-process instead of in worker kernels), then every row is read back."""
+    """--jobs N: the teacher cache is ensured once, then the candidates not yet finished go to runner.execute_runs as
+    run_variant.ipynb parameters (executed here in-process instead of in worker kernels), then every row is read
+    back. (Bug: the sweep handed the candidates over without building the cache, so each worker kernel built its
+    own, all at once.) A sweep with nothing left to train does not build a cache."""
     from normgrow.train.spec import make_run_spec
     from normgrow.train.run import run_variant
     plan = sweep.make_plan("tiny", ["pre"], [1e-3, 3e-3], seeds=[0], overrides=OVERRIDES, schedules=["joint"])
     run_variant(plan.specs[0], progress=False)  # finished before the sweep: not handed over again
-    handed = []
+    calls = []
+
+    def ensure(prof, out_dir, *args, **kw):
+        calls.append(("cache", prof.name))
+        return "synthetic-key", None
 
     def execute(profile, pending, jobs, processes, desc, done, failed, **kw):
         for job in pending:
-            handed.append(job.name)
+            calls.append(("run", job.name))
             run_variant(make_run_spec(profile=profile, **job.params), progress=False)
             done.add(job.name)
+    monkeypatch.setattr(sweep, "ensure_teacher_cache", ensure)
     monkeypatch.setattr(runner, "execute_runs", execute)
     rows = sweep.run_candidates(plan, progress=False, jobs=2)
-    assert handed == ["sweep-pre-joint-lr3e-03-wu2-s0"]
+    assert calls == [("cache", "tiny"), ("run", "sweep-pre-joint-lr3e-03-wu2-s0")]
     assert [r["run_name"] for r in rows] == ["sweep-pre-joint-lr1e-03-wu2-s0", "sweep-pre-joint-lr3e-03-wu2-s0"]
+    calls.clear()
+    assert sweep.run_candidates(plan, progress=False, jobs=2) == rows and calls == []
 
 
 def test_a_placement_outside_the_study_is_written_for_the_schedules_it_swept():

@@ -73,7 +73,8 @@ from .cli import parse
 from .config import (PARAMS_DIR, REPO_ROOT, ParamError, is_profile_path, load_profile, profile_file, read_yaml,
                      writable_outputs_dir)
 from .rundir import NUMERICS_VERSION, SWEEP_RUN_PREFIX, RunDirError, read_finished, run_path, runner_lock, sweep_dir
-from .runner import ExecutorParams, Job, executor_of, git_commit, parse_seeds, plan_jobs, run_jobs, runner_exit
+from .runner import (ExecutorParams, Job, ensure_teacher_cache, executor_of, git_commit, parse_seeds, plan_jobs, run_jobs,
+                     runner_exit)
 from .train.growth import SCHEDULES
 from .student.model import NORMS
 from .train.run import run_variant
@@ -225,19 +226,28 @@ def make_plan(profile: str, norms: list[str] | None = None, lrs: list | None = N
 def run_candidates(plan: SweepPlan, progress: bool = True, jobs: int = 1,
                    executor: ExecutorParams = ExecutorParams()) -> list[dict]:
     """Run (resume, or read back when finished) every candidate; one row per candidate. jobs > 1 or the slurm
-    executor: the unfinished candidates first run through the runner (runner.run_jobs: run_variant.ipynb in worker
-    processes, ``jobs`` at a time with cores / jobs threads each, or as SLURM jobs), then every row is read back;
+    executor: the teacher cache is built once when a candidate is left to train (runner.ensure_teacher_cache; under
+    slurm one job the candidates wait for), the unfinished candidates run through the runner (runner.run_jobs:
+    run_variant.ipynb in worker processes, ``jobs`` at a time with cores / jobs threads each, or as SLURM jobs), then
+    every row is read back;
     a candidate whose notebook failed is a RuntimeError naming it. jobs 1: in this process, the outer bar counting candidates and each run drawing its own
     step bar below it. Before anything trains, a candidate whose directory holds a run made with other settings (an
     earlier numerics version, another profile) or a damaged one is a RunDirError naming each (runner.plan_jobs): it
     is never counted, and finding it only when reading the rows back would come after the whole sweep had trained."""
     candidates = [Job(s.run_name, {"seed": s.seed, "run_name": s.run_name, "norm": s.norm, "schedule": s.schedule,
                                    "overrides": s.overrides}, s.identity()) for s in plan.specs]
-    refused = plan_jobs(plan.profile, candidates)[1]
+    _, refused, pending = plan_jobs(plan.profile, candidates)
     if refused:
         raise RunDirError("sweep refused before training: " + "; ".join(refused.values()))
     if jobs > 1 or executor.executor == "slurm":
-        failed = run_jobs(plan.profile, candidates, None, jobs, None, f"sweep {plan.profile}", executor)[1]
+        key, cache_job = None, None
+        if pending:  # the teacher cache first, once (as the study and the grid do), else each worker builds its own
+            out_dir = sweep_dir(plan.profile, sweep_placements(plan.norms))
+            out_dir.mkdir(parents=True, exist_ok=True)
+            key, cache_job = ensure_teacher_cache(load_profile(plan.profile), out_dir, executor=executor)
+        names = [c.name for c in candidates]
+        failed = run_jobs(plan.profile, candidates, dict.fromkeys(names, key) if key else None, jobs, None,
+                          f"sweep {plan.profile}", executor, dict.fromkeys(names, cache_job) if cache_job else None)[1]
         if failed:
             raise RuntimeError("sweep candidates failed: " + "; ".join(f"{n}: {why}" for n, why in failed.items()))
     rows = []

@@ -16,6 +16,7 @@ numbers into verdicts; report.py renders them.
 """
 from __future__ import annotations
 
+import json
 import math
 import re
 from pathlib import Path
@@ -447,20 +448,42 @@ def depth_check(runs: pd.DataFrame, variants: dict[str, Variant], margin: float)
 def baselines(profile: str, overrides: dict | None = None) -> dict:
     """{"teacher_val_ce", "unigram_val_ce"} on the validation positions of the profile (with dotted overrides: a
     grid setting's data) (the levels that frame a student's val_ce) with where each comes from ("teacher_source",
-    "unigram_source"), or {} when there is no teacher cache for it (not built, or runs without a profile file)."""
+    "unigram_source"), or {} when no teacher pass was recorded for it (no cache and no teacher.json, or runs without
+    a profile file). The unigram model is fitted on the cache's training tokens; where the cache itself is absent
+    but its teacher.json (committed with the results) is there, on the same tokens re-made from the corpus
+    (corpus.ensure_data: seconds, no teacher pass; the data key teacher.json records must match), so that a grid
+    table or page rebuilt on a machine without the cache keeps the level every regime gate reads."""
     from ..config import ParamError, load_profile
-    from ..data.corpus import unigram_val_ce
-    from ..data.teacher_cache import open_cache
+    from ..data.corpus import ensure_data, unigram_val_ce
+    from ..data.teacher import TeacherLoadError, teacher_root
+    from ..data.teacher_cache import open_cache, resolve_key
     try:
-        cache = open_cache(load_profile(profile, overrides))
-    except (FileNotFoundError, ParamError):
+        prof = load_profile(profile, overrides)
+        cache = open_cache(prof)
+    except ParamError:
         return {}
-    where = f"outputs/teacher/{cache.key}"
-    return {"teacher_val_ce": cache.report["val_ce"], "teacher_source": f"{where}/teacher.json (val_ce)",
-            "unigram_val_ce": unigram_val_ce(cache.train.tokens, cache.val.tokens, cache.val.doc_start,
-                                             cache.meta["vocab_size"]),
-            "unigram_source": f"normgrow.data.corpus.unigram_val_ce: unigram fitted on {where}/train tokens, "
-                              f"add-0.5 smoothed over the ids that occur in the cache, scored on {where}/val"}
+    except FileNotFoundError:
+        cache = None
+    if cache is not None:
+        key, report, tokens = cache.key, cache.report, (cache.train.tokens, cache.val.tokens, cache.val.doc_start)
+        fitted = f"outputs/teacher/{key}/train tokens, add-0.5 smoothed over the ids that occur in the cache, " \
+                 f"scored on outputs/teacher/{key}/val"
+    else:
+        try:
+            tokenizer, bos_id, dkey, key = resolve_key(prof)
+        except TeacherLoadError:
+            return {}
+        path = teacher_root() / key / "teacher.json"
+        if not path.is_file() or json.loads(path.read_text()).get("data_key") != dkey:
+            return {}
+        report, data = json.loads(path.read_text()), ensure_data(prof.data, tokenizer, bos_id, progress=False)
+        tokens = (data.train.tokens, data.val.tokens, data.val.doc_start)
+        fitted = f"outputs/data/{dkey}/train tokens (the cache's, re-made from the corpus: no cache here), " \
+                 f"add-0.5 smoothed over the ids that occur in them, scored on outputs/data/{dkey}/val"
+    vocab = int(max(tokens[0].max(), tokens[1].max())) + 1  # sizes the array only: the level is over the ids seen
+    return {"teacher_val_ce": report["val_ce"], "teacher_source": f"outputs/teacher/{key}/teacher.json (val_ce)",
+            "unigram_val_ce": unigram_val_ce(*tokens, vocab),
+            "unigram_source": f"normgrow.data.corpus.unigram_val_ce: unigram fitted on {fitted}"}
 
 
 

@@ -456,7 +456,7 @@ def validate(profile: Profile) -> str:
     return kind
 
 
-def _resolve_key(profile: Profile):
+def resolve_key(profile: Profile):
     """(tokenizer, bos_id, data key, cache key); reads only (see the module docstring)."""
     from .corpus import data_key
     tokenizer = teacher.load_tokenizer(profile.teacher)
@@ -471,7 +471,7 @@ def open_cache(profile: Profile) -> TeacherCache:
     holds another cache (check_marker, check_cache)."""
     validate(profile)
     try:
-        tokenizer, _, dkey, key = _resolve_key(profile)
+        tokenizer, _, dkey, key = resolve_key(profile)
     except teacher.TeacherLoadError as e:
         raise FileNotFoundError(f"teacher cache for profile {profile.name!r} unavailable: {e}. Build it with "
                                 f"`papermill notebooks/00_teacher.ipynb out.ipynb -p profile {profile.name}`") from e
@@ -535,7 +535,7 @@ def ensure_cache(profile: Profile, progress: bool = True) -> TeacherCache:
     every process calls this: rank 0 checks, builds the data and the temp directory and publishes, and the others
     take part in the pass and then open the same cache."""
     validate(profile)
-    tokenizer, bos_id, dkey, key = _resolve_key(profile)
+    tokenizer, bos_id, dkey, key = resolve_key(profile)
     ranks = launched_ranks(resolve_device(profile.teacher.device))
     final = teacher.teacher_root() / key
     with ranks.main_first():  # complete and undamaged: reused; anything else there is deleted (by rank 0) and rebuilt
