@@ -132,6 +132,34 @@ def test_lr_scale_multiplies_every_arms_lr(grids):
             ("half", norm, "joint")]
 
 
+def test_a_grid_pins_its_lrs_and_warmup_so_a_later_tuning_leaves_its_runs_standing(grids):
+    """The grid file's overrides sit under every setting's own and may give train.lr (per arm): the ladder pins the
+    lrs and warmup it trained at, so a profile with other ones (here plan-level overrides, as a sweep's --write would
+    leave it) plans the same runs; only the study's sharing follows the profile. A setting may still not give
+    train.lr, and a rung's own warmup wins over the pinned one."""
+    pinned = ("overrides: {train.lr: {pre: {joint: 2.0e-2, single: 1.0e-2}, post: {joint: 5.0e-3, single: 4.0e-3}},"
+              " train.warmup_steps: 40}\n")
+    write_grid(grids, "g", "placements: [pre, post]\nseeds: [0]\nschedules: [joint, single]\n" + pinned +
+               "settings:\n  - {name: base}\n  - {name: wide, lr_scale: 0.5, overrides: {train.warmup_steps: 96}}\n")
+    def planned(**kw):
+        plan = grid.plan_grid("cpu", grid.load_grid("g"), **kw)
+        return {(c.setting, c.norm, c.schedule): {k: v for k, v in plan.jobs[c.run_name].identity.items()
+                                                  if k != "run_name"} for c in plan.cells}
+    today, retuned = planned(), planned(overrides={"train.lr": 1.0e-3, "train.warmup_steps": 7})
+    assert today == retuned
+    assert today[("base", "post", "single")]["profile"]["train"]["lr"] == 4.0e-3
+    assert today[("base", "pre", "joint")]["profile"]["train"]["warmup_steps"] == 40
+    assert today[("wide", "pre", "joint")]["profile"]["train"]["lr"] == pytest.approx(1.0e-2, rel=1e-12)
+    assert today[("wide", "pre", "joint")]["profile"]["train"]["warmup_steps"] == 96
+    write_grid(grids, "g", "placements: [pre, post]\nseeds: [0]\nsettings:\n"
+                           "  - {name: base, overrides: {train.lr: 1.0e-3}}\n")
+    with pytest.raises(ParamError, match="other than train.lr"):
+        grid.load_grid("g")
+    write_grid(grids, "g", "placements: [pre, post]\nseeds: [0]\noverrides: [train.lr]\nsettings:\n  - {name: a}\n")
+    with pytest.raises(ParamError, match="overrides=.* must be a mapping"):
+        grid.load_grid("g")
+
+
 def test_unknown_grid_lists_the_grids(grids):
     write_grid(grids, "g", GRID)
     with pytest.raises(ParamError, match="grid='h' has no file .*allowed values: g"):

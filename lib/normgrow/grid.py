@@ -8,7 +8,9 @@ protocol a per-arm sweep replaces), and ``lr_scale``, which multiplies every arm
 were swept at the profile's width; the ladder's width-128 rungs halve them, as muP's Adam rule 1/width does for the
 hidden weights). Per setting the core variants (joint, grow, single of both placements) run for
 every seed; every arm takes its lr from the profile's train.lr (per placement and schedule, from
-``python -m normgrow.sweep``), so a setting whose placement has no lr there needs that sweep first.
+``python -m normgrow.sweep``), so a setting whose placement has no lr there needs that sweep first. A grid file's
+own ``overrides`` go under every setting's, and only there may train.lr be given: the regime ladder pins the lrs and
+warmup it trained at, so that a later sweep's ``--write`` into the profile leaves its runs standing.
 
 Choices:
   - A run is one set of recorded parameters (spec.RunSpec.identity without its name), trained once. A run keeps at
@@ -68,7 +70,7 @@ from .analysis.variants import Reference, StudyRuns, Variant, load_reference, lo
 
 GRIDS_DIR = PARAMS_DIR / "grids"
 GRID_KEYS = ("placements", "seeds", "settings")
-OPTIONAL_GRID_KEYS = ("schedules",)
+OPTIONAL_GRID_KEYS = ("schedules", "overrides")
 SETTING_KEYS = ("name", "about", "overrides", "placements", "lr_of", "lr_scale")
 CORE = ("joint", "grow", "single")  # the variants of every setting, per placement
 
@@ -100,7 +102,9 @@ def _pair(value, where: str) -> tuple[str, str]:
 
 def load_grid(name: str) -> Grid:
     """params/grids/<name>.yaml, validated: GRID_KEYS and maybe OPTIONAL_GRID_KEYS (schedules: those of CORE each
-    setting trains, joint and single among them, since the depth gate reads both; default all three); every
+    setting trains, joint and single among them, since the depth gate reads both; default all three; overrides:
+    dotted profile keys under every setting's own, the only place train.lr may be given: a grid that pins the lrs
+    and warmups it trained at keeps its runs when a sweep later writes others into the profile); every
     setting's keys of SETTING_KEYS, a unique name usable in run names, placements a pair of placements, lr_of
     schedule -> schedule. Overrides are validated per run by make_run_spec (plan_grid), which names the key."""
     path = GRIDS_DIR / f"{check_name('grid', name)}.yaml"
@@ -118,6 +122,9 @@ def load_grid(name: str) -> Grid:
     if not (isinstance(seeds, list) and seeds and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
                                                       for s in seeds)):
         raise ParamError(f"{path}: seeds={seeds!r} must be a non-empty list of integers >= 0")
+    pinned = raw.get("overrides") or {}
+    if not isinstance(pinned, dict):
+        raise ParamError(f"{path}: overrides={pinned!r} must be a mapping of dotted profile keys")
     if not isinstance(raw["settings"], list) or not raw["settings"]:
         raise ParamError(f"{path}: settings must be a non-empty list of mappings with keys {', '.join(SETTING_KEYS)}")
     settings = []
@@ -140,7 +147,7 @@ def load_grid(name: str) -> Grid:
                              "(every arm trains at its swept lr; lr_of chooses another arm's)")
         settings.append(Setting(name_, str(item.get("about", "")),
                                 _pair(item["placements"], f"{where}: placements") if "placements" in item
-                                else placements, dict(overrides), dict(lr_of), float(lr_scale)))
+                                else placements, {**pinned, **overrides}, dict(lr_of), float(lr_scale)))
     names = [s.name for s in settings]
     if len(set(names)) != len(names):
         raise ParamError(f"{path}: setting names must be unique (got {', '.join(names)})")
