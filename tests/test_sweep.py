@@ -304,6 +304,17 @@ def test_lr_factors_scale_each_arms_lr_and_warmups_multiply_the_candidates(outpu
         sweep.make_plan("tiny", lrs=[1e-3], lr_factors=[1])
     with pytest.raises(ParamError, match=r"--warmups=\[-1\] must be a non-empty list of warmup steps"):
         sweep.make_plan("tiny", lrs=[1e-3], warmups=[-1])
+    # --warmup-factors: each arm's own warmup times the factors, so a staged search around per-arm optima stays
+    # per arm (pre-joint at 6: 3 and 12; post-joint at 7: 4 and 14, rounded)
+    around = sweep.make_plan("tiny", ["pre", "post"], seeds=[0], schedules=["joint"], lr_factors=[1],
+                             warmup_factors=[0.5, 2], overrides=OVERRIDES | {"train.warmup_steps": {"pre": 6, "post": 7}})
+    assert around.warmups == {"pre-joint": (3, 12), "post-joint": (4, 14)}
+    assert [s.run_name for s in around.specs] == ["sweep-pre-joint-lr3e-03-wu3-s0", "sweep-pre-joint-lr3e-03-wu12-s0",
+                                                  "sweep-post-joint-lr3e-03-wu4-s0", "sweep-post-joint-lr3e-03-wu14-s0"]
+    with pytest.raises(ParamError, match="--warmups and --warmup-factors exclude each other"):
+        sweep.make_plan("tiny", lrs=[1e-3], warmups=[1], warmup_factors=[2])
+    with pytest.raises(ParamError, match=r"--warmup-factors=\[0\] must be a non-empty list of finite numbers > 0"):
+        sweep.make_plan("tiny", lrs=[1e-3], warmup_factors=[0])
 
 
 def test_a_warmup_sweep_writes_the_warmup_line_per_arm(outputs, tmp_path):

@@ -138,6 +138,8 @@ def sweep_parser() -> argparse.ArgumentParser:
                         "(instead of --lrs; --lr-factors 1: at each arm's lr)")
     parser.add_argument("--warmups", type=int, nargs="+", help="candidate warmup steps per phase, each run at every "
                         "candidate lr (default: each arm's profile warmup)")
+    parser.add_argument("--warmup-factors", type=float, nargs="+", help="candidates: each arm's profile warmup times "
+                        "these, rounded to steps (instead of --warmups; --warmup-factors 0.5 2: its neighbours)")
     parser.add_argument("--schedules", nargs="+", choices=SCHEDULES, help="schedules to sweep (default: "
                         "params/sweep.yaml)")
     _seeds(parser, "seeds of every candidate lr, the choice being the best mean (default: params/sweep.yaml)")

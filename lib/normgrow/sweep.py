@@ -14,10 +14,12 @@ at 48 warmup steps on some seeds, training at 192), so both are tuned per arm.
 Choices:
   - Candidates per profile come from params/sweep.yaml (parameters are data); ``--lrs`` overrides, and
     ``--lr-factors`` makes each arm's candidates its profile lr times the factors (a search around each arm's
-    current optimum). Warmups: ``--warmups``, else each arm's profile warmup. Every candidate lr runs every warmup
-    (a product; a search in stages keeps it small: warmups at each arm's lr (``--lr-factors 1 --warmups ...``),
-    ``--write``, then lrs at the written warmups). The grid is sorted and deduplicated, so its edges are its
-    smallest and largest values.
+    current optimum). Warmups: ``--warmups``, else each arm's profile warmup; ``--warmup-factors`` makes them each
+    arm's profile warmup times the factors. Every candidate lr runs every warmup (a product; a search in stages
+    keeps it small: warmups at each arm's lr (``--lr-factors 1 --warmups ...``), ``--write``, lrs at the written
+    warmups (``--lr-factors 0.7071 1.4142``), ``--write``, then the written warmups' neighbours at the written lrs
+    (``--lr-factors 1 --warmup-factors 0.5 2``): a candidate already finished is read back, not trained again).
+    The grid is sorted and deduplicated, so its edges are its smallest and largest values.
   - Candidates run each schedule of ``--schedules`` (default: params/sweep.yaml's ``schedules``). Every arm the
     study compares gets its own optimum, so a gap between arms is not a gap in tuning; the grid per placement is
     shared by its schedules.
@@ -143,6 +145,14 @@ def check_warmups(warmups, source: str) -> tuple[int, ...]:
     return tuple(sorted(set(warmups)))
 
 
+def check_factors(factors, source: str) -> tuple[float, ...]:
+    """A non-empty list of finite numbers > 0 (multipliers of each arm's lr or warmup), sorted and deduplicated."""
+    if not isinstance(factors, (list, tuple)) or not factors or any(
+            isinstance(f, bool) or not isinstance(f, (int, float)) or not (math.isfinite(f) and f > 0) for f in factors):
+        raise ParamError(f"{source}={factors!r} must be a non-empty list of finite numbers > 0, e.g. [0.5, 2]")
+    return tuple(sorted(set(float(f) for f in factors)))
+
+
 def check_lrs(lrs, source: str) -> tuple[float, ...]:
     """A non-empty list of finite positive numbers, returned sorted and deduplicated. Strings are parsed because
     YAML reads 1e-3 (no dot) as one."""
@@ -169,19 +179,25 @@ def study_norms() -> tuple[str, ...]:
 def make_plan(profile: str, norms: list[str] | None = None, lrs: list | None = None, seeds: list[int] | None = None,
               overrides: dict | None = None, config_path: Path = SWEEP_FILE,
               schedules: list[str] | None = None, warmups: list[int] | None = None,
-              lr_factors: list | None = None) -> SweepPlan:
+              lr_factors: list | None = None, warmup_factors: list | None = None) -> SweepPlan:
     """Validate everything before any training: the profile, the grid, the norms, the seed (make_run_spec checks the
     last two with its usual messages). overrides: extra dotted profile keys for every candidate (tests shrink the
     tiny profile onto a synthetic cache with them). lr_factors (not with lrs): each arm's candidates are its profile
-    lr times these; warmups: every arm's candidate warmups, default each arm's profile warmup."""
+    lr times these; warmups: every arm's candidate warmups, default each arm's profile warmup; warmup_factors (not
+    with warmups): each arm's profile warmup times these, rounded to whole steps."""
     prof = load_profile(profile, overrides)  # an unknown profile fails here, naming the available ones
     name = prof.name
     config = load_sweep_config(config_path)
     norms = tuple(dict.fromkeys(norms or study_norms()))
     if lrs is not None and lr_factors is not None:
         raise ParamError("--lrs and --lr-factors exclude each other (candidate lrs, or factors of each arm's lr)")
+    if warmups is not None and warmup_factors is not None:
+        raise ParamError("--warmups and --warmup-factors exclude each other (candidate warmups, or factors of each "
+                         "arm's warmup)")
+    if warmup_factors is not None:
+        warmup_factors = check_factors(warmup_factors, "--warmup-factors")
     if lr_factors is not None:
-        factors = check_lrs(lr_factors, "--lr-factors")
+        factors = check_factors(lr_factors, "--lr-factors")
         grid = None
     elif lrs is not None:
         grid = dict.fromkeys(norms, check_lrs(lrs, "--lrs"))
@@ -208,8 +224,10 @@ def make_plan(profile: str, norms: list[str] | None = None, lrs: list | None = N
     arms = [(schedule, norm) for schedule in schedules for norm in norms]
     lr_grid = {f"{n}-{s}": (tuple(sorted({float(f"{for_arm('train.lr', prof.train.lr, n, s) * f:.6g}")
                                           for f in factors})) if grid is None else grid[n]) for s, n in arms}
-    warmup_grid = {f"{n}-{s}": (check_warmups(warmups, "--warmups") if warmups is not None else
-                                (for_arm("train.warmup_steps", prof.train.warmup_steps, n, s),)) for s, n in arms}
+    arm_warmup = {f"{n}-{s}": for_arm("train.warmup_steps", prof.train.warmup_steps, n, s) for s, n in arms}
+    warmup_grid = {arm: (check_warmups(warmups, "--warmups") if warmups is not None else
+                         tuple(sorted({round(w * f) for f in warmup_factors})) if warmup_factors is not None else (w,))
+                   for arm, w in arm_warmup.items()}
     specs = tuple(make_run_spec(profile=profile, norm=norm, schedule=schedule, seed=seed,
                                 run_name=sweep_run_name(norm, schedule, lr, warmup, seed),
                                 overrides={**(overrides or {}), "train.lr": lr, "train.warmup_steps": warmup})
@@ -549,7 +567,7 @@ def main(argv: list[str] | None = None) -> int:
     def work() -> None:
         seeds = parse_seeds(args.seeds) if args.seeds else None
         plan = make_plan(args.profile, args.norms, args.lrs, seeds, schedules=args.schedules, warmups=args.warmups,
-                         lr_factors=args.lr_factors)
+                         lr_factors=args.lr_factors, warmup_factors=args.warmup_factors)
         writable_outputs_dir()
         with runner_lock():
             sweep(plan, args.write, command=command, jobs=args.jobs, executor=executor_of(args))
