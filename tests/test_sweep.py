@@ -53,11 +53,14 @@ def rewrite_lr(text, chosen, comment):
 
 def test_float_lr_becomes_a_mapping_per_arm_and_nothing_else_changes():
     new = rewrite_lr(PROFILE, {"pre": {"joint": 1e-3}, "post": {"grow": 1.5e-3}}, "sweep X")
+    others = "".join(f", {n}: {{joint: 3.0e-3, grow: 3.0e-3, single: 3.0e-3}}" for n in ("mix", "peri", "deepnorm", "lns"))
     assert changed_lines(PROFILE, new) == [(
         "  lr: 3.0e-3    # old comment\n",
         "  lr: {pre: {joint: 1.0e-3, grow: 3.0e-3, single: 3.0e-3}, post: {joint: 3.0e-3, grow: 1.5e-3, "
-        "single: 3.0e-3}}  # sweep X\n")]
-    assert yaml.safe_load(new)["train"]["lr"] == {"pre": ALL_3E3 | {"joint": 1e-3}, "post": ALL_3E3 | {"grow": 1.5e-3}}
+        f"single: 3.0e-3}}{others}}}  # sweep X\n")]
+    # the single value applied to every placement, so every placement keeps it
+    assert yaml.safe_load(new)["train"]["lr"] == {"pre": ALL_3E3 | {"joint": 1e-3}, "post": ALL_3E3 | {"grow": 1.5e-3}} | {
+        n: ALL_3E3 for n in ("mix", "peri", "deepnorm", "lns")}
 
 
 def test_partial_sweep_keeps_the_other_arms():
@@ -149,8 +152,10 @@ def test_tiny_sweep_end_to_end(outputs, tmp_path):
     after = (profiles / "tiny.yaml").read_text()
     ((old, new),) = changed_lines(before, after)
     assert old == "  lr: 3.0e-3\n"
+    others = "".join(f", {n}: {{joint: 3.0e-3, grow: 3.0e-3, single: 3.0e-3}}" for n in ("mix", "peri", "deepnorm", "lns"))
     assert new.startswith(f"  lr: {{pre: {{joint: 3.0e-3, grow: 3.0e-3, single: 3.0e-3}}, post: {{joint: "
-                          f"{sweep.yaml_float(best['lr'])}, grow: 3.0e-3, single: 3.0e-3}}}}  # sweep {saved['date']}: ")
+                          f"{sweep.yaml_float(best['lr'])}, grow: 3.0e-3, single: 3.0e-3}}{others}}}  # sweep "
+                          f"{saved['date']}: ")
     assert str(out / "sweep.json") in new and f"(val_ce post-joint {best['val_ce']:.4f})" in new
     assert (PARAMS_DIR / "profiles" / "tiny.yaml").read_text() == before
 
@@ -331,8 +336,10 @@ def test_a_warmup_sweep_writes_the_warmup_line_per_arm(outputs, tmp_path):
     assert [r["warmup_steps"] for r in result["rows"]] == [1, 2]
     assert result["chosen"]["pre"]["joint"]["warmup_steps"] == best["warmup_steps"]
     written = yaml.safe_load((profiles / "tiny.yaml").read_text())["train"]
-    assert written["warmup_steps"] == {"pre": {"joint": best["warmup_steps"], "grow": 2, "single": 2},
-                                       "post": {"joint": 2, "grow": 2, "single": 2}}
+    # the former single value applied to every placement, so every placement keeps it (bug: only pre and post were
+    # written, and a map's mix-grow run had no warmup)
+    assert written["warmup_steps"] == {"pre": {"joint": best["warmup_steps"], "grow": 2, "single": 2}} | {
+        norm: {"joint": 2, "grow": 2, "single": 2} for norm in ("post", "mix", "peri", "deepnorm", "lns")}
     assert written["lr"]["pre"]["joint"] == best["lr"]
     assert {old for old, _ in changed_lines(before, (profiles / "tiny.yaml").read_text())} == {
         "  lr: 3.0e-3\n", "  warmup_steps: 2\n"}

@@ -444,12 +444,13 @@ def arm_line_span(lines: list[str], name: str, where: str) -> tuple[int, int]:
 def merge_arms(name: str, current, chosen: dict[str, dict]) -> dict[str, dict]:
     """One value of train.<name> (lr, warmup_steps) per schedule for every placement the profile's value names or
     the sweep chose: the chosen value where swept, else the profile's current one for that arm (spec.for_arm: a
-    single or a per-placement value applies to every schedule). A single value names no placement: the study's
-    placements are written out. A schedule neither swept nor in the profile for a placement of the study is an
+    single or a per-placement value applies to every schedule). A single value names no placement and applies to
+    all: every placement is written out (bug: only the study's were, and the map's other placements lost their
+    warmup when the sweep of pre and post wrote the line). A schedule neither swept nor in the profile for a placement of the study is an
     error; for another placement it is left out (a placement swept for joint and grow runs those; for_arm refuses
     its single run, naming the sweep)."""
     kind = float if name == "lr" else int
-    norms = [n for n in NORMS if n in chosen or (n in current if isinstance(current, dict) else n in study_norms())]
+    norms = [n for n in NORMS if n in chosen or not isinstance(current, dict) or n in current]
     merged: dict[str, dict] = {}
     for norm in norms:
         for schedule in SCHEDULES:
