@@ -101,7 +101,7 @@ def test_real_tiny_cache_opens_without_side_effects(tmp_path, monkeypatch, finis
     the GGUF)."""
     prof = config.load_profile("tiny")
     real = finished_study[0] / "teacher"
-    key = teacher_cache._resolve_key(prof)[3]  # 0550ade468b3792a where the teacher pass runs in float32 (no native bf16)
+    key = teacher_cache.resolve_key(prof)[3]  # 0550ade468b3792a where the teacher pass runs in float32 (no native bf16)
     assert cache_dirs.is_complete(real / key, key), f"no complete tiny cache at {real / key}"
     shutil.copytree(real / key, tmp_path / "outputs" / "teacher" / key)
     monkeypatch.setenv("NORMGROW_OUTPUTS", str(tmp_path / "outputs"))

@@ -241,7 +241,7 @@ def test_key_invalidation(tiny_llama, corpus_files, smol_tokenizer, tmp_path):
     tok = teacher.load_tokenizer(TeacherParams(source=str(other)))
     tok.add_tokens(["<|newtoken|>"])
     tok.save_pretrained(other)
-    assert teacher_cache._resolve_key(p_b)[3] != c_b.key
+    assert teacher_cache.resolve_key(p_b)[3] != c_b.key
 
 
 def test_interrupted_write_is_detected_and_rebuilt(tiny_llama, corpus_files, monkeypatch, out_root):

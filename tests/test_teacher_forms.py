@@ -52,8 +52,8 @@ def test_gguf_file_and_folder_convert_once_to_the_same_model(tmp_path, texts, ca
     assert out.parent == teacher.models_dir() and out.name.startswith("tiny-llama-")
 
     # the key is derived without converting (tokenizer read from the GGUF), and is the same after the conversion
-    key = teacher_cache._resolve_key(as_file)[3]
-    assert not out.exists() and teacher_cache._resolve_key(as_folder)[3] == key
+    key = teacher_cache.resolve_key(as_file)[3]
+    assert not out.exists() and teacher_cache.resolve_key(as_folder)[3] == key
 
     from transformers import AutoModelForCausalLM
     model, _ = teacher.load_teacher(as_file.teacher)
@@ -71,7 +71,7 @@ def test_gguf_file_and_folder_convert_once_to_the_same_model(tmp_path, texts, ca
     stamp = (out / "CONVERTED").stat().st_mtime_ns
     again, tok_again = teacher.load_teacher(as_folder.teacher)  # the second use reads the converted folder
     assert "converting" not in capsys.readouterr().out and (out / "CONVERTED").stat().st_mtime_ns == stamp
-    assert teacher_cache._resolve_key(as_folder)[3] == key
+    assert teacher_cache.resolve_key(as_folder)[3] == key
     # the GGUF's own document start: its BOS (<s>, id 1), not the <|endoftext|> transformers' GPT-2 tokenizer class
     # adds beyond the model's vocabulary (id 320 of a 320-token model)
     assert tok_again.convert_tokens_to_ids("<|endoftext|>") == len(tok)
@@ -174,7 +174,7 @@ def test_relative_paths_resolve_against_the_repo_root_from_any_cwd(repo, monkeyp
     for cwd in (repo, repo / "notebooks"):
         monkeypatch.chdir(cwd)
         seen.append((teacher_cache.validate(p), teacher.resolve_source(p.teacher), data.normalize_source(p.data.source),
-                     teacher_cache._resolve_key(p)[3]))
+                     teacher_cache.resolve_key(p)[3]))
     assert seen[0] == seen[1]
     kind, path, spec, _ = seen[0]
     assert kind == "folder" and path == str(repo / "models" / "tiny")
