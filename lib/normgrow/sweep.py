@@ -247,9 +247,8 @@ def run_candidates(plan: SweepPlan, progress: bool = True, jobs: int = 1,
     executor: the teacher cache is built once when a candidate is left to train (runner.ensure_teacher_cache; under
     slurm one job the candidates wait for), the unfinished candidates run through the runner (runner.run_jobs:
     run_variant.ipynb in worker processes, ``jobs`` at a time with cores / jobs threads each, or as SLURM jobs), then
-    every row is read back;
-    a candidate whose notebook failed is a RuntimeError naming it. jobs 1: in this process, the outer bar counting candidates and each run drawing its own
-    step bar below it. Before anything trains, a candidate whose directory holds a run made with other settings (an
+    every row is read back; a candidate whose notebook failed is a RuntimeError naming it. jobs 1: in this process,
+    the outer bar counting candidates and each run drawing its own step bar below it. Before anything trains, a candidate whose directory holds a run made with other settings (an
     earlier numerics version, another profile) or a damaged one is a RunDirError naming each (runner.plan_jobs): it
     is never counted, and finding it only when reading the rows back would come after the whole sweep had trained."""
     candidates = [Job(s.run_name, {"seed": s.seed, "run_name": s.run_name, "norm": s.norm, "schedule": s.schedule,
@@ -446,9 +445,9 @@ def merge_arms(name: str, current, chosen: dict[str, dict]) -> dict[str, dict]:
     the sweep chose: the chosen value where swept, else the profile's current one for that arm (spec.for_arm: a
     single or a per-placement value applies to every schedule). A single value names no placement and applies to
     all: every placement is written out (bug: only the study's were, and the map's other placements lost their
-    warmup when the sweep of pre and post wrote the line). A schedule neither swept nor in the profile for a placement of the study is an
-    error; for another placement it is left out (a placement swept for joint and grow runs those; for_arm refuses
-    its single run, naming the sweep)."""
+    warmup when the sweep of pre and post wrote the line). A schedule neither swept nor in the profile for a
+    placement of the study is an error; for another placement it is left out (a placement swept for joint and grow
+    runs those; for_arm refuses its single run, naming the sweep)."""
     kind = float if name == "lr" else int
     norms = [n for n in NORMS if n in chosen or not isinstance(current, dict) or n in current]
     merged: dict[str, dict] = {}

@@ -16,7 +16,6 @@ numbers into verdicts; report.py renders them.
 """
 from __future__ import annotations
 
-import json
 import math
 import re
 from pathlib import Path
@@ -457,6 +456,7 @@ def baselines(profile: str, overrides: dict | None = None) -> dict:
     from ..data.corpus import ensure_data, unigram_val_ce
     from ..data.teacher import TeacherLoadError, teacher_root
     from ..data.teacher_cache import open_cache, resolve_key
+    from ..utils import read_json
     try:
         prof = load_profile(profile, overrides)
         cache = open_cache(prof)
@@ -474,9 +474,10 @@ def baselines(profile: str, overrides: dict | None = None) -> dict:
         except TeacherLoadError:
             return {}
         path = teacher_root() / key / "teacher.json"
-        if not path.is_file() or json.loads(path.read_text()).get("data_key") != dkey:
+        report = read_json(path) if path.is_file() else {}
+        if report.get("data_key") != dkey:
             return {}
-        report, data = json.loads(path.read_text()), ensure_data(prof.data, tokenizer, bos_id, progress=False)
+        data = ensure_data(prof.data, tokenizer, bos_id, progress=False)
         tokens = (data.train.tokens, data.val.tokens, data.val.doc_start)
         fitted = f"outputs/data/{dkey}/train tokens (the cache's, re-made from the corpus: no cache here), " \
                  f"add-0.5 smoothed over the ids that occur in them, scored on outputs/data/{dkey}/val"
