@@ -191,3 +191,17 @@ def test_study_compute_counts_every_step_and_evaluation(monkeypatch):
     assert got["train_flops"] == pytest.approx(2 * train, rel=1e-12)
     assert got["eval_flops"] == pytest.approx(2 * evals, rel=1e-12)
     assert got["at_peak_s"] == pytest.approx(2 * (train + evals) / 2e9, rel=1e-12) and got["runs"] == 2
+
+
+@pytest.mark.parametrize("flags, kind", [({"avx2", "amx_bf16", "avx512_bf16"}, "amx"),
+                                         ({"avx2", "avx512f", "avx512_bf16"}, "avx512bf16"),
+                                         ({"avx2", "fma"}, "nobf16")])
+def test_bench_keeps_one_file_per_cpu_kind(monkeypatch, tmp_path, flags, kind):
+    """A bench on one CPU kind never overwrites another kind's: step times and the fastest dtype differ by kind
+    (outputs/bench/cpu.json once held the AMX Xeon's figures, and a bench on an EPYC would have replaced them)."""
+    from normgrow import utils
+    monkeypatch.setattr(utils, "cpu_flags", lambda: frozenset(flags))
+    monkeypatch.setenv("NORMGROW_OUTPUTS", str(tmp_path))
+    bench.run_bench("tiny", repeats=1, warmup=0, candidates=["normgrow"], data="synthetic", memory="none",
+                    peak_size=64)
+    assert [p.name for p in (tmp_path / "bench").iterdir()] == [f"tiny-{kind}.json"]

@@ -34,7 +34,8 @@ median over the timed rounds and ratios are taken between medians of the same ru
 the median peak.
 Also reported: the distillation head alone (bench_head), the teacher's forward throughput (timed inside hf_online)
 and the study-level teacher cost (one cached pass over the profile's tokens vs one teacher pass per run of
-params/study.yaml), and peak memory per step (RSS sampling, see measure_memory). Writes outputs/bench/<profile>.json.
+params/study.yaml), and peak memory per step (RSS sampling, see measure_memory). Writes
+outputs/bench/<profile>-<CPU kind>.json (utils.cpu_kind: amx, avx512bf16 or nobf16), one file per CPU kind.
 """
 from __future__ import annotations
 
@@ -70,7 +71,7 @@ from .train.run import (DistillStep, _autocast, compile_enabled, evaluation_plan
 from .train.spec import _choice, run_profile
 from .rundir import NUMERICS_VERSION
 from .analysis.variants import load_variants
-from .utils import TRAIN_DTYPES, dtype_name, machine_description, resolve_dtype
+from .utils import TRAIN_DTYPES, cpu_kind, dtype_name, machine_description, resolve_dtype
 
 CANDIDATES = ("normgrow", "normgrow_v2", "normgrow_v1", "hf_cached", "hf_online")
 COMPARE = ("normgrow", "normgrow_v2")
@@ -563,7 +564,7 @@ def run_bench(profile_name: str = "cpu", repeats: int = 5, warmup: int = 1, cand
                                if memory == "subprocess" else "in-process RSS sampling (after the timed steps)",
               "teacher": info.get("teacher"), "study_teacher_cost": teacher_cost, "head": head,
               "study_compute": compute}
-    out = out or outputs_dir() / "bench" / f"{profile.name}.json"
+    out = out or outputs_dir() / "bench" / f"{profile.name}-{cpu_kind()}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1, default=str))
     print(format_table(report))

@@ -104,6 +104,14 @@ def cpu_flags() -> frozenset:
     return frozenset()
 
 
+def cpu_kind() -> str:
+    """The CPU kind a figure of speed belongs to: amx (AMX-BF16), avx512bf16 (AVX512-BF16 without AMX) or nobf16
+    (bf16 emulated, e.g. AVX2 only, where bf16 runs tens of times slower than float32). Each kind has its own fastest
+    dtype and its own step time, so benchmarks are kept per kind, never overwritten by another kind's."""
+    flags = cpu_flags()
+    return "amx" if "amx_bf16" in flags else "avx512bf16" if "avx512_bf16" in flags else "nobf16"
+
+
 def cpu_model() -> str:
     """The CPU's model name as lscpu gives it (platform.processor() where lscpu is missing)."""
     try:
