@@ -346,3 +346,24 @@ def test_a_warmup_sweep_writes_the_warmup_line_per_arm(outputs, tmp_path):
     (profiles / "tiny.yaml").write_text(before.replace("  warmup_steps: 2\n", ""))
     with pytest.raises(ParamError, match="the train section has no warmup_steps line"):
         sweep.sweep(plan, write=True, profiles_dir=profiles, progress=False)
+
+
+def test_writes_of_one_record_replace_their_own_comment(tmp_path):
+    """Each stage of a staged search writes the same record; its comment replaces the previous stage's, and the
+    comment of the arms no stage swept stays once after "other arms:" (bug: every write chained the previous
+    write's comment behind "other arms:", so the line grew by a sweep's scores per stage)."""
+    profile = tmp_path / "p.yaml"
+    profile.write_text("train:\n  lr: {pre: {joint: 1.0e-3, grow: 1.0e-3, single: 1.0e-3}, mix: {joint: 2.0e-3, "
+                       "grow: 2.0e-3}}  # mix tuned by hand\n  warmup_steps: 4\n")
+    record = tmp_path / "sweep.json"
+    for stage, lr in enumerate((3e-3, 4e-3)):
+        result = {"date": f"2026-12-0{stage + 1}", "seeds": [0], "rows": [
+                      {"norm": "pre", "schedule": s, "warmup_steps": 4} for s in ("joint", "grow", "single")],
+                  "chosen": {"pre": {s: {"lr": lr, "warmup_steps": 4, "val_ce": 5.0 - stage}
+                                     for s in ("joint", "grow", "single")}}}
+        sweep.write_profile_arms(profile, result, record)
+    line = profile.read_text().splitlines()[1]
+    assert line.split("#", 1)[1] == (f" sweep 2026-12-02: {record} (val_ce pre-joint 4.0000, pre-grow 4.0000, "
+                                     "pre-single 4.0000); other arms: mix tuned by hand")
+    assert yaml.safe_load(profile.read_text())["train"]["lr"] == {"pre": {"joint": 4e-3, "grow": 4e-3, "single": 4e-3},
+                                                                  "mix": {"joint": 2e-3, "grow": 2e-3}}

@@ -501,6 +501,15 @@ def display_path(path: Path) -> str:
         return str(path)
 
 
+def earlier_sources(comment: str, json_path: Path) -> str:
+    """What a train.lr / warmup_steps line's comment says about arms a write to json_path does not cover: the whole
+    comment, less an earlier write of the same record (``sweep <date>: <json_path> (...)``), whose candidates the
+    record still holds and the new choice covers. Without that, every stage of a staged search chained its
+    predecessor's comment behind "other arms:"."""
+    own = re.match(rf"sweep \S+: {re.escape(display_path(json_path))} \([^)]*\)(?:; other arms: (?P<rest>.*))?$", comment)
+    return comment if own is None else own["rest"] or ""
+
+
 def write_profile_arms(path: Path, result: dict, json_path: Path) -> None:
     """Store the chosen lr per arm in the profile's train.lr line, and the chosen warmup in its train.warmup_steps
     line when some arm tried several (swept_warmups), each with the sweep's date, file and val_ce; a sweep of some
@@ -521,8 +530,9 @@ def write_profile_arms(path: Path, result: dict, json_path: Path) -> None:
         comment = f"sweep {result['date']}: {display_path(json_path)} ({what} {scores})"
         line = text.splitlines()[arm_line_span(text.splitlines(keepends=True), name, str(path))[0]]
         merged = merge_arms(name, (yaml.safe_load(text) or {})["train"].get(name), chosen)
-        if "#" in line and any(s not in chosen.get(n, {}) for n, by in merged.items() for s in by):
-            comment += "; other arms: " + line.split("#", 1)[1].strip()  # where the arms not swept here come from
+        former = earlier_sources(line.split("#", 1)[1].strip() if "#" in line else "", json_path)
+        if former and any(s not in chosen.get(n, {}) for n, by in merged.items() for s in by):
+            comment += "; other arms: " + former  # where the arms not swept here come from
         text = rewrite_arm_line(text, name, chosen, comment, str(path))
     atomic_write_text(path, text)
 
