@@ -367,3 +367,18 @@ def test_writes_of_one_record_replace_their_own_comment(tmp_path):
                                      "pre-single 4.0000); other arms: mix tuned by hand")
     assert yaml.safe_load(profile.read_text())["train"]["lr"] == {"pre": {"joint": 4e-3, "grow": 4e-3, "single": 4e-3},
                                                                   "mix": {"joint": 2e-3, "grow": 2e-3}}
+
+
+def test_a_factor_lands_on_an_lr_the_record_already_holds(outputs):
+    """--lr-factors around a written lr: a product within 1e-3 of a candidate the record holds for the arm is that
+    candidate (its finished runs are read back), not a new one a hair away (bug: 0.7071 x 8.4852e-3 = 5.99988e-3
+    ran again beside the recorded 6e-3). Another arm's lrs do not attract it."""
+    record = outputs / "sweep" / "tiny" / "pre" / "sweep.json"  # a sweep of pre alone: its own folder
+    record.parent.mkdir(parents=True)
+    record.write_text(json.dumps({"rows": [{"norm": "pre", "schedule": "joint", "lr": 2.1213e-3},
+                                           {"norm": "pre", "schedule": "grow", "lr": 4.2427e-3}]}))
+    plan = sweep.make_plan("tiny", ["pre"], seeds=[0], schedules=["joint"], lr_factors=[0.70711, 1.4142],
+                           overrides=OVERRIDES)
+    assert plan.lrs == {"pre-joint": (2.1213e-3, 4.2426e-3)}
+    assert [s.run_name for s in plan.specs] == ["sweep-pre-joint-lr2.1213e-03-wu2-s0",
+                                                "sweep-pre-joint-lr4.2426e-03-wu2-s0"]

@@ -176,6 +176,23 @@ def study_norms() -> tuple[str, ...]:
     return tuple(n for n in NORMS if n in used)
 
 
+def recorded_lrs(out_dir: Path) -> dict[str, set[float]]:
+    """{"<norm>-<schedule>": the lrs out_dir's sweep.json records for that arm} ({} without a record)."""
+    path = out_dir / "sweep.json"
+    tried: dict[str, set[float]] = {}
+    for row in read_json(path).get("rows", []) if path.is_file() else ():
+        tried.setdefault(f"{row['norm']}-{row['schedule']}", set()).add(float(row["lr"]))
+    return tried
+
+
+def snap_lr(lr: float, tried) -> float:
+    """lr (an arm's lr times a factor) as the arm's recorded lr within a relative 1e-3 of it, else lr to 6
+    significant digits. Factors are rounded (0.7071 x 1.4142 = 0.99998), so a step down and a step up land next to
+    a candidate already tried (5.99988e-3 beside 6e-3): without the snap that candidate ran again under a new name."""
+    near = [t for t in tried if abs(t / lr - 1) < 1e-3]
+    return min(near, key=lambda t: abs(t - lr)) if near else float(f"{lr:.6g}")
+
+
 def make_plan(profile: str, norms: list[str] | None = None, lrs: list | None = None, seeds: list[int] | None = None,
               overrides: dict | None = None, config_path: Path = SWEEP_FILE,
               schedules: list[str] | None = None, warmups: list[int] | None = None,
@@ -183,7 +200,7 @@ def make_plan(profile: str, norms: list[str] | None = None, lrs: list | None = N
     """Validate everything before any training: the profile, the grid, the norms, the seed (make_run_spec checks the
     last two with its usual messages). overrides: extra dotted profile keys for every candidate (tests shrink the
     tiny profile onto a synthetic cache with them). lr_factors (not with lrs): each arm's candidates are its profile
-    lr times these; warmups: every arm's candidate warmups, default each arm's profile warmup; warmup_factors (not
+    lr times these (snap_lr: an lr the record holds for the arm where one is that close); warmups: every arm's candidate warmups, default each arm's profile warmup; warmup_factors (not
     with warmups): each arm's profile warmup times these, rounded to whole steps."""
     prof = load_profile(profile, overrides)  # an unknown profile fails here, naming the available ones
     name = prof.name
@@ -222,7 +239,8 @@ def make_plan(profile: str, norms: list[str] | None = None, lrs: list | None = N
     if unknown:
         raise ParamError(f"norm={unknown[0]!r} is not allowed; allowed values: {', '.join(NORMS)}")
     arms = [(schedule, norm) for schedule in schedules for norm in norms]
-    lr_grid = {f"{n}-{s}": (tuple(sorted({float(f"{for_arm('train.lr', prof.train.lr, n, s) * f:.6g}")
+    tried = recorded_lrs(sweep_dir(profile, sweep_placements(norms))) if grid is None else {}
+    lr_grid = {f"{n}-{s}": (tuple(sorted({snap_lr(for_arm("train.lr", prof.train.lr, n, s) * f, tried.get(f"{n}-{s}", ()))
                                           for f in factors})) if grid is None else grid[n]) for s, n in arms}
     arm_warmup = {f"{n}-{s}": for_arm("train.warmup_steps", prof.train.warmup_steps, n, s) for s, n in arms}
     warmup_grid = {arm: (check_warmups(warmups, "--warmups") if warmups is not None else
