@@ -196,12 +196,21 @@ def test_study_compute_counts_every_step_and_evaluation(monkeypatch):
 @pytest.mark.parametrize("flags, kind", [({"avx2", "amx_bf16", "avx512_bf16"}, "amx"),
                                          ({"avx2", "avx512f", "avx512_bf16"}, "avx512bf16"),
                                          ({"avx2", "fma"}, "nobf16")])
-def test_bench_keeps_one_file_per_cpu_kind(monkeypatch, tmp_path, flags, kind):
+def test_cpu_kind_names_the_bf16_instructions(monkeypatch, flags, kind):
+    from normgrow import utils
+    monkeypatch.setattr(utils, "cpu_flags", lambda: frozenset(flags))
+    assert utils.cpu_kind() == kind
+
+
+def test_bench_keeps_one_file_per_cpu_kind(monkeypatch, tmp_path):
     """A bench on one CPU kind never overwrites another kind's: step times and the fastest dtype differ by kind
     (outputs/bench/cpu.json once held the AMX Xeon's figures, and a bench on an EPYC would have replaced them)."""
     from normgrow import utils
-    monkeypatch.setattr(utils, "cpu_flags", lambda: frozenset(flags))
     monkeypatch.setenv("NORMGROW_OUTPUTS", str(tmp_path))
-    bench.run_bench("tiny", repeats=1, warmup=0, candidates=["normgrow"], data="synthetic", memory="none",
-                    peak_size=64)
-    assert [p.name for p in (tmp_path / "bench").iterdir()] == [f"tiny-{kind}.json"]
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "tiny-otherkind.json").write_text("{}")
+    bench.run_bench("tiny", repeats=1, warmup=0, candidates=["normgrow"], data="synthetic", dtype="float32",
+                    teacher=tiny_teacher(), memory="none", peak_size=64)
+    assert sorted(p.name for p in (tmp_path / "bench").iterdir()) == sorted(["tiny-otherkind.json",
+                                                                              f"tiny-{utils.cpu_kind()}.json"])
+    assert (tmp_path / "bench" / "tiny-otherkind.json").read_text() == "{}"

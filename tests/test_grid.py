@@ -301,7 +301,8 @@ def test_the_depth_trend_per_placement_reads_each_placement_from_its_side():
 
 def test_a_settings_warmup_is_one_number_or_each_arms(grids):
     write_grid(grids, "g", "placements: [pre, post]\nseeds: [0]\nschedules: [joint, single]\nsettings:\n"
-                           "  - {name: same}\n  - {name: per_arm, overrides: {train.warmup_steps: {pre: 4, post: 8}}}\n")
+                           "  - {name: same, overrides: {train.warmup_steps: 48}}\n"
+                           "  - {name: per_arm, overrides: {train.warmup_steps: {pre: 4, post: 8}}}\n")
     plan = grid.plan_grid("cpu", grid.load_grid("g"))
     for setting, expected in (("same", 48), ("per_arm", "pre-joint 4 pre-single 4 post-joint 8 post-single 8")):
         cells = [c for c in plan.cells if c.setting == setting]
