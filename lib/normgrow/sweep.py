@@ -200,8 +200,9 @@ def make_plan(profile: str, norms: list[str] | None = None, lrs: list | None = N
     """Validate everything before any training: the profile, the grid, the norms, the seed (make_run_spec checks the
     last two with its usual messages). overrides: extra dotted profile keys for every candidate (tests shrink the
     tiny profile onto a synthetic cache with them). lr_factors (not with lrs): each arm's candidates are its profile
-    lr times these (snap_lr: an lr the record holds for the arm where one is that close); warmups: every arm's candidate warmups, default each arm's profile warmup; warmup_factors (not
-    with warmups): each arm's profile warmup times these, rounded to whole steps."""
+    lr times these (snap_lr: an lr the record holds for the arm where one is that close); warmups: every arm's
+    candidate warmups, default each arm's profile warmup; warmup_factors (not with warmups): each arm's profile
+    warmup times these, rounded to whole steps."""
     prof = load_profile(profile, overrides)  # an unknown profile fails here, naming the available ones
     name = prof.name
     config = load_sweep_config(config_path)
