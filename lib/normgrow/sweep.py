@@ -104,6 +104,11 @@ class SweepPlan:
     schedules: tuple[str, ...]
     specs: tuple[RunSpec, ...]
 
+    @property
+    def out_dir(self) -> Path:
+        """Where its record (sweep.csv, sweep.json) lives: rundir.sweep_dir of its placements (sweep_placements)."""
+        return sweep_dir(self.profile, sweep_placements(self.norms))
+
 
 # ------------------------------------------------------------------------------------------------ parameters
 
@@ -267,9 +272,10 @@ def run_candidates(plan: SweepPlan, progress: bool = True, jobs: int = 1,
     slurm one job the candidates wait for), the unfinished candidates run through the runner (runner.run_jobs:
     run_variant.ipynb in worker processes, ``jobs`` at a time with cores / jobs threads each, or as SLURM jobs), then
     every row is read back; a candidate whose notebook failed is a RuntimeError naming it. jobs 1: in this process,
-    the outer bar counting candidates and each run drawing its own step bar below it. Before anything trains, a candidate whose directory holds a run made with other settings (an
-    earlier numerics version, another profile) or a damaged one is a RunDirError naming each (runner.plan_jobs): it
-    is never counted, and finding it only when reading the rows back would come after the whole sweep had trained."""
+    the outer bar counting candidates and each run drawing its own step bar below it. Before anything trains, a
+    candidate whose directory holds a run made with other settings (an earlier numerics version, another profile) or
+    a damaged one is a RunDirError naming each (runner.plan_jobs): it is never counted, and finding it only when
+    reading the rows back would come after the whole sweep had trained."""
     candidates = [Job(s.run_name, {"seed": s.seed, "run_name": s.run_name, "norm": s.norm, "schedule": s.schedule,
                                    "overrides": s.overrides}, s.identity()) for s in plan.specs]
     _, refused, pending = plan_jobs(plan.profile, candidates)
@@ -278,9 +284,8 @@ def run_candidates(plan: SweepPlan, progress: bool = True, jobs: int = 1,
     if jobs > 1 or executor.executor == "slurm":
         key, cache_job = None, None
         if pending:  # the teacher cache first, once (as the study and the grid do), else each worker builds its own
-            out_dir = sweep_dir(plan.profile, sweep_placements(plan.norms))
-            out_dir.mkdir(parents=True, exist_ok=True)
-            key, cache_job = ensure_teacher_cache(load_profile(plan.profile), out_dir, executor=executor)
+            plan.out_dir.mkdir(parents=True, exist_ok=True)
+            key, cache_job = ensure_teacher_cache(load_profile(plan.profile), plan.out_dir, executor=executor)
         names = [c.name for c in candidates]
         failed = run_jobs(plan.profile, candidates, dict.fromkeys(names, key) if key else None, jobs, None,
                           f"sweep {plan.profile}", executor, dict.fromkeys(names, cache_job) if cache_job else None)[1]
@@ -572,7 +577,7 @@ def sweep(plan: SweepPlan, write: bool = False, profiles_dir: Path = PROFILES_DI
         for name in ("lr", "warmup_steps") if any(len(w) > 1 for w in plan.warmups.values()) else ("lr",):
             arm_line_span(lines, name, str(profile_path))
     rows = run_candidates(plan, progress, jobs, executor)
-    out_dir = sweep_dir(plan.profile, sweep_placements(plan.norms))
+    out_dir = plan.out_dir
     earlier, dropped = earlier_rows(plan, rows, out_dir)
     for entry in dropped:
         print(f"an earlier candidate no longer counts, left out of the choice (kept in sweep.json's dropped): "
