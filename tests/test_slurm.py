@@ -1,6 +1,6 @@
 """The slurm executor against a real scheduler: a one-node SLURM cluster started on this machine (conftest's slurm
 fixture; skipped without the Debian packages slurm-wlm and munge). The reduced tiny study (tiny_study.py) runs as
-SLURM jobs to the numbers of the local executor; a runner stopped and started again follows the jobs it finds queued
+SLURM jobs to the numbers of the local executor, its teacher cache built by a job the runs wait for; a runner stopped and started again follows the jobs it finds queued
 or running; a job cancelled mid-run is submitted again and its run resumes from its last checkpoint to the same
 numbers."""
 from __future__ import annotations
@@ -44,16 +44,23 @@ def wait_for(what: str, condition, proc: subprocess.Popen, timeout: float = STUD
         time.sleep(0.5)
 
 
-def test_a_study_as_slurm_jobs_gives_the_local_executor_s_numbers(finished_study, tmp_path, share_cache, slurm):
+def test_a_study_as_slurm_jobs_its_teacher_cache_one_of_them_gives_the_local_executor_s_numbers(finished_study,
+                                                                                                tmp_path, slurm):
+    """On an outputs root without a teacher cache: the cache is built by one job, the runs' jobs wait for it
+    (submitted while it is queued or running, with a dependency on it), and the numbers are the local executor's on
+    the shared cache (the build is deterministic)."""
     _, reference, _ = finished_study
-    root = make_outputs(tmp_path / "outputs", share_cache)
+    root = tmp_path / "outputs"
+    root.mkdir()
     proc = start(root, slurm)
     out, _ = proc.communicate(timeout=STUDY_TIMEOUT)
     check_ok(subprocess.CompletedProcess(proc.args, proc.returncode, out, ""))
-    assert "to run as jobs of slurm" in out
+    assert "the runs wait for it" in out and "to run as jobs of slurm" in out
+    cache_job = json.loads((root / "study" / PROFILE / "00_teacher.ipynb.slurm.json").read_text())["job_id"]
     same_numbers(read_summary(root), reference)
-    for run in RUN_NAMES:  # each run was one job, its log beside its files
+    for run in RUN_NAMES:  # each run was one job, its log beside its files, submitted after the cache's job
         assert job_of(root, run) and list((root / "runs" / PROFILE / run / "slurm").glob("*_log.out"))
+        assert int(job_of(root, run)) > int(cache_job)
 
 
 def test_a_restarted_runner_follows_its_jobs_and_a_cancelled_job_resumes(finished_study, tmp_path, share_cache,
