@@ -176,6 +176,26 @@ def test_damaged_checkpoints_without_replacement_name_the_way_forward(outputs, m
     assert run_variant(spec(force=True), progress=False)["steps"] == 12
 
 
+def test_a_run_whose_metrics_lost_records_is_refused_not_resumed(outputs, monkeypatch):
+    """metrics.jsonl removed (or cut short) after a checkpoint: resuming would finish the run with a curve missing
+    every record before the checkpoint (and the regime gate would read no evaluation). The resume stops, naming the
+    file, both counts and the way forward; nothing is written."""
+    with monkeypatch.context() as m:
+        _interrupt_at(m, 7)  # last.pt at step 6, written with the lines metrics.jsonl held then
+        with pytest.raises(KeyboardInterrupt):
+            run_variant(spec(), progress=False)
+    metrics = outputs / "runs" / "tiny" / "pre-grow-s0" / "metrics.jsonl"
+    kept = metrics.read_text().splitlines(keepends=True)
+    counted = torch.load(metrics.parent / "checkpoints" / "last.pt", weights_only=False)["counters"]["metrics_lines"]
+    metrics.write_text("".join(kept[:3]))
+    with pytest.raises(RunDirError, match=rf"metrics.jsonl holds 3 records where the run's checkpoint counted "
+                                          rf"{counted}: records were lost .* move .* away or delete it"):
+        run_variant(spec(), progress=False)
+    assert metrics.read_text() == "".join(kept[:3]) and not (metrics.parent / "summary.json").exists()
+    metrics.write_text("".join(kept))  # restored: the run resumes
+    assert run_variant(spec(), progress=False)["steps"] == 12
+
+
 def test_force_empties_only_the_run_directory(outputs):
     run_variant(spec(), progress=False)
     keep = outputs / "runs" / "tiny" / "keep.txt"

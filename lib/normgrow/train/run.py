@@ -60,6 +60,7 @@ import os
 import platform
 import shutil
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -235,14 +236,19 @@ def evaluate(model: Student, split, rows: np.ndarray, batch_size: int, device, d
 # ----------------------------------------------------------------------------------------------------- the run
 
 class MetricsLog:
-    """metrics.jsonl, append-only; truncated to a checkpoint's line count on resume. Each record is mirrored to the
+    """metrics.jsonl, append-only; truncated to a checkpoint's line count on resume, and refused (RunDirError) when it
+    holds fewer lines than that count. Each record is mirrored to the
     run's trackers (tracking.py), which are cut back to the resumed step in the same way."""
 
-    def __init__(self, path: Path, keep_lines: int, trackers: RunTrackers | None = None):
-        self.path, self.trackers = path, trackers
+    def __init__(self, path: Path, keep_lines: int, open_trackers: Callable[[], RunTrackers] | None = None):
         lines = path.read_text().splitlines(keepends=True) if path.exists() else []
+        if len(lines) < keep_lines:  # resuming would finish the run with a hole in its curve
+            raise RunDirError(f"{path} holds {len(lines)} records where the run's checkpoint counted {keep_lines}: "
+                              "records were lost (the file removed or cut short). Restore the file to resume the "
+                              f"run, or {set_aside(path.parent)} to train it again")
         path.write_text("".join(lines[:keep_lines]))
-        self.lines = min(keep_lines, len(lines))
+        self.path, self.lines = path, keep_lines
+        self.trackers = open_trackers() if open_trackers is not None else None  # after the check: they hold state
 
     def write(self, record: dict) -> None:
         with self.path.open("a") as f:
@@ -453,8 +459,8 @@ def start_run(spec: RunSpec, cache, run_dir: Path, phases: list[Phase], state: d
     run = Run(spec=spec, dir=run_dir, cache=cache, vocab=vocab, device=device, dtype=dtype,
               phases=phases, model=model, counters=counters,
               log=MetricsLog(run_dir / METRICS, counters["metrics_lines"],
-                             RunTrackers(tp.trackers, run_dir, spec.run_name, spec.identity(), counters["step"])
-                             if tp.trackers else None) if ranks.main else None,
+                             (lambda: RunTrackers(tp.trackers, run_dir, spec.run_name, spec.identity(),
+                                                  counters["step"])) if tp.trackers else None) if ranks.main else None,
               batches=Batches(cache.train, tp.batch_size, spec.seed, device, vocab, ranks),
               evaluations=evaluation_plan(phases, tp),
               eval_subset=subset_rows(cache.val.tokens.shape[0], tp.eval_tokens, prof.data.seq_len),
