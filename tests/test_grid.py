@@ -2,6 +2,7 @@
 and a tiny grid trained on the synthetic cache and judged (tmp NORMGROW_OUTPUTS, a tmp grids folder)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -59,32 +60,31 @@ seeds: [0, 1]
 settings:
   - {name: default, about: the protocol}
   - {name: copy_last, overrides: {student.new_block_init: copy_last}, about: copies}
-  - {name: at_joint_lr, lr_of: {grow: joint}, about: joint lr}
-  - {name: mix, placements: [pre, mix], about: Mix-LN}
+  - {name: at_joint_tuning, tuning_of: {grow: joint}, about: joint lr and warmup}
+  - {name: mix, placements: [pre, mix], overrides: {train.warmup_steps: {pre: 48, post: 48}}, about: Mix-LN}
 """
 
 
 def test_plan_shares_every_run_a_setting_does_not_change(grids):
     write_grid(grids, "g", GRID)
     plan = grid.plan_grid("cpu", grid.load_grid("g"))
-    # the cpu profile's Mix-LN lrs cover joint and grow; this setting does not send its single arm to one of them
-    assert plan.not_run.keys() == {"mix"} and "train.lr.mix" in plan.not_run["mix"]
-    assert "no learning rate for schedule='single'" in plan.not_run["mix"]
+    # this setting's warmups name no Mix-LN arm: it cannot run, and says which key lacks what
+    assert plan.not_run.keys() == {"mix"} and "gives no warmup for norm='mix'" in plan.not_run["mix"]
     cells = {(c.setting, c.norm, c.schedule, c.seed): c for c in plan.cells}
     assert len(cells) == 3 * 2 * 3 * 2
     for norm in ("pre", "post"):
         for seed in (0, 1):
             for schedule in ("joint", "single"):  # no setting changes them: the study's runs, in every setting
-                assert {cells[(s, norm, schedule, seed)].run_name for s in ("default", "copy_last", "at_joint_lr")} \
+                assert {cells[(s, norm, schedule, seed)].run_name for s in ("default", "copy_last", "at_joint_tuning")} \
                     == {f"{norm}-{schedule}-s{seed}"}
             assert cells[("default", norm, "grow", seed)].run_name == f"{norm}-grow-s{seed}"
             assert cells[("copy_last", norm, "grow", seed)].run_name == f"grid-copy_last-{norm}-grow-s{seed}"
-            at_joint = cells[("at_joint_lr", norm, "grow", seed)]
-            assert at_joint.run_name == f"grid-at_joint_lr-{norm}-grow-s{seed}"
+            at_joint = cells[("at_joint_tuning", norm, "grow", seed)]
+            assert at_joint.run_name == f"grid-at_joint_tuning-{norm}-grow-s{seed}"
             assert at_joint.lr == cells[("default", norm, "joint", seed)].lr != cells[("default", norm, "grow", seed)].lr
     assert len(plan.jobs) == 12 + 4 + 4  # the study's 12 core runs and the 8 grown runs two settings change
     assert plan.jobs["grid-copy_last-pre-grow-s0"].params["overrides"] == {"student.new_block_init": "copy_last"}
-    with pytest.raises(ParamError, match="setting 'mix': train.lr.mix=.* no learning rate for schedule='single'"):
+    with pytest.raises(ParamError, match="setting 'mix': train.warmup_steps=.* gives no warmup for norm='mix'"):
         grid.plan_grid("cpu", grid.load_grid("g"), only=["mix"])
     with pytest.raises(ParamError, match="'nope' is not a setting of grid 'g'; allowed values: default, copy_last"):
         grid.plan_grid("cpu", grid.load_grid("g"), only=["nope"])
@@ -107,7 +107,7 @@ def test_two_settings_that_make_the_same_run_share_it(grids):
     ("placements: [pre, post]\nseeds: [0]\nsettings: [{name: a, colour: red}]\n", "keys of name, about"),
     ("placements: [pre, post]\nseeds: [0]\nsettings: [{name: 'a b'}]\n", "name='a b' must be"),
     ("placements: [pre, post]\nseeds: [0]\nsettings: [{name: a}, {name: a}]\n", "setting names must be unique"),
-    ("placements: [pre, post]\nseeds: [0]\nsettings: [{name: a, lr_of: {grow: fast}}]\n", "lr_of="),
+    ("placements: [pre, post]\nseeds: [0]\nsettings: [{name: a, tuning_of: {grow: fast}}]\n", "tuning_of="),
     ("placements: [pre, post]\nseeds: [0]\nsettings: [{name: a, overrides: {train.lr: 0.1}}]\n", "other than train.lr"),
     ("placements: [pre, post]\nseeds: [0]\nsettings: [{name: a, lr_scale: 0}]\n", "lr_scale=0 must be"),
     ("placements: [pre, post]\nseeds: [0]\nsettings: [{name: a, lr_scale: half}]\n", "lr_scale='half' must be"),
@@ -120,16 +120,33 @@ def test_bad_grid_files_name_the_key(grids, text, needle):
 
 def test_lr_scale_multiplies_every_arms_lr(grids):
     write_grid(grids, "g", "placements: [pre, post]\nseeds: [0]\nschedules: [joint, single]\nsettings:\n"
-                           "  - {name: base}\n  - {name: half, lr_scale: 0.5, lr_of: {single: joint}}\n")
+                           "  - {name: base}\n  - {name: half, lr_scale: 0.5, tuning_of: {single: joint}}\n")
     plan = grid.plan_grid("cpu", grid.load_grid("g"))
     lr = {(c.setting, c.norm, c.schedule): c.lr for c in plan.cells}
     for norm in ("pre", "post"):
         assert lr[("half", norm, "joint")] == pytest.approx(0.5 * lr[("base", norm, "joint")], rel=1e-12)
-        # lr_of picks the schedule, lr_scale then multiplies it
+        # tuning_of picks the schedule, lr_scale then multiplies its lr
         assert lr[("half", norm, "single")] == pytest.approx(0.5 * lr[("base", norm, "joint")], rel=1e-12)
         run = next(c.run_name for c in plan.cells if (c.setting, c.norm, c.schedule) == ("half", norm, "joint"))
         assert run == f"grid-half-{norm}-joint-s0" and plan.jobs[run].params["overrides"]["train.lr"] == lr[
             ("half", norm, "joint")]
+
+
+def test_tuning_of_trains_an_arm_at_another_arms_lr_and_warmup(grids):
+    """{grow: joint}: the grown runs take the joint arm's lr and its warmup (the profile tunes both per arm), as a
+    freeze control takes its grow arm's; the other arms keep their own."""
+    write_grid(grids, "g", "placements: [pre, post]\nseeds: [0]\nsettings:\n  - {name: base}\n"
+                           "  - {name: joint_tuned, tuning_of: {grow: joint}}\n")
+    plan = grid.plan_grid("cpu", grid.load_grid("g"))
+    cell = {(c.setting, c.norm, c.schedule): c for c in plan.cells}
+    train = load_profile("cpu").train
+    for norm in ("pre", "post"):
+        joint, grown = cell[("base", norm, "joint")], cell[("joint_tuned", norm, "grow")]
+        assert (grown.lr, grown.warmup_steps) == (joint.lr, joint.warmup_steps) == (
+            train.lr[norm]["joint"], train.warmup_steps[norm]["joint"])
+        assert cell[("joint_tuned", norm, "single")] == dataclasses.replace(cell[("base", norm, "single")],
+                                                                              setting="joint_tuned")
+        assert plan.jobs[grown.run_name].params["overrides"]["train.warmup_steps"] == joint.warmup_steps
 
 
 def test_a_grid_pins_its_lrs_and_warmup_so_a_later_tuning_leaves_its_runs_standing(grids):
@@ -168,13 +185,13 @@ def test_unknown_grid_lists_the_grids(grids):
 
 @pytest.mark.slow  # trains several runs or starts a process (over 10 s): not in make test-fast
 def test_tiny_grid_trained_and_judged(grids, outputs):
-    write_grid(grids, "g", GRID.replace("  - {name: mix, placements: [pre, mix], about: Mix-LN}\n", ""))
+    write_grid(grids, "g", GRID.split("  - {name: mix")[0])
     plan = grid.plan_grid("tiny", grid.load_grid("g"), overrides=OVERRIDES)
     for job in plan.jobs.values():  # the runner executes these through run_variant.ipynb; here in-process
         run_variant(make_run_spec(profile="tiny", **job.params), progress=False)
     files = grid.write_grid(plan, command="test")
     frame = pd.read_csv(files["grid"])
-    assert list(frame["setting"]) == ["default", "copy_last", "at_joint_lr"]
+    assert list(frame["setting"]) == ["default", "copy_last", "at_joint_tuning"]
     runs = grid.setting_runs(plan, "copy_last")
     by = runs.set_index(["variant", "seed"])["val_ce"]
     row = frame.set_index("setting").loc["copy_last"]
@@ -190,7 +207,7 @@ def test_tiny_grid_trained_and_judged(grids, outputs):
     page = files["report"].read_text()
     assert "fig-forest" in page and "copy_last (pre-post)" in page
     svg = files["figure"].read_text()
-    assert svg.startswith("<svg") and svg.count("<circle") == 2 * 3 and "at_joint_lr (pre-post)" in svg
+    assert svg.startswith("<svg") and svg.count("<circle") == 2 * 3 and "at_joint_tuning (pre-post)" in svg
     cells = pd.read_csv(files["runs"])
     assert (cells["status"] == "finished").all() and len(cells) == 36
     from normgrow.viz import report  # the study's report shows the map of every grid of its profile
@@ -305,7 +322,4 @@ def test_a_settings_warmup_is_one_number_or_each_arms(grids):
                            "  - {name: per_arm, overrides: {train.warmup_steps: {pre: 4, post: 8}}}\n")
     plan = grid.plan_grid("cpu", grid.load_grid("g"))
     for setting, expected in (("same", 48), ("per_arm", "pre-joint 4 pre-single 4 post-joint 8 post-single 8")):
-        cells = [c for c in plan.cells if c.setting == setting]
-        prof = load_profile("cpu", grid.setting_overrides(plan, next(s for s in plan.grid.settings
-                                                                      if s.name == setting)))
-        assert grid.setting_warmups(prof, cells) == expected
+        assert grid.setting_warmups([c for c in plan.cells if c.setting == setting]) == expected

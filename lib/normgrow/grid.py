@@ -2,9 +2,10 @@
 
 Where does the headline hold? A grid (params/grids/<name>.yaml) is a list of settings, each a name, a sentence, and
 what it changes against the profile: dotted profile ``overrides`` (a growth operator, AdamW handling at growth, the
-lr schedule, the width), the pair of ``placements`` it compares (a - b, default the grid's), and ``lr_of``, which
-trains a schedule at the lr the profile gives another (``{grow: joint}``: the grown runs at the joint sweep's lr, the
-protocol a per-arm sweep replaces), and ``lr_scale``, which multiplies every arm's lr (a width transfer: the lrs
+lr schedule, the width), the pair of ``placements`` it compares (a - b, default the grid's), and ``tuning_of``, which
+trains a schedule at the lr and warmup the profile gives another (``{grow: joint}``: the grown runs at the joint arm's
+tuning, the protocol a per-arm sweep replaces; as a freeze control takes its grow arm's and a matched run its joint
+arm's, spec.for_arm), and ``lr_scale``, which multiplies every arm's lr (a width transfer: the lrs
 were swept at the profile's width; the ladder's width-128 rungs halve them, as muP's Adam rule 1/width does for the
 hidden weights). Per setting the core variants (joint, grow, single of both placements) run for
 every seed; every arm takes its lr from the profile's train.lr (per placement and schedule, from
@@ -71,7 +72,7 @@ from .analysis.variants import Reference, StudyRuns, Variant, load_reference, lo
 GRIDS_DIR = PARAMS_DIR / "grids"
 GRID_KEYS = ("placements", "seeds", "settings")
 OPTIONAL_GRID_KEYS = ("schedules", "overrides")
-SETTING_KEYS = ("name", "about", "overrides", "placements", "lr_of", "lr_scale")
+SETTING_KEYS = ("name", "about", "overrides", "placements", "tuning_of", "lr_scale")
 CORE = ("joint", "grow", "single")  # the variants of every setting, per placement
 
 
@@ -81,7 +82,7 @@ class Setting:
     about: str
     placements: tuple[str, str]  # (a, b): gaps are a - b
     overrides: dict = field(default_factory=dict)
-    lr_of: dict = field(default_factory=dict)  # schedule -> the schedule whose lr it trains at
+    tuning_of: dict = field(default_factory=dict)  # schedule -> the schedule whose lr and warmup it trains at
     lr_scale: float = 1.0  # every arm's lr times this (a width transfer: the lrs were swept at the profile's width)
 
 
@@ -105,7 +106,7 @@ def load_grid(name: str) -> Grid:
     setting trains, joint and single among them, since the depth gate reads both; default all three; overrides:
     dotted profile keys under every setting's own, the only place train.lr may be given: a grid that pins the lrs
     and warmups it trained at keeps its runs when a sweep later writes others into the profile); every
-    setting's keys of SETTING_KEYS, a unique name usable in run names, placements a pair of placements, lr_of
+    setting's keys of SETTING_KEYS, a unique name usable in run names, placements a pair of placements, tuning_of
     schedule -> schedule. Overrides are validated per run by make_run_spec (plan_grid), which names the key."""
     path = GRIDS_DIR / f"{check_name('grid', name)}.yaml"
     if not path.is_file():
@@ -135,19 +136,21 @@ def load_grid(name: str) -> Grid:
         name_ = str(item["name"])
         if not NAME.fullmatch(name_) or len(name_) > 40:
             raise ParamError(f"{where}: name={name_!r} must be 1-40 letters, digits, '.', '_' or '-'")
-        lr_of = item.get("lr_of") or {}
-        if not isinstance(lr_of, dict) or any(k not in SCHEDULES or v not in SCHEDULES for k, v in lr_of.items()):
-            raise ParamError(f"{where}: lr_of={lr_of!r} must map schedules to schedules ({', '.join(SCHEDULES)})")
+        tuning_of = item.get("tuning_of") or {}
+        if not isinstance(tuning_of, dict) or any(k not in SCHEDULES or v not in SCHEDULES
+                                                  for k, v in tuning_of.items()):
+            raise ParamError(f"{where}: tuning_of={tuning_of!r} must map schedules to schedules "
+                             f"({', '.join(SCHEDULES)})")
         lr_scale = item.get("lr_scale", 1.0)
         if isinstance(lr_scale, bool) or not isinstance(lr_scale, (int, float)) or not 0 < lr_scale <= 100:
             raise ParamError(f"{where}: lr_scale={lr_scale!r} must be a number in (0, 100]")
         overrides = item.get("overrides") or {}
         if not isinstance(overrides, dict) or "train.lr" in overrides:
             raise ParamError(f"{where}: overrides must be a mapping of dotted profile keys other than train.lr "
-                             "(every arm trains at its swept lr; lr_of chooses another arm's)")
+                             "(every arm trains at its swept lr; tuning_of chooses another arm's)")
         settings.append(Setting(name_, str(item.get("about", "")),
                                 _pair(item["placements"], f"{where}: placements") if "placements" in item
-                                else placements, {**pinned, **overrides}, dict(lr_of), float(lr_scale)))
+                                else placements, {**pinned, **overrides}, dict(tuning_of), float(lr_scale)))
     names = [s.name for s in settings]
     if len(set(names)) != len(names):
         raise ParamError(f"{path}: setting names must be unique (got {', '.join(names)})")
@@ -164,6 +167,7 @@ class Cell:
     seed: int
     run_name: str
     lr: float
+    warmup_steps: int
 
 
 @dataclass(frozen=True)
@@ -177,14 +181,18 @@ class GridPlan:
 
 
 def run_overrides(profile: str, setting: Setting, norm: str, schedule: str, base: dict | None = None) -> dict:
-    """base (overrides of every run) and the setting's overrides for one arm, with ``train.lr`` pinned where lr_of
-    sends the arm to another schedule's lr of the same placement or lr_scale multiplies it."""
+    """base (overrides of every run) and the setting's overrides for one arm, with ``train.lr`` and
+    ``train.warmup_steps`` pinned where tuning_of sends the arm to another schedule's of the same placement, and
+    ``train.lr`` where lr_scale multiplies it."""
     overrides = {**(base or {}), **setting.overrides}
-    if schedule not in setting.lr_of and setting.lr_scale == 1.0:
+    if schedule not in setting.tuning_of and setting.lr_scale == 1.0:
         return overrides
-    lr = load_profile(profile, overrides).train.lr
-    arm_lr = for_arm("train.lr", lr, norm, setting.lr_of.get(schedule, schedule))
-    return {**overrides, "train.lr": arm_lr * setting.lr_scale}
+    train = load_profile(profile, overrides).train
+    tuned_as = setting.tuning_of.get(schedule, schedule)
+    pinned = {"train.lr": for_arm("train.lr", train.lr, norm, tuned_as) * setting.lr_scale}
+    if schedule in setting.tuning_of:
+        pinned["train.warmup_steps"] = for_arm("train.warmup_steps", train.warmup_steps, norm, tuned_as)
+    return {**overrides, **pinned}
 
 
 def check_settings(grid: Grid, only: list[str] | None) -> None:
@@ -237,7 +245,8 @@ def plan_grid(profile: str, grid: Grid, seeds: list[int] | None = None, only: li
                 params = {"seed": seed, "run_name": name, "norm": norm, "schedule": schedule}
                 jobs[name] = Job(name, {**params, "overrides": overrides or {}} if shared else
                                  {**params, "overrides": arm}, {**identity, "run_name": name})
-            cells.append(Cell(setting.name, norm, schedule, seed, by_identity[key], spec.profile.train.lr))
+            cells.append(Cell(setting.name, norm, schedule, seed, by_identity[key], spec.profile.train.lr,
+                          spec.profile.train.warmup_steps))
     return GridPlan(profile, grid, tuple(cells), jobs, not_run, dict(overrides or {}))
 
 
@@ -301,8 +310,8 @@ def setting_reference(reference: Reference, a: str, b: str) -> Reference:
 
 
 def setting_overrides(plan: GridPlan, setting: Setting) -> dict:
-    """The dotted profile keys of the setting's runs: the plan's and the setting's (the lr aside, which lr_of may
-    change per arm)."""
+    """The dotted profile keys of the setting's runs: the plan's and the setting's (the lr and warmup aside,
+    which tuning_of may change per arm)."""
     return {**plan.overrides, **setting.overrides}
 
 
@@ -311,11 +320,9 @@ def setting_unigram(plan: GridPlan, setting: Setting) -> float | None:
     return baselines(plan.profile, setting_overrides(plan, setting)).get("unigram_val_ce")
 
 
-def setting_warmups(prof, cells: list[Cell]) -> int | str:
-    """The warmup steps of a setting's runs: one number when every arm has the same, else each arm's (train.
-    warmup_steps per arm, spec.for_arm)."""
-    arms = {f"{c.norm}-{c.schedule}": for_arm("train.warmup_steps", prof.train.warmup_steps, c.norm, c.schedule)
-            for c in cells}
+def setting_warmups(cells: list[Cell]) -> int | str:
+    """The warmup steps of a setting's runs: one number when every arm has the same, else each arm's."""
+    arms = {f"{c.norm}-{c.schedule}": c.warmup_steps for c in cells}
     values = set(arms.values())
     return values.pop() if len(values) == 1 else " ".join(f"{arm} {w}" for arm, w in arms.items())
 
@@ -350,7 +357,7 @@ def judge_setting(plan: GridPlan, setting: Setting, reference: Reference, unigra
            "lrs": " ".join(f"{n}-{s} {lr:g}" for n, s, lr in dict.fromkeys((c.norm, c.schedule, c.lr) for c in cells)),
            "unigram_val_ce": unigram, "unique_tokens": prof.data.train_tokens,
            "run_tokens": sum(prof.train.stage_tokens), "d_model": prof.student.d_model,
-           "warmup_steps": setting_warmups(prof, cells), "joint_tflop": joint_tflop(plan, setting, prof)}
+           "warmup_steps": setting_warmups(cells), "joint_tflop": joint_tflop(plan, setting, prof)}
     for name, norm in (("a", a), ("b", b)):
         gain = mean_ci(paired_differences(runs, f"{norm}-single", f"{norm}-joint").values, level)
         row |= {f"depth_gain_{name}_ci_low": gain["ci_low"], f"depth_gain_{name}_ci_high": gain["ci_high"]}
