@@ -1,12 +1,15 @@
 """The slurm executor against a real scheduler: a one-node SLURM cluster started on this machine (conftest's slurm
 fixture; skipped without the Debian packages slurm-wlm and munge). The reduced tiny study (tiny_study.py) runs as
-SLURM jobs to the numbers of the local executor, its teacher cache built by a job the runs wait for; a runner stopped and started again follows the jobs it finds queued
-or running; a job cancelled mid-run is submitted again and its run resumes from its last checkpoint to the same
+SLURM jobs to the numbers of the local executor, its teacher cache built by a job the runs wait for; a sweep's
+candidates run as jobs and are read back; a runner stopped and started again follows the jobs it finds queued or
+running; a job cancelled mid-run is submitted again and its run resumes from its last checkpoint to the same
 numbers."""
 from __future__ import annotations
 
 import json
+import math
 import subprocess
+import sys
 import time
 
 import pytest
@@ -95,3 +98,21 @@ def test_a_restarted_runner_follows_its_jobs_and_a_cancelled_job_resumes(finishe
     assert f"{first}: job {job} ended without finishing the run; submitted again (it resumes)" in out
     assert job_of(root, first) != job
     same_numbers(read_summary(root), reference)
+
+
+def test_a_sweep_as_slurm_jobs_reads_every_candidate_back(tmp_path, share_cache, slurm):
+    """python -m normgrow.sweep --executor slurm: each candidate is one job (its id and log in its run directory),
+    and the record holds every candidate read back from its run once the jobs have ended."""
+    root = make_outputs(tmp_path / "outputs", share_cache)
+    command = [sys.executable, "-m", "normgrow.sweep", "--profile", PROFILE, "--norms", "pre", "--schedules", "joint",
+               "--lrs", "1e-3", "3e-3", "--seeds", "0", *SLURM]
+    proc = subprocess.run(command, cwd=REPO, env=study_env(root) | slurm.env, capture_output=True, text=True,
+                          timeout=STUDY_TIMEOUT)
+    check_ok(proc)
+    assert "to run as jobs of slurm" in proc.stdout
+    rows = json.loads((root / "sweep" / PROFILE / "pre" / "sweep.json").read_text())["rows"]
+    assert sorted(r["lr"] for r in rows) == [1e-3, 3e-3] and all(math.isfinite(r["val_ce"]) for r in rows)
+    for row in rows:
+        run_dir = root / "runs" / PROFILE / row["run_name"]
+        assert job_of(root, row["run_name"]) and list((run_dir / "slurm").glob("*_log.out"))
+        assert json.loads((run_dir / "summary.json").read_text())["val_ce"] == row["val_ce"]
