@@ -359,14 +359,14 @@ def grid_warnings(chosen: dict[str, dict[str, dict]]) -> list[str]:
     return warnings
 
 
-def earlier_rows(plan: SweepPlan, rows: list[dict], out_dir: Path) -> tuple[list[dict], list[dict]]:
-    """(rows, dropped) of the candidates out_dir's sweep.json recorded from earlier invocations that this one did
+def earlier_rows(plan: SweepPlan, rows: list[dict]) -> tuple[list[dict], list[dict]]:
+    """(rows, dropped) of the candidates plan.out_dir's sweep.json recorded from earlier invocations that this one did
     not run, read back from their runs: a candidate counts while its run directory holds it finished under this
     NUMERICS_VERSION. So a sweep that extends a grid (other lrs, another schedule) adds candidates to the record and
     the choice, and never drops the earlier ones. A candidate that no longer counts (its run gone, or recorded under
     another numerics version) moves to dropped as {"why", "row"} with its recorded row, and stays there in every
     later record until a run of its name counts again: the record keeps what an lr choice was made from."""
-    path = out_dir / "sweep.json"
+    path = plan.out_dir / "sweep.json"
     if not path.is_file():
         return [], []
     record = read_json(path)
@@ -577,13 +577,12 @@ def sweep(plan: SweepPlan, write: bool = False, profiles_dir: Path = PROFILES_DI
         for name in ("lr", "warmup_steps") if any(len(w) > 1 for w in plan.warmups.values()) else ("lr",):
             arm_line_span(lines, name, str(profile_path))
     rows = run_candidates(plan, progress, jobs, executor)
-    out_dir = plan.out_dir
-    earlier, dropped = earlier_rows(plan, rows, out_dir)
+    earlier, dropped = earlier_rows(plan, rows)
     for entry in dropped:
         print(f"an earlier candidate no longer counts, left out of the choice (kept in sweep.json's dropped): "
               f"{entry['row'].get('run_name')}: {entry['why']}")
     result = summarize(plan, rows, command, earlier, dropped)
-    json_path = write_results(result, out_dir)
+    json_path = write_results(result, plan.out_dir)
     print(format_table(result))
     for warning in result["warnings"]:
         print(f"warning: {warning}")

@@ -237,8 +237,8 @@ def evaluate(model: Student, split, rows: np.ndarray, batch_size: int, device, d
 
 class MetricsLog:
     """metrics.jsonl, append-only; truncated to a checkpoint's line count on resume, and refused (RunDirError) when it
-    holds fewer lines than that count. Each record is mirrored to the
-    run's trackers (tracking.py), which are cut back to the resumed step in the same way."""
+    holds fewer lines than that count. Each record is mirrored to the run's trackers (tracking.py), which are cut
+    back to the resumed step in the same way."""
 
     def __init__(self, path: Path, keep_lines: int, open_trackers: Callable[[], RunTrackers] | None = None):
         lines = path.read_text().splitlines(keepends=True) if path.exists() else []
