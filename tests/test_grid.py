@@ -210,6 +210,14 @@ def test_tiny_grid_trained_and_judged(grids, outputs):
     assert svg.startswith("<svg") and svg.count("<circle") == 2 * 3 and "at_joint_tuning (pre-post)" in svg
     cells = pd.read_csv(files["runs"])
     assert (cells["status"] == "finished").all() and len(cells) == 36
+    # each run's machine and wall time, and per machine each run once though settings share runs
+    from normgrow.utils import cpu_model
+    assert (cells["machine"] == cpu_model()).all() and (cells["wall_s"] > 0).all()
+    unique = cells.drop_duplicates("run_name")
+    assert len(unique) < len(cells)
+    assert saved["machines"] == {cpu_model(): {"runs": len(unique),
+                                               "run_hours": pytest.approx(unique["wall_s"].sum() / 3600)}}
+    assert f"{cpu_model()}, {len(unique)} runs" in page
     from normgrow.viz import report  # the study's report shows the map of every grid of its profile
     page = report.report_html(report.build_report("tiny"))
     assert "Where does it hold? Grid g" in page and "fig-grid-g" in page

@@ -191,6 +191,27 @@ def test_a_sweep_that_extends_the_grid_keeps_the_earlier_candidates(outputs, cap
     assert later["dropped"] == again["dropped"] and later["chosen"]["post"]["joint"]["lr"] == 1e-3
 
 
+def test_a_record_names_the_machine_that_trained_each_candidate(outputs, monkeypatch, capsys):
+    """sweep.csv's machine column and sweep.json's machines come from each candidate's config.json: a sweep extended
+    on another CPU keeps the earlier candidates' machine (bf16 rounds differently there), and counts each machine's
+    runs and wall hours (before, the record did not say which machine trained what)."""
+    from normgrow import utils
+    monkeypatch.setattr(utils, "cpu_model", lambda: "CPU A")
+    sweep.sweep(sweep.make_plan("tiny", ["post"], [3e-3], seeds=[0, 1], overrides=OVERRIDES, schedules=["joint"]),
+                progress=False)
+    monkeypatch.setattr(utils, "cpu_model", lambda: "CPU B")
+    result = sweep.sweep(sweep.make_plan("tiny", ["post"], [1e-3], seeds=[0], overrides=OVERRIDES,
+                                         schedules=["joint"]), progress=False)
+    table = list(csv.DictReader((outputs / "sweep" / "tiny" / "post" / "sweep.csv").open()))
+    assert [(r["lr"], r["seed"], r["machine"]) for r in table] == [
+        ("0.001", "0", "CPU B"), ("0.003", "0", "CPU A"), ("0.003", "1", "CPU A")]
+    walls = {m: sum(float(r["wall_s"]) for r in table if r["machine"] == m) / 3600 for m in ("CPU A", "CPU B")}
+    assert result["machines"] == {"CPU B": {"runs": 1, "run_hours": pytest.approx(walls["CPU B"])},
+                                  "CPU A": {"runs": 2, "run_hours": pytest.approx(walls["CPU A"])}}
+    printed = capsys.readouterr().out
+    assert "trained on CPU A: 2 runs" in printed and "trained on CPU B: 1 run," in printed
+
+
 def test_write_is_refused_before_training(outputs, tmp_path):
     (tmp_path / "tiny.yaml").write_text(PROFILE.replace("  lr: 3.0e-3    # old comment\n", ""))
     plan = sweep.make_plan("tiny", ["pre"], [1e-3], overrides=OVERRIDES)

@@ -32,8 +32,9 @@ Choices:
     params/grids/ladder.yaml): its rows then carry each placement's depth gain against the compute of a joint run,
     and no grow verdict. A setting that changes the data (data.train_tokens) trains on a teacher cache of its own,
     built once before the runs, and is gated against its own unigram level.
-Outputs: outputs/grid/<profile>/<grid>/grid.csv (a row per setting), runs.csv (a row per run), grid.json (the plan:
-every cell's run, the settings, date, command, git commit), report.html (the forest plot, the depth gains and the
+Outputs: outputs/grid/<profile>/<grid>/grid.csv (a row per setting), runs.csv (a row per run: its status and, when
+finished, its wall time and the machine that trained it), grid.json (the plan: every cell's run, the settings, date,
+command, git commit, and the runs and run-hours per machine), report.html (the forest plot, the depth gains and the
 table), depth.svg (depth gain against compute, for README) and, with grown runs, forest.svg (the forest plot as a
 static figure, for README). They always cover every setting of the grid, from the
 finished runs, whichever settings an invocation trained (``--settings``), so running one setting never drops the
@@ -60,8 +61,8 @@ from .cli import parse
 from .config import NAME, PARAMS_DIR, ParamError, load_profile, read_yaml, with_processes, writable_outputs_dir
 from .train.growth import SCHEDULES
 from .student.model import NORMS
-from .rundir import (GRID_RUN_PREFIX, RunDirError, Summary, check_name, grid_dir, is_finished, read_finished, run_path,
-                     runner_lock, seeded_name)
+from .rundir import (GRID_RUN_PREFIX, RunDirError, Summary, check_name, grid_dir, is_finished, machine_hours,
+                     read_finished, run_machine, run_path, runner_lock, seeded_name)
 from .analysis.stats import LEVEL, depth_trend, mean_ci, paired_differences, regime_check, runs_frame, with_flatness, depth_check, baselines
 from .runner import (ExecutorParams, Job, default_jobs, ensure_teacher_cache, executor_of, git_commit, parse_seeds,
                      report_failures, run_jobs, runner_exit)
@@ -277,6 +278,26 @@ def run_status(profile: str, run_name: str) -> str:
         return "damaged"
 
 
+def cell_records(plan: GridPlan) -> list[dict]:
+    """runs.csv: one row per cell, its status (run_status) and, finished, its wall seconds and the machine that
+    trained it (rundir.run_machine)."""
+    records = []
+    for c in plan.cells:
+        status, machine, wall_s = run_status(plan.profile, c.run_name), None, None
+        if status == "finished":
+            summary, identity = read_finished(run_path(plan.profile, c.run_name))
+            machine, wall_s = run_machine(identity), summary.wall_s
+        records.append(c.__dict__ | {"status": status, "machine": machine, "wall_s": wall_s})
+    return records
+
+
+def grid_machines(records: list[dict]) -> dict[str, dict]:
+    """rundir.machine_hours over the finished runs of runs.csv's records, each run once (a run shared by settings,
+    or with the study, is one run)."""
+    finished = {r["run_name"]: r for r in records if r["status"] == "finished"}
+    return machine_hours(finished.values())
+
+
 def setting_runs(plan: GridPlan, setting: str) -> pd.DataFrame:
     """stats.runs_frame of the setting's finished runs, one variant per (placement, schedule): '<norm>-<schedule>'.
     A damaged run is not counted (runs.csv and the runner name it)."""
@@ -438,7 +459,7 @@ def trend_sentence(norm: str, trend: dict) -> str:
             f"{trend['slope_ci_high']:+.3f}] over {trend['n']} rungs; the line {where}; {band}")
 
 
-def grid_report_html(plan: GridPlan, frame: pd.DataFrame) -> str:
+def grid_report_html(plan: GridPlan, frame: pd.DataFrame, machines: dict[str, dict]) -> str:
     import html
     from .viz.depth import depth_figure
     from .viz.forest import forest_figure, reference_marks
@@ -482,7 +503,10 @@ def grid_report_html(plan: GridPlan, frame: pd.DataFrame) -> str:
              details("the numbers behind each verdict: joint gap, MDEs, depth gains and the gates (every column: "
                      "grid.csv)", table(shown, ["setting", "joint", "grow_mde", "interaction_mde", "depth_gain_a",
                                                 "depth_gain_b", "depth_margin", "trained"], names)
-                     + table(shown, ["setting", "gate", "about", "lrs"], names)))
+                     + table(shown, ["setting", "gate", "about", "lrs"], names)),
+             "<p>Trained on (runs.csv's machine: bf16 rounds differently from one CPU to another, the teacher "
+             "cache's pass included): " + "; ".join(f"{e(m)}, {v['runs']} runs, {v['run_hours']:.2f} run-hours"
+                                                    for m, v in machines.items()) + ".</p>")
     return page.html()
 
 
@@ -495,17 +519,19 @@ def write_grid(plan: GridPlan, command: str = "", level: float = LEVEL) -> dict[
     out = grid_dir(plan.profile, plan.grid.name)
     out.mkdir(parents=True, exist_ok=True)
     frame = grid_frame(plan, level)
-    runs = pd.DataFrame([c.__dict__ | {"status": run_status(plan.profile, c.run_name)} for c in plan.cells])
+    records = cell_records(plan)
+    machines = grid_machines(records)
     files = {"grid": out / "grid.csv", "runs": out / "runs.csv", "json": out / "grid.json",
              "report": out / "report.html", "depth": out / "depth.svg"}
     atomic_write_text(files["grid"], frame.to_csv(index=False))
-    atomic_write_text(files["runs"], runs.to_csv(index=False))
+    atomic_write_text(files["runs"], pd.DataFrame(records).to_csv(index=False))
     atomic_write_json(files["json"], {
         "profile": plan.profile, "grid": plan.grid.name, "date": date.today().isoformat(), "git_commit": git_commit(),
         "command": command, "seeds": sorted({c.seed for c in plan.cells}), "not_run": plan.not_run,
         "settings": [s.__dict__ | {"placements": list(s.placements)} for s in plan.grid.settings],
-        "rows": frame.to_dict("records"), "depth_trend": depth_trends(frame, load_reference().depth_margin)})
-    write_text(files["report"], grid_report_html(plan, frame))
+        "rows": frame.to_dict("records"), "depth_trend": depth_trends(frame, load_reference().depth_margin),
+        "machines": machines})
+    write_text(files["report"], grid_report_html(plan, frame, machines))
     write_text(files["depth"], depth_svg(frame, depth_trends(frame, load_reference().depth_margin)))
     if "grow" in plan.grid.schedules:
         files["figure"] = out / "forest.svg"

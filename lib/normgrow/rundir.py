@@ -436,6 +436,27 @@ def read_finished(run_dir: Path) -> tuple[Summary, dict]:
     return summary, identity
 
 
+def run_machine(identity: dict) -> str:
+    """The machine a run trained on, as its config.json's environment recorded it (utils.machine_description): the
+    GPU's name where it had one, else the CPU's model. Records that pool runs name it (sweep.csv, the grid's
+    runs.csv): bf16 matmuls round differently from one CPU to another, the teacher cache built there included, so
+    runs of one record trained on two machines differ by that rounding as well as by their parameters."""
+    environment = identity.get("environment", {})
+    return environment.get("gpu") or environment.get("cpu") or "not recorded"
+
+
+def machine_hours(rows) -> dict[str, dict]:
+    """{machine: {"runs", "run_hours"}} over rows that carry "machine" and "wall_s" (a run's wall seconds): how
+    many runs each machine trained and their wall time summed, in hours (core-hours where each run had one core, as
+    on 2 cores two at a time), machines in order of first appearance."""
+    out: dict[str, dict] = {}
+    for row in rows:
+        entry = out.setdefault(row["machine"], {"runs": 0, "run_hours": 0.0})
+        entry["runs"] += 1
+        entry["run_hours"] += row["wall_s"] / 3600
+    return out
+
+
 def write_summary(run_dir: Path, summary: Summary) -> None:
     _typed(Summary, summary.to_json(), "summary")
     atomic_write_json(Path(run_dir) / SUMMARY, summary.to_json())

@@ -74,7 +74,8 @@ from tqdm.auto import tqdm
 from .cli import parse
 from .config import (PARAMS_DIR, REPO_ROOT, ParamError, is_profile_path, load_profile, profile_file, read_yaml,
                      writable_outputs_dir)
-from .rundir import NUMERICS_VERSION, SWEEP_RUN_PREFIX, RunDirError, read_finished, run_path, runner_lock, sweep_dir
+from .rundir import (NUMERICS_VERSION, SWEEP_RUN_PREFIX, RunDirError, machine_hours, read_finished, read_identity,
+                     run_machine, run_path, runner_lock, sweep_dir)
 from .runner import (ExecutorParams, Job, ensure_teacher_cache, executor_of, git_commit, parse_seeds, plan_jobs, run_jobs,
                      runner_exit)
 from .train.growth import SCHEDULES
@@ -88,7 +89,8 @@ SWEEP_FILE = PARAMS_DIR / "sweep.yaml"
 PROFILES_DIR = PARAMS_DIR / "profiles"
 SWEEP_KEYS = ("lrs", "seeds", "schedules")
 COLUMNS = ("norm", "schedule", "lr", "warmup_steps", "seed", "val_ce", "val_kd_ce", "steps", "tokens", "wall_s",
-           "run_name")
+           "machine", "run_name")
+SUMMARY_COLUMNS = ("seed", "val_ce", "val_kd_ce", "steps", "tokens", "wall_s", "run_name")  # read from summary.json
 EDGE_ADVICE = {"lowest": "below", "highest": "above", "only": "on both sides of"}
 ARM_KEYS = {"lr": "train.lr", "warmup_steps": "train.warmup_steps"}  # a choice's fields -> the profile keys written
 
@@ -296,16 +298,17 @@ def run_candidates(plan: SweepPlan, progress: bool = True, jobs: int = 1,
     for spec in bar:
         bar.set_postfix_str(spec.run_name)
         summary = run_variant(spec, progress=progress)
-        rows.append(candidate_row(spec.norm, spec.schedule, spec.profile.train, summary))
+        rows.append(candidate_row(read_identity(run_path(plan.profile, spec.run_name)), summary))
     return rows
 
 
-def candidate_row(norm: str, schedule: str, train, summary: dict) -> dict:
-    """One row of sweep.csv (COLUMNS): a candidate's arm, lr and warmup (train: its resolved train section, as
-    TrainParams or as recorded in config.json), and the numbers of its summary (Summary.to_json)."""
-    get = train.get if isinstance(train, dict) else lambda key: getattr(train, key)
-    return {"norm": norm, "schedule": schedule, "lr": get("lr"), "warmup_steps": get("warmup_steps")} | {
-        key: summary[key] for key in COLUMNS[4:]}
+def candidate_row(identity: dict, summary: dict) -> dict:
+    """One row of sweep.csv (COLUMNS) from a finished candidate's config.json (its arm, resolved lr and warmup, and
+    the machine it trained on: rundir.run_machine) and summary (Summary.to_json: its numbers)."""
+    train = identity["profile"]["train"]
+    return ({"norm": identity["norm"], "schedule": identity["schedule"], "lr": train["lr"],
+             "warmup_steps": train["warmup_steps"], "machine": run_machine(identity)}
+            | {key: summary[key] for key in SUMMARY_COLUMNS})
 
 
 def _edge(values: list, best) -> str | None:
@@ -386,8 +389,7 @@ def earlier_rows(plan: SweepPlan, rows: list[dict]) -> tuple[list[dict], list[di
             dropped.append({"why": f"recorded under numerics version {identity.get('numerics')}, not "
                                    f"{NUMERICS_VERSION}", "row": row})
             continue
-        kept.append(candidate_row(identity["norm"], identity["schedule"], identity["profile"]["train"],
-                                  summary.to_json()))
+        kept.append(candidate_row(identity, summary.to_json()))
     counted = ran | {r["run_name"] for r in kept}
     return kept, dropped + [d for d in record.get("dropped", []) if d["row"].get("run_name") not in counted]
 
@@ -395,8 +397,9 @@ def earlier_rows(plan: SweepPlan, rows: list[dict]) -> tuple[list[dict], list[di
 def summarize(plan: SweepPlan, rows: list[dict], command: str, earlier: list[dict] = (),
               dropped: list[dict] = ()) -> dict:
     """sweep.json's content: every candidate (this invocation's and the earlier ones still counting, earlier_rows),
-    sorted by placement, schedule, lr and seed, the choice per arm over all of them, and the earlier candidates
-    that no longer count (earlier_rows' dropped, never in the choice)."""
+    sorted by placement, schedule, lr and seed, the machines that trained them (rundir.machine_hours), the choice per
+    arm over all of them, and the earlier candidates that no longer count (earlier_rows' dropped, never in the
+    choice)."""
     every = sorted([*earlier, *rows], key=lambda r: (r["norm"], SCHEDULES.index(r["schedule"]), r["lr"],
                                                      r["warmup_steps"], r["seed"]))
     chosen = choose_arms(every)
@@ -404,8 +407,8 @@ def summarize(plan: SweepPlan, rows: list[dict], command: str, earlier: list[dic
             "schedules": list(plan.schedules), "seeds": list(plan.seeds), "norms": list(plan.norms),
             "lrs": {key: list(g) for key, g in plan.lrs.items()},
             "warmups": {arm: list(g) for arm, g in plan.warmups.items()},
-            "earlier_runs": [r["run_name"] for r in earlier], "rows": every, "chosen": chosen,
-            "warnings": grid_warnings(chosen), "dropped": list(dropped)}
+            "earlier_runs": [r["run_name"] for r in earlier], "rows": every, "machines": machine_hours(every),
+            "chosen": chosen, "warnings": grid_warnings(chosen), "dropped": list(dropped)}
 
 
 def sweep_placements(norms: tuple[str, ...] | None) -> str | None:
@@ -426,7 +429,7 @@ def write_results(result: dict, out_dir: Path) -> Path:
 
 
 def format_table(result: dict) -> str:
-    """One line per candidate; * marks the chosen lr and warmup of each arm."""
+    """One line per candidate (* marks the chosen lr and warmup of each arm), then the machines that trained them."""
     lines = [f"{'norm':<5} {'schedule':<8} {'lr':>9} {'warmup':>6} {'val_ce':>8} {'val_kd_ce':>9} {'steps':>6} "
              f"{'wall_s':>7}"]
     for r in result["rows"]:
@@ -435,6 +438,8 @@ def format_table(result: dict) -> str:
         lines.append(f"{r['norm']:<5} {r['schedule']:<8} {lr_tag(r['lr']):>9} {r['warmup_steps']:>6} "
                      f"{r['val_ce']:>8.4f} "
                      f"{r['val_kd_ce']:>9.4f} {r['steps']:>6} {r['wall_s']:>7.1f}{mark}")
+    lines += [f"trained on {machine}: {m['runs']} run{'' if m['runs'] == 1 else 's'}, {m['run_hours']:.2f} run-hours"
+              for machine, m in result["machines"].items()]
     return "\n".join(lines)
 
 
