@@ -122,8 +122,11 @@ def test_collect_runs_and_variant_stats(outputs):
     (outputs / "runs" / "tiny" / "pre-grow-s1").mkdir()  # unfinished: no summary.json
     write_run(outputs, "sweep-pre-joint-lr3e-03", 0, 4.0)  # the lr sweep's runs are not study runs
     (outputs / "runs" / "tiny" / "sweep-post-joint-lr1e-03-s0").mkdir()
+    config_json = outputs / "runs" / "tiny" / "post-grow-s1" / "config.json"  # trained elsewhere: still counted
+    config_json.write_text(json.dumps(json.loads(config_json.read_text()) | {"environment": {"cpu": "CPU A"}}))
     runs = stats.runs_frame(collect_runs("tiny"))
     assert list(runs["run_name"]) == ["post-grow-s0", "post-grow-s1", "post-grow-s2", "pre-grow-s0"]
+    assert list(runs["machine"]) == ["not recorded", "CPU A", "not recorded", "not recorded"]
     assert list(runs["variant"]) == ["post-grow"] * 3 + ["pre-grow"]
     assert list(runs["seed"]) == [0, 1, 2, 0]
     assert list(runs["val_ce_p0"]) == [7.0, 8.0, 9.0, 7.0]
@@ -327,6 +330,7 @@ def test_write_report_files_and_diagnostics(outputs, trained):
     assert pd.read_csv(files["claims"])["variants"].iloc[0] == "pre-joint post-joint"
     page = files["report"].read_text()
     assert page.index("Baselines on the same") < page.index("Training regime") < page.index("<h2>Claims")
+    assert f"not recorded, 18 runs, {18 * 1.5 / 3600:.2f} run-hours" in page  # synthetic runs: no environment
     assert "students trained: claims judged" in page and "flatness per run" in page
     assert "<script src=" not in page and "<script type=\"text/javascript\" src=" not in page  # no CDN
     assert "Plotly" in page and len(page) > 1_000_000  # plotly.js embedded

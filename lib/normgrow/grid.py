@@ -302,10 +302,12 @@ def setting_runs(plan: GridPlan, setting: str) -> pd.DataFrame:
     """stats.runs_frame of the setting's finished runs, one variant per (placement, schedule): '<norm>-<schedule>'.
     A damaged run is not counted (runs.csv and the runner name it)."""
     assigned: dict[tuple[str, int], Summary] = {}
+    machines: dict[str, str] = {}
     for c in plan.cells:
         if c.setting == setting and run_status(plan.profile, c.run_name) == "finished":
-            assigned[(f"{c.norm}-{c.schedule}", c.seed)] = read_finished(run_path(plan.profile, c.run_name))[0]
-    return runs_frame(StudyRuns(assigned, {}))
+            summary, identity = read_finished(run_path(plan.profile, c.run_name))
+            assigned[(f"{c.norm}-{c.schedule}", c.seed)], machines[c.run_name] = summary, run_machine(identity)
+    return runs_frame(StudyRuns(assigned, {}, machines=machines))
 
 
 SETTING_CLAIMS = {"grow_verdict": "headline-grow", "interaction_verdict": "headline-ratio"}
@@ -504,7 +506,7 @@ def grid_report_html(plan: GridPlan, frame: pd.DataFrame, machines: dict[str, di
                      "grid.csv)", table(shown, ["setting", "joint", "grow_mde", "interaction_mde", "depth_gain_a",
                                                 "depth_gain_b", "depth_margin", "trained"], names)
                      + table(shown, ["setting", "gate", "about", "lrs"], names)),
-             "<p>Trained on (runs.csv's machine: bf16 rounds differently from one CPU to another, the teacher "
+             "<p>Trained on (runs.csv's machine: bf16 rounds differently from one machine to another, the teacher "
              "cache's pass included): " + "; ".join(f"{e(m)}, {v['runs']} runs, {v['run_hours']:.2f} run-hours"
                                                     for m, v in machines.items()) + ".</p>")
     return page.html()

@@ -33,7 +33,7 @@ at most 5% of studies, the same error rate as a false difference at the 95% inte
 METRICS = ("val_ce", "val_kd_ce")  # the validation metrics every run reports
 RUN_FIELDS = ("run_name", "variant", "seed", "norm", "schedule", "freeze_prefix", "match_active_layer_tokens",
               "depth", "val_ce", "val_kd_ce", "tokens", "active_layer_tokens", "trainable_layer_tokens", "wall_s",
-              "eval_s", "checkpoint_s")
+              "eval_s", "checkpoint_s", "machine")
 PHASE_FIELDS = ("depth", "tokens", "active_layer_tokens", "val_ce", "val_kd_ce", "val_ce_after_growth")
 UNIGRAM_MARGIN = 1.0
 """Nats/token every seed's final val_ce must lie below the unigram baseline for its variant to count as trained (the
@@ -175,12 +175,13 @@ def runs_frame(study: StudyRuns) -> pd.DataFrame:
     """One row per assigned run: the RUN_FIELDS plus, for every phase i, ``<field>_p<i>`` for the PHASE_FIELDS, and
     for every phase that grew the model ``growth_jump_p<i>``: its val_ce just after the growth step minus the
     previous phase's final val_ce (the same split, the prefix before the blocks were appended): what the appended
-    blocks did to the loss before any update (0 for an operator that preserves the function). Sorted by variant and
-    seed."""
+    blocks did to the loss before any update (0 for an operator that preserves the function); machine: where it
+    trained (study.machines; None where not given). Sorted by variant and seed."""
     rows = []
     for (variant, seed), summary in study.assigned.items():
         record = summary.to_json()
-        row = {k: record.get(k) for k in RUN_FIELDS} | {"variant": variant, "seed": seed}
+        row = {k: record.get(k) for k in RUN_FIELDS} | {"variant": variant, "seed": seed,
+                                                         "machine": study.machines.get(summary.run_name)}
         for ph in summary.phases:
             row.update({f"{k}_p{ph.phase}": getattr(ph, k) for k in PHASE_FIELDS})
             if ph.phase and ph.val_ce_after_growth is not None:

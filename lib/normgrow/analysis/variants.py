@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, fields
 
 from ..config import PARAMS_DIR, ParamError, read_yaml
 from ..rundir import (NUMERICS_VERSION, RunDirError, Summary, finished_runs, identity_conflict, read_finished,
-                      seeded_name)
+                      run_machine, seeded_name)
 
 RUN_KEYS = ("norm", "schedule", "freeze_prefix", "match_active_layer_tokens")
 REQUIRED_RUN_KEYS = ("norm", "schedule")  # the others default to an unfrozen, unmatched run
@@ -260,10 +260,12 @@ def load_gaps() -> dict[str, GapSpec]:
 @dataclass(frozen=True)
 class StudyRuns:
     """The finished runs assigned to (variant, seed), those that are not, with why, and the damaged ones (a
-    summary.json or config.json that does not read or validate: rundir.read_finished), with the error."""
+    summary.json or config.json that does not read or validate: rundir.read_finished), with the error; machines:
+    the machine each assigned run trained on (rundir.run_machine), by run name."""
     assigned: dict[tuple[str, int], Summary]
     unassigned: dict[str, str]  # run name -> reason
     damaged: dict[str, str] = field(default_factory=dict)  # run name -> the error naming the file
+    machines: dict[str, str] = field(default_factory=dict)  # run name -> machine
 
 
 def collect_runs(profile: str) -> StudyRuns:
@@ -316,4 +318,5 @@ def collect_runs(profile: str) -> StudyRuns:
         for other in names:
             if other != keep:
                 unassigned[other] = f"another run ({keep}) already holds {variant} seed {seed}"
-    return StudyRuns(assigned, dict(sorted(unassigned.items())), dict(sorted(damaged.items())))
+    machines = {s.run_name: run_machine(summaries[s.run_name][1]) for s in assigned.values()}
+    return StudyRuns(assigned, dict(sorted(unassigned.items())), dict(sorted(damaged.items())), machines)

@@ -21,8 +21,8 @@ import pandas as pd
 from ..analysis.claims import (NOT_JUDGED, NOT_JUDGED_DEPTH, NOT_TESTABLE, SUPPORTED, Claim, depth_gate, evaluate_claims, gate_claims,
                                read_diagnostics)
 from .forest import forest_figure, reference_marks
-from ..rundir import (NUMERICS_VERSION, RunDirError, grids_root, read_finished, read_identity, run_path, study_dir,
-                      sweep_dir, unfinished_runs)
+from ..rundir import (NUMERICS_VERSION, RunDirError, grids_root, machine_hours, read_finished, read_identity, run_path,
+                      study_dir, sweep_dir, unfinished_runs)
 from ..analysis.stats import (ALPHA, DEPTH_FIELDS, FLAT_LIMIT, FLAT_TAIL, LEVEL, REGIME_FIELDS, SEEDS_LIMIT, UNIGRAM_MARGIN,
                               baselines, crossover_table, depth_check, gap_ratio, gap_table, regime_check, runs_frame,
                               undertrained, variant_stats, with_flatness)
@@ -531,10 +531,14 @@ def report_html(rep: Report, figs: dict | None = None) -> str:
     page.figure(figs["crossover"], div_id="fig-crossover")
     page.add("</section><section id='diagnostics'><h3>Observations 4 and 5 (boundary diagnostics)</h3>",
              _diagnostics_html(rep), "</section>")
-    run_cols = (["run_name", "seed", "depth", "val_ce", "val_kd_ce", "active_layer_tokens", "wall_s"]
+    run_cols = (["run_name", "seed", "depth", "val_ce", "val_kd_ce", "active_layer_tokens", "wall_s", "machine"]
                 + sorted(c for c in rep.runs.columns if c.startswith(("val_ce_p", "growth_jump_p")))
                 + ["flat_ratio", "flattened"])
+    machines = machine_hours(rep.runs[["machine", "wall_s"]].to_dict("records")) if len(rep.runs) else {}
     page.add("<section id='runs'><h2>Runs (one row per run and seed)</h2>",
+             "<p>Trained on (bf16 rounds differently from one machine to another, the teacher cache's pass included): "
+             + ("; ".join(f"{e(m)}, {v['runs']} runs, {v['run_hours']:.2f} run-hours" for m, v in machines.items())
+                or "no run yet") + ".</p>",
              details(f"{len(rep.runs)} runs (every column: summary.csv)",
                      table(rep.runs, run_cols, {"run_name": "run", "wall_s": "wall s"} | {
                          c: f"jump at growth {c.rsplit('p', 1)[1]}" for c in run_cols if c.startswith("growth_jump_p")})),
