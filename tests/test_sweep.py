@@ -328,6 +328,15 @@ def test_lr_factors_scale_each_arms_lr_and_warmups_multiply_the_candidates(outpu
     assert [s.profile.train.warmup_steps for s in own.specs] == [5, 7]
     with pytest.raises(ParamError, match="--lrs and --lr-factors exclude each other"):
         sweep.make_plan("tiny", lrs=[1e-3], lr_factors=[1])
+    # --arms: only those arms train, at their own lrs; the record stays the placements' (its folder)
+    some = sweep.make_plan("tiny", ["pre", "post"], seeds=[0], schedules=["joint", "grow"], lr_factors=[2, 4],
+                           arms=["post-grow"], overrides=OVERRIDES | {"train.lr": lr})
+    assert some.lrs == {"post-grow": (0.012, 0.024)} and [s.run_name for s in some.specs] == [
+        "sweep-post-grow-lr1.2e-02-wu2-s0", "sweep-post-grow-lr2.4e-02-wu2-s0"]
+    assert some.out_dir == plan.out_dir
+    with pytest.raises(ParamError, match="arm='post-single' is not one of the placements x schedules swept; allowed "
+                                         "values: pre-joint, post-joint, pre-grow, post-grow"):
+        sweep.make_plan("tiny", ["pre", "post"], schedules=["joint", "grow"], lr_factors=[2], arms=["post-single"])
     with pytest.raises(ParamError, match=r"--warmups=\[-1\] must be a non-empty list of warmup steps"):
         sweep.make_plan("tiny", lrs=[1e-3], warmups=[-1])
     # --warmup-factors: each arm's own warmup times the factors, so a staged search around per-arm optima stays

@@ -142,6 +142,9 @@ def sweep_parser() -> argparse.ArgumentParser:
                         "these, rounded to steps (instead of --warmups; --warmup-factors 0.5 2: its neighbours)")
     parser.add_argument("--schedules", nargs="+", choices=SCHEDULES, help="schedules to sweep (default: "
                         "params/sweep.yaml)")
+    parser.add_argument("--arms", nargs="+", metavar="NORM-SCHEDULE", help="only these arms of the placements x "
+                        "schedules train candidates, e.g. deepnorm-joint peri-grow; the record and --write still "
+                        "cover every arm (default: every arm)")
     _seeds(parser, "seeds of every candidate lr, the choice being the best mean (default: params/sweep.yaml)")
     parser.add_argument("--write", action="store_true", help="store the chosen lrs in params/profiles/<profile>.yaml")
     parser.add_argument("--jobs", type=int, default=1, help="candidates trained at once, each in its own worker "

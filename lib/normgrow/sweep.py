@@ -203,13 +203,16 @@ def snap_lr(lr: float, tried) -> float:
 def make_plan(profile: str, norms: list[str] | None = None, lrs: list | None = None, seeds: list[int] | None = None,
               overrides: dict | None = None, config_path: Path = SWEEP_FILE,
               schedules: list[str] | None = None, warmups: list[int] | None = None,
-              lr_factors: list | None = None, warmup_factors: list | None = None) -> SweepPlan:
+              lr_factors: list | None = None, warmup_factors: list | None = None,
+              arms: list[str] | None = None) -> SweepPlan:
     """Validate everything before any training: the profile, the grid, the norms, the seed (make_run_spec checks the
     last two with its usual messages). overrides: extra dotted profile keys for every candidate (tests shrink the
     tiny profile onto a synthetic cache with them). lr_factors (not with lrs): each arm's candidates are its profile
     lr times these (snap_lr: an lr the record holds for the arm where one is that close); warmups: every arm's
     candidate warmups, default each arm's profile warmup; warmup_factors (not with warmups): each arm's profile
-    warmup times these, rounded to whole steps."""
+    warmup times these, rounded to whole steps. arms ('<norm>-<schedule>', of norms x schedules): only those train
+    candidates, in the record of all the norms (a staged search extends the arms still at an edge, not every arm of
+    the record)."""
     prof = load_profile(profile, overrides)  # an unknown profile fails here, naming the available ones
     name = prof.name
     config = load_sweep_config(config_path)
@@ -246,7 +249,12 @@ def make_plan(profile: str, norms: list[str] | None = None, lrs: list | None = N
     unknown = [n for n in norms if n not in NORMS]  # before for_arm reads the profile's values for them
     if unknown:
         raise ParamError(f"norm={unknown[0]!r} is not allowed; allowed values: {', '.join(NORMS)}")
-    arms = [(schedule, norm) for schedule in schedules for norm in norms]
+    every_arm = [(schedule, norm) for schedule in schedules for norm in norms]
+    outside = [a for a in arms or () if a not in {f"{n}-{s}" for s, n in every_arm}]
+    if outside:
+        raise ParamError(f"arm={outside[0]!r} is not one of the placements x schedules swept; allowed values: "
+                         f"{', '.join(f'{n}-{s}' for s, n in every_arm)}")
+    arms = [(s, n) for s, n in every_arm if arms is None or f"{n}-{s}" in arms]
     tried = recorded_lrs(sweep_dir(profile, sweep_placements(norms))) if grid is None else {}
     lr_grid = {f"{n}-{s}": (tuple(sorted({snap_lr(for_arm("train.lr", prof.train.lr, n, s) * f, tried.get(f"{n}-{s}", ()))
                                           for f in factors})) if grid is None else grid[n]) for s, n in arms}
@@ -605,7 +613,7 @@ def main(argv: list[str] | None = None) -> int:
     def work() -> None:
         seeds = parse_seeds(args.seeds) if args.seeds else None
         plan = make_plan(args.profile, args.norms, args.lrs, seeds, schedules=args.schedules, warmups=args.warmups,
-                         lr_factors=args.lr_factors, warmup_factors=args.warmup_factors)
+                         lr_factors=args.lr_factors, warmup_factors=args.warmup_factors, arms=args.arms)
         writable_outputs_dir()
         with runner_lock():
             sweep(plan, args.write, command=command, jobs=args.jobs, executor=executor_of(args))
