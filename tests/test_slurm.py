@@ -21,12 +21,18 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 SLURM = ["--executor", "slurm", "--cpus-per-run", "1"]
 
 
-def same_numbers(summary, reference) -> None:
+def same_numbers(summary, reference, tolerance: float = 1e-6) -> None:
     assert sorted(summary.index) == sorted(reference.index)
     for col in METRIC_COLUMNS:
         a, b = summary[col].astype(float), reference[col].astype(float)
         assert (a.isna() == b.isna()).all(), col
-        assert (a - b).abs().fillna(0.0).max() <= 1e-6, f"{col}: slurm {a.tolist()} local {b.tolist()}"
+        assert (a - b).abs().fillna(0.0).max() <= tolerance, f"{col}: slurm {a.tolist()} local {b.tolist()}"
+
+
+def cache_arrays(outputs_root) -> dict[str, str]:
+    """The sha256 of every array of each teacher cache under an outputs root, by '<key>/<file>' (checksums.json)."""
+    return {f"{p.parent.name}/{name}": entry["sha256"] for p in (outputs_root / "teacher").glob("*/checksums.json")
+            for name, entry in json.loads(p.read_text()).items() if name.endswith(".npy")}
 
 
 def start(root, slurm) -> subprocess.Popen:
@@ -48,10 +54,14 @@ def wait_for(what: str, condition, proc: subprocess.Popen, timeout: float = STUD
 
 
 def test_a_study_as_slurm_jobs_its_teacher_cache_one_of_them_gives_the_local_executor_s_numbers(finished_study,
-                                                                                                tmp_path, slurm):
+                                                                                                tmp_path, slurm,
+                                                                                                share_cache):
     """On an outputs root without a teacher cache: the cache is built by one job, the runs' jobs wait for it
-    (submitted while it is queued or running, with a dependency on it), and the numbers are the local executor's on
-    the shared cache (the build is deterministic)."""
+    (submitted while it is queued or running, with a dependency on it), and the numbers are the local executor's.
+    Exactly where the job's cache is bit for bit the local one (AVX512-BF16, float32); where it is not, the bf16
+    pass of the job's one CPU rounded differently from the local pass's two threads (Intel AMX: docs/DESIGN.md,
+    teacher.processes), the same cache key and files with other last bits, and the runs trained on those targets end
+    within 5e-3 nats of the local ones (5.7e-4 measured on a Xeon with AMX)."""
     _, reference, _ = finished_study
     root = tmp_path / "outputs"
     root.mkdir()
@@ -60,7 +70,9 @@ def test_a_study_as_slurm_jobs_its_teacher_cache_one_of_them_gives_the_local_exe
     check_ok(subprocess.CompletedProcess(proc.args, proc.returncode, out, ""))
     assert "the runs wait for it" in out and "to run as jobs of slurm" in out
     cache_job = json.loads((root / "study" / PROFILE / "00_teacher.ipynb.slurm.json").read_text())["job_id"]
-    same_numbers(read_summary(root), reference)
+    built, shared = cache_arrays(root), cache_arrays(share_cache)
+    assert built and set(built) <= set(shared)  # the same cache: its key and its files
+    same_numbers(read_summary(root), reference, 1e-6 if all(built[f] == shared[f] for f in built) else 5e-3)
     for run in RUN_NAMES:  # each run was one job, its log beside its files, submitted after the cache's job
         assert job_of(root, run) and list((root / "runs" / PROFILE / run / "slurm").glob("*_log.out"))
         assert int(job_of(root, run)) > int(cache_job)
