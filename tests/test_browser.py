@@ -140,9 +140,10 @@ def test_grid_page_fits_and_names_its_colours(browser, tmp_path):
     placements."""
     from normgrow import grid
     plan = grid.plan_grid("cpu", grid.load_grid("ladder"))
-    frame = grid.grid_frame(plan)
+    runs = grid.read_cells(plan)
+    frame = grid.grid_frame(plan, runs)
     path = tmp_path / "grid.html"
-    path.write_text(grid.grid_report_html(plan, frame, grid.grid_machines(grid.cell_records(plan))))
+    path.write_text(grid.grid_report_html(plan, frame, grid.grid_machines(grid.cell_records(plan, runs))))
     seen = open_offline(browser, path, "grid_cpu_ladder.png")
     check_page(seen, min_figures=1)
     legend = seen["page"].locator("#fig-depth .legend").text_content()

@@ -14,6 +14,7 @@ from normgrow import grid
 from normgrow.analysis.claims import NOT_JUDGED, NOT_TESTABLE
 from normgrow.analysis.variants import load_reference
 from normgrow.config import ParamError, load_profile
+from normgrow.rundir import read_finished
 from normgrow.train.spec import make_run_spec
 from normgrow.train.run import run_variant
 
@@ -184,15 +185,18 @@ def test_unknown_grid_lists_the_grids(grids):
 
 
 @pytest.mark.slow  # trains several runs or starts a process (over 10 s): not in make test-fast
-def test_tiny_grid_trained_and_judged(grids, outputs):
+def test_tiny_grid_trained_and_judged(grids, outputs, monkeypatch):
     write_grid(grids, "g", GRID.split("  - {name: mix")[0])
     plan = grid.plan_grid("tiny", grid.load_grid("g"), overrides=OVERRIDES)
     for job in plan.jobs.values():  # the runner executes these through run_variant.ipynb; here in-process
         run_variant(make_run_spec(profile="tiny", **job.params), progress=False)
+    reads = []  # the record reads each finished run once, though settings share runs
+    monkeypatch.setattr(grid, "read_finished", lambda run_dir: reads.append(run_dir) or read_finished(run_dir))
     files = grid.write_grid(plan, command="test")
+    assert len(reads) == len(set(reads)) == len({c.run_name for c in plan.cells}) < len(plan.cells)
     frame = pd.read_csv(files["grid"])
     assert list(frame["setting"]) == ["default", "copy_last", "at_joint_tuning"]
-    runs = grid.setting_runs(plan, "copy_last")
+    runs = grid.setting_runs(plan, "copy_last", grid.read_cells(plan))
     by = runs.set_index(["variant", "seed"])["val_ce"]
     row = frame.set_index("setting").loc["copy_last"]
     grow = [by[("pre-grow", s)] - by[("post-grow", s)] for s in (0, 1)]
@@ -226,7 +230,8 @@ def test_tiny_grid_trained_and_judged(grids, outputs):
 def test_a_setting_without_finished_runs_is_not_testable(grids, outputs):
     write_grid(grids, "g", GRID)
     plan = grid.plan_grid("tiny", grid.load_grid("g"), only=["copy_last"], overrides=OVERRIDES)
-    row = grid.judge_setting(plan, plan.grid.settings[1], load_reference(), unigram=10.0)
+    row = grid.judge_setting(plan, plan.grid.settings[1], load_reference(), unigram=10.0,
+                             cell_runs=grid.read_cells(plan))
     assert row["grow_verdict"] == NOT_TESTABLE and row["gate"].startswith("no finished runs of pre-joint")
 
 
@@ -269,7 +274,7 @@ def test_a_ladder_grid_of_joint_and_single_arms_measures_the_depth_gain_per_rung
         run_variant(make_run_spec(profile="tiny", **job.params), progress=False)
     files = grid.write_grid(plan, command="test")
     frame = pd.read_csv(files["grid"]).set_index("setting")
-    by = grid.setting_runs(plan, "long").set_index(["variant", "seed"])["val_ce"]
+    by = grid.setting_runs(plan, "long", grid.read_cells(plan)).set_index(["variant", "seed"])["val_ce"]
     for side, norm in (("a", "pre"), ("b", "post")):
         gains = [by[(f"{norm}-single", s)] - by[(f"{norm}-joint", s)] for s in (0, 1)]
         assert frame.loc["long", f"depth_gain_{side}"] == pytest.approx(sum(gains) / 2, abs=1e-12)

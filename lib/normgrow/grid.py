@@ -266,28 +266,42 @@ TFLOP of one joint run of placement a (bench.student_step_flops per token x its 
 is plotted against."""
 
 
-def run_status(profile: str, run_name: str) -> str:
-    """finished (summary and config read and validate), damaged (one of them does not), or missing."""
-    run_dir = run_path(profile, run_name)
-    if not is_finished(run_dir):
-        return "missing"
-    try:
-        read_finished(run_dir)
-        return "finished"
-    except RunDirError:
-        return "damaged"
+@dataclass(frozen=True)
+class CellRun:
+    """A cell's run as read from its directory: finished (summary and identity read and validate: read_finished),
+    damaged (they do not) or missing."""
+    status: str
+    summary: Summary | None = None
+    identity: dict | None = None
 
 
-def cell_records(plan: GridPlan) -> list[dict]:
-    """runs.csv: one row per cell, its status (run_status) and, finished, its wall seconds and the machine that
+def read_cells(plan: GridPlan) -> dict[str, CellRun]:
+    """Every run of the plan's cells, read once by name (a run shared by settings, or with the study, is one run):
+    the record's tables, gates and figures all read these."""
+    runs: dict[str, CellRun] = {}
+    for c in plan.cells:
+        if c.run_name in runs:
+            continue
+        run_dir = run_path(plan.profile, c.run_name)
+        if not is_finished(run_dir):
+            runs[c.run_name] = CellRun("missing")
+            continue
+        try:
+            runs[c.run_name] = CellRun("finished", *read_finished(run_dir))
+        except RunDirError:
+            runs[c.run_name] = CellRun("damaged")
+    return runs
+
+
+def cell_records(plan: GridPlan, runs: dict[str, CellRun]) -> list[dict]:
+    """runs.csv: one row per cell, its status (read_cells) and, finished, its wall seconds and the machine that
     trained it (rundir.run_machine)."""
     records = []
     for c in plan.cells:
-        status, machine, wall_s = run_status(plan.profile, c.run_name), None, None
-        if status == "finished":
-            summary, identity = read_finished(run_path(plan.profile, c.run_name))
-            machine, wall_s = run_machine(identity), summary.wall_s
-        records.append(c.__dict__ | {"status": status, "machine": machine, "wall_s": wall_s})
+        run = runs[c.run_name]
+        finished = run.status == "finished"
+        records.append(c.__dict__ | {"status": run.status, "machine": run_machine(run.identity) if finished else None,
+                                     "wall_s": run.summary.wall_s if finished else None})
     return records
 
 
@@ -298,15 +312,15 @@ def grid_machines(records: list[dict]) -> dict[str, dict]:
     return machine_hours(finished.values())
 
 
-def setting_runs(plan: GridPlan, setting: str) -> pd.DataFrame:
+def setting_runs(plan: GridPlan, setting: str, runs: dict[str, CellRun]) -> pd.DataFrame:
     """stats.runs_frame of the setting's finished runs, one variant per (placement, schedule): '<norm>-<schedule>'.
     A damaged run is not counted (runs.csv and the runner name it)."""
     assigned: dict[tuple[str, int], Summary] = {}
     machines: dict[str, str] = {}
     for c in plan.cells:
-        if c.setting == setting and run_status(plan.profile, c.run_name) == "finished":
-            summary, identity = read_finished(run_path(plan.profile, c.run_name))
-            assigned[(f"{c.norm}-{c.schedule}", c.seed)], machines[c.run_name] = summary, run_machine(identity)
+        run = runs[c.run_name]
+        if c.setting == setting and run.status == "finished":
+            assigned[(f"{c.norm}-{c.schedule}", c.seed)], machines[c.run_name] = run.summary, run_machine(run.identity)
     return runs_frame(StudyRuns(assigned, {}, machines=machines))
 
 
@@ -350,28 +364,28 @@ def setting_warmups(cells: list[Cell]) -> int | str:
     return values.pop() if len(values) == 1 else " ".join(f"{arm} {w}" for arm, w in arms.items())
 
 
-def joint_tflop(plan: GridPlan, setting: Setting, prof) -> float:
+def joint_tflop(plan: GridPlan, setting: Setting, prof, runs: dict[str, CellRun]) -> float:
     """The matmul TFLOP of a finished joint run of the setting's placement a (bench.student_step_flops per token of
     its student, prof: the setting's profile, vocabulary as it trained, x its tokens); NaN when there is none."""
     from .bench import student_step_flops
     from .student.model import StudentConfig
     a = setting.placements[0]
-    names = [c.run_name for c in plan.cells if (c.setting, c.norm, c.schedule) == (setting.name, a, "joint")
-             and run_status(plan.profile, c.run_name) == "finished"]
-    if not names:
+    summaries = [runs[c.run_name].summary for c in plan.cells
+                 if (c.setting, c.norm, c.schedule) == (setting.name, a, "joint") and runs[c.run_name].status == "finished"]
+    if not summaries:
         return math.nan
-    summary = read_finished(run_path(plan.profile, names[0]))[0]
+    summary = summaries[0]
     cfg = StudentConfig.from_params(prof.student, vocab_size=summary.vocab["size"], n_layers=summary.depth, norm=a,
                                     max_seq_len=prof.data.seq_len)
     return student_step_flops(cfg, 1, prof.data.seq_len)["step"] * summary.tokens / prof.data.seq_len / 1e12
 
 
 def judge_setting(plan: GridPlan, setting: Setting, reference: Reference, unigram: float | None,
-                  level: float = LEVEL) -> dict:
+                  cell_runs: dict[str, CellRun], level: float = LEVEL) -> dict:
     """One row of grid.csv (GRID_FIELDS): the gaps' numbers, the gates' findings and the SETTING_CLAIMS verdicts. A
     grid without grown runs has no grow gap: its verdicts are NOT_TESTABLE and its rows carry the depth gains."""
     a, b = setting.placements
-    runs = setting_runs(plan, setting.name)
+    runs = setting_runs(plan, setting.name, cell_runs)
     cells = [c for c in plan.cells if c.setting == setting.name]
     margin = reference.depth_margin
     prof = load_profile(plan.profile, setting_overrides(plan, setting))
@@ -380,7 +394,7 @@ def judge_setting(plan: GridPlan, setting: Setting, reference: Reference, unigra
            "lrs": " ".join(f"{n}-{s} {lr:g}" for n, s, lr in dict.fromkeys((c.norm, c.schedule, c.lr) for c in cells)),
            "unigram_val_ce": unigram, "unique_tokens": prof.data.train_tokens,
            "run_tokens": sum(prof.train.stage_tokens), "d_model": prof.student.d_model,
-           "warmup_steps": setting_warmups(cells), "joint_tflop": joint_tflop(plan, setting, prof)}
+           "warmup_steps": setting_warmups(cells), "joint_tflop": joint_tflop(plan, setting, prof, cell_runs)}
     for name, norm in (("a", a), ("b", b)):
         gain = mean_ci(paired_differences(runs, f"{norm}-single", f"{norm}-joint").values, level)
         row |= {f"depth_gain_{name}_ci_low": gain["ci_low"], f"depth_gain_{name}_ci_high": gain["ci_high"]}
@@ -418,10 +432,11 @@ def judge_setting(plan: GridPlan, setting: Setting, reference: Reference, unigra
     return row | {column: claim.status for column, claim in zip(SETTING_CLAIMS, claims)}
 
 
-def grid_frame(plan: GridPlan, level: float = LEVEL) -> pd.DataFrame:
-    """grid.csv: a row per setting (judge_setting), each gated against the unigram level of its own data."""
+def grid_frame(plan: GridPlan, runs: dict[str, CellRun], level: float = LEVEL) -> pd.DataFrame:
+    """grid.csv: a row per setting (judge_setting) from the cells' runs (read_cells), each gated against the unigram
+    level of its own data."""
     reference = load_reference()
-    rows = [judge_setting(plan, s, reference, setting_unigram(plan, s), level) for s in plan.grid.settings
+    rows = [judge_setting(plan, s, reference, setting_unigram(plan, s), runs, level) for s in plan.grid.settings
             if s.name not in plan.not_run and any(c.setting == s.name for c in plan.cells)]
     rows += [{"setting": name, "about": next(s.about for s in plan.grid.settings if s.name == name),
               "grow_verdict": NOT_TESTABLE, "interaction_verdict": NOT_TESTABLE, "gate": f"not run: {why}"}
@@ -520,8 +535,9 @@ def write_grid(plan: GridPlan, command: str = "", level: float = LEVEL) -> dict[
     from .viz.forest import forest_svg, reference_marks
     out = grid_dir(plan.profile, plan.grid.name)
     out.mkdir(parents=True, exist_ok=True)
-    frame = grid_frame(plan, level)
-    records = cell_records(plan)
+    runs = read_cells(plan)
+    frame = grid_frame(plan, runs, level)
+    records = cell_records(plan, runs)
     machines = grid_machines(records)
     files = {"grid": out / "grid.csv", "runs": out / "runs.csv", "json": out / "grid.json",
              "report": out / "report.html", "depth": out / "depth.svg"}
