@@ -370,8 +370,8 @@ def joint_tflop(plan: GridPlan, setting: Setting, prof, runs: dict[str, CellRun]
     from .bench import student_step_flops
     from .student.model import StudentConfig
     a = setting.placements[0]
-    summaries = [runs[c.run_name].summary for c in plan.cells
-                 if (c.setting, c.norm, c.schedule) == (setting.name, a, "joint") and runs[c.run_name].status == "finished"]
+    joint = [runs[c.run_name] for c in plan.cells if (c.setting, c.norm, c.schedule) == (setting.name, a, "joint")]
+    summaries = [run.summary for run in joint if run.status == "finished"]
     if not summaries:
         return math.nan
     summary = summaries[0]

@@ -439,8 +439,9 @@ def read_finished(run_dir: Path) -> tuple[Summary, dict]:
 def run_machine(identity: dict) -> str:
     """The machine a run trained on, as its config.json's environment recorded it (utils.machine_description): the
     GPU's name where it had one, else the CPU's model. Records that pool runs name it (sweep.csv, the grid's
-    runs.csv, the study's summary.csv): bf16 matmuls round differently from one CPU to another, the teacher cache built there included, so
-    runs of one record trained on two machines differ by that rounding as well as by their parameters."""
+    runs.csv, the study's summary.csv): bf16 matmuls round differently from one CPU to another, the teacher cache
+    built there included, so runs of one record trained on two machines differ by that rounding as well as by their
+    parameters."""
     environment = identity.get("environment", {})
     return environment.get("gpu") or environment.get("cpu") or "not recorded"
 
