@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 STUDIES = sorted(p.parent.name for p in (ROOT / "outputs" / "study").glob("*/claims.csv"))
 GRIDS = sorted(p.parent.relative_to(ROOT / "outputs" / "grid").as_posix()
                for p in (ROOT / "outputs" / "grid").glob("*/*/grid.csv"))
-TABLES = ("summary", "variant_stats", "gaps", "crossover", "claims", "regime", "depth")
+TABLES = ("summary", "variant_stats", "gaps", "crossover", "claims", "regime", "depth", "unassigned")
 
 
 @pytest.mark.slow  # builds every table of each committed study (about 20 s)
@@ -30,6 +30,9 @@ def test_a_committed_study_recomputes_to_its_committed_tables(profile, monkeypat
     files = report.write_report(report.build_report(profile), out_dir=tmp_path)
     changed = [name for name in TABLES if files[name].read_text() != (committed / f"{name}.csv").read_text()]
     assert not changed, f"outputs/study/{profile}: today's code counts {changed} differently"
+    # the page too: it draws the committed grids and names every run it does not count
+    assert files["report"].read_text() == (committed / "report.html").read_text(), \
+        f"outputs/study/{profile}/report.html is not the page its runs and grids make today"
 
 
 @pytest.mark.parametrize("profile", [p for p in STUDIES if (ROOT / "outputs" / "study" / p / "diagnostics.json").is_file()])
