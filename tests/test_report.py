@@ -335,6 +335,7 @@ def test_write_report_files_and_diagnostics(outputs, trained):
     assert "<script src=" not in page and "<script type=\"text/javascript\" src=" not in page  # no CDN
     assert "Plotly" in page and len(page) > 1_000_000  # plotly.js embedded
     assert "Diagnostics are not available" in page
+    assert str(outputs) not in page  # a committed page names no folder of the machine that wrote it
 
     study = outputs / "study" / "tiny"
     diag = [claims.Claim("obs4-boundary-scale", "post-norm keeps boundary scale stable", claims.SUPPORTED,

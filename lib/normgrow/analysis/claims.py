@@ -317,13 +317,17 @@ def depth_gate(claims: list[Claim], depth: pd.DataFrame, variants: dict[str, Var
 
 def read_diagnostics(profile: str) -> tuple[list[Claim] | None, str]:
     """The claims of outputs/study/<profile>/diagnostics.json (observations 4 and 5, judged by measured_claims.py and
-    written by diagnostics.py as Claim records), and a note saying where they come from or why there are none."""
+    written by diagnostics.py as Claim records), and a note saying where they come from or why there are none. The
+    note names the file within the study's folder, never the folder itself: the page is committed and read on other
+    machines."""
     path = study_diagnostics(profile)
     if not path.is_file():
-        return None, f"Diagnostics are not available: {path} does not exist (notebooks/diagnostics.ipynb not run)."
+        return None, (f"Diagnostics are not available: {path.name} does not exist in this folder "
+                      "(notebooks/diagnostics.ipynb not run).")
     try:
         claims = [Claim.from_json(c) for c in json.loads(path.read_text())["claims"]]
     except (OSError, ValueError, KeyError, TypeError) as err:
-        return None, (f"Diagnostics are not available: {path} could not be read as claims ({type(err).__name__}: "
-                      f"{err}); rerun notebooks/diagnostics.ipynb.")
+        return None, (f"Diagnostics are not available: {path.name} in this folder could not be read as claims "
+                      f"({type(err).__name__}: {str(err).replace(str(path.parent), '.')}); rerun "
+                      "notebooks/diagnostics.ipynb.")
     return claims, "Observations 4 and 5: the claims of diagnostics.json in this folder."
