@@ -8,15 +8,18 @@ with the copies, where the other placement's runs trained on the copies' CPU; an
 original's. Run: .venv/bin/python scripts/grid_rows_one_cpu.py PROFILE GRID NORM PREFIX
 (e.g. cpu robustness pre xeon-)."""
 import sys
+from functools import cache
 
 import pandas as pd
 
-from normgrow.analysis.stats import mean_ci
+from normgrow.grid import setting_gaps
 from normgrow.rundir import grid_dir, read_finished, run_machine, run_path
 
 
-def val_ce(profile: str, name: str) -> float:
-    return read_finished(run_path(profile, name))[0].val_ce
+@cache
+def finished(profile: str, name: str) -> tuple:
+    """rundir.read_finished of a run, read once however many rows share it."""
+    return read_finished(run_path(profile, name))
 
 
 def interval(c: dict) -> str:
@@ -24,11 +27,12 @@ def interval(c: dict) -> str:
 
 
 def readings(profile: str, grid: str, norm: str, prefix: str) -> tuple[dict[str, float], list[tuple[str, str, dict]]]:
-    """({copy: its val_ce - the original's}, [(setting, which runs, {joint, grow, interaction: stats.mean_ci})])."""
+    """({copy: its val_ce - the original's}, [(setting, which runs, grid.setting_gaps: joint, grow, interaction)])."""
     runs = pd.read_csv(grid_dir(profile, grid) / "runs.csv")
     copied = {n for n in runs.run_name[runs.norm == norm] if (run_path(profile, prefix + n) / "summary.json").exists()}
-    machines = {run_machine(read_finished(run_path(profile, prefix + name))[1]) for name in copied}
-    differences = {prefix + n: val_ce(profile, prefix + n) - val_ce(profile, n) for n in sorted(copied)}
+    machines = {run_machine(finished(profile, prefix + name)[1]) for name in copied}
+    val_ce = lambda name: finished(profile, name)[0].val_ce
+    differences = {prefix + n: val_ce(prefix + n) - val_ce(n) for n in sorted(copied)}
     rows_read = []
     for setting, rows in runs.groupby("setting", sort=False):
         other = next((n for n in rows.norm.unique() if n != norm), None)
@@ -36,13 +40,10 @@ def readings(profile: str, grid: str, norm: str, prefix: str) -> tuple[dict[str,
                 or set(rows.machine[rows.norm == other]) != machines):
             continue
         for label, rename in (("grid's runs", ""), (f"{norm} from {prefix}*", prefix)):
-            def ce(n: str, schedule: str) -> list[float]:
-                names = rows[(rows.norm == n) & (rows.schedule == schedule)].sort_values("seed").run_name
-                return [val_ce(profile, (rename if n == norm else "") + r) for r in names]
-            joint = [a - b for a, b in zip(ce(norm, "joint"), ce(other, "joint"))]
-            grow = [a - b for a, b in zip(ce(norm, "grow"), ce(other, "grow"))]
-            rows_read.append((setting, label, {"joint": mean_ci(joint), "grow": mean_ci(grow),
-                                               "interaction": mean_ci([g - j for g, j in zip(grow, joint)])}))
+            frame = pd.DataFrame({"variant": rows.norm + "-" + rows.schedule, "seed": rows.seed,
+                                  "val_ce": [val_ce((rename if n == norm else "") + r)
+                                             for n, r in zip(rows.norm, rows.run_name)]})
+            rows_read.append((setting, label, setting_gaps(frame, norm, other)))
     return differences, rows_read
 
 

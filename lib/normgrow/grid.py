@@ -380,6 +380,16 @@ def joint_tflop(plan: GridPlan, setting: Setting, prof, runs: dict[str, CellRun]
     return student_step_flops(cfg, 1, prof.data.seq_len)["step"] * summary.tokens / prof.data.seq_len / 1e12
 
 
+def setting_gaps(runs: pd.DataFrame, a: str, b: str, level: float = LEVEL) -> dict[str, dict]:
+    """A setting's gaps over a runs frame (variants '<norm>-<schedule>'): joint (a-joint - b-joint), grow (a-grow -
+    b-grow) and interaction (grow - joint on the seeds both pair), each stats.mean_ci of the per-seed differences."""
+    joint = paired_differences(runs, f"{a}-joint", f"{b}-joint")
+    grow = paired_differences(runs, f"{a}-grow", f"{b}-grow")
+    both = sorted(set(joint.index) & set(grow.index))
+    return {"joint": mean_ci(joint.values, level), "grow": mean_ci(grow.values, level),
+            "interaction": mean_ci([grow[s] - joint[s] for s in both], level)}
+
+
 def judge_setting(plan: GridPlan, setting: Setting, reference: Reference, unigram: float | None,
                   cell_runs: dict[str, CellRun], level: float = LEVEL) -> dict:
     """One row of grid.csv (GRID_FIELDS): the gaps' numbers, the gates' findings and the SETTING_CLAIMS verdicts. A
@@ -398,11 +408,7 @@ def judge_setting(plan: GridPlan, setting: Setting, reference: Reference, unigra
     for name, norm in (("a", a), ("b", b)):
         gain = mean_ci(paired_differences(runs, f"{norm}-single", f"{norm}-joint").values, level)
         row |= {f"depth_gain_{name}_ci_low": gain["ci_low"], f"depth_gain_{name}_ci_high": gain["ci_high"]}
-    joint = paired_differences(runs, f"{a}-joint", f"{b}-joint")
-    grow = paired_differences(runs, f"{a}-grow", f"{b}-grow")
-    both = sorted(set(joint.index) & set(grow.index))
-    stats = {"joint": mean_ci(joint.values, level), "grow": mean_ci(grow.values, level),
-             "interaction": mean_ci([grow[s] - joint[s] for s in both], level)}
+    stats = setting_gaps(runs, a, b, level)
     for name, s in stats.items():
         row |= {("joint_gap" if name == "joint" else "grow_gap" if name == "grow" else name): s["mean"],
                 f"{name}_ci_low": s["ci_low"], f"{name}_ci_high": s["ci_high"]}
