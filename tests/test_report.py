@@ -351,6 +351,9 @@ def test_write_report_files_and_diagnostics(outputs, trained):
     (study / "diagnostics.json").write_text(json.dumps({"claims": [{"claim": 4, "supported": True}]}))  # old format
     rep = report.build_report("tiny")
     assert rep.diagnostics_claims is None and "could not be read as claims" in rep.diagnostics_note
+    (study / "diagnostics.json").write_bytes(b"\xff\xfe not text")
+    note = report.build_report("tiny").diagnostics_note
+    assert "UnicodeDecodeError" in note and str(outputs) not in note
 
 
 # --------------------------------------------------------------------------------------------------- regime gate

@@ -327,7 +327,7 @@ def read_diagnostics(profile: str) -> tuple[list[Claim] | None, str]:
     try:
         claims = [Claim.from_json(c) for c in json.loads(path.read_text())["claims"]]
     except (OSError, ValueError, KeyError, TypeError) as err:
+        reason = err.strerror if isinstance(err, OSError) else err  # an OSError's text would name the path
         return None, (f"Diagnostics are not available: {path.name} in this folder could not be read as claims "
-                      f"({type(err).__name__}: {str(err).replace(str(path.parent), '.')}); rerun "
-                      "notebooks/diagnostics.ipynb.")
+                      f"({type(err).__name__}: {reason}); rerun notebooks/diagnostics.ipynb.")
     return claims, "Observations 4 and 5: the claims of diagnostics.json in this folder."
