@@ -164,6 +164,7 @@ def test_diagnose_run_caches_and_claims(tmp_path, batch):
     assert r["drift"]["growth_boundaries"] == [None, 1, 2]
     assert len(r["drift"]["top"]["all"]) == 3 and r["drift"]["fixed_boundary"] == 1
     assert (pre / "diagnostics.json").is_file()
+    assert str(tmp_path) not in (pre / "diagnostics.json").read_text()  # names no folder of the machine
     mtime = (pre / "diagnostics.json").stat().st_mtime_ns
     D.diagnose_run(pre, batch)
     assert (pre / "diagnostics.json").stat().st_mtime_ns == mtime  # cached

@@ -328,7 +328,8 @@ def diagnose_run(run_dir, batch: dict, force: bool = False, skip: bool = True) -
         checkpoints.append(d)
         prev_depth = depth
         del model
-    result = {"version": VERSION, "run": run_dir.name, "run_dir": str(run_dir), "norm": checkpoints[-1]["norm"],
+    # the run by name, not by folder: the study's diagnostics.json holds these records and is committed
+    result = {"version": VERSION, "run": run_dir.name, "norm": checkpoints[-1]["norm"],
               "schedule": info.get("schedule"), "freeze_prefix": info.get("freeze_prefix"), "seed": info.get("seed"),
               "finished": is_finished(run_dir), "batch": batch["meta"], "skip": skip,
               "checkpoint_files": [p.name for _, _, p in ckpts], "checkpoints": checkpoints,
