@@ -1,27 +1,19 @@
 """scripts/run_time_shares.py on committed records: a grid's finished runs are each counted once, under a setting
 that reads them, and every run's parts add up to its wall time."""
 import csv
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+from repo_scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "scripts" / "run_time_shares.py"
 LADDER = ROOT / "outputs" / "grid" / "cpu" / "ladder" / "runs.csv"
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("run_time_shares", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_a_grid_s_finished_runs_are_each_counted_once(monkeypatch, capsys):
     monkeypatch.delenv("NORMGROW_OUTPUTS", raising=False)  # the repository's committed outputs
-    script = load_script()
+    script = load_script("run_time_shares")
     rows = script.grid_shares("cpu", "ladder")
     with LADDER.open() as f:
         finished = {r["run_name"]: r for r in csv.DictReader(f) if r["status"] == "finished"}
