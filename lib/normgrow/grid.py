@@ -72,7 +72,7 @@ from .analysis.variants import Reference, StudyRuns, Variant, load_reference, lo
 
 GRIDS_DIR = PARAMS_DIR / "grids"
 GRID_KEYS = ("placements", "seeds", "settings")
-OPTIONAL_GRID_KEYS = ("schedules", "overrides")
+OPTIONAL_GRID_KEYS = ("schedules", "overrides", "share_study_runs")
 SETTING_KEYS = ("name", "about", "overrides", "placements", "tuning_of", "lr_scale")
 CORE = ("joint", "grow", "single")  # the variants of every setting, per placement
 
@@ -93,6 +93,7 @@ class Grid:
     seeds: tuple[int, ...]
     settings: tuple[Setting, ...]
     schedules: tuple[str, ...] = CORE  # the schedules each setting trains per placement (joint and single always)
+    share_study_runs: bool = True  # False: every run is the grid's own (grid-...), none the study's (load_grid)
 
 
 def _pair(value, where: str) -> tuple[str, str]:
@@ -106,7 +107,9 @@ def load_grid(name: str) -> Grid:
     """params/grids/<name>.yaml, validated: GRID_KEYS and maybe OPTIONAL_GRID_KEYS (schedules: those of CORE each
     setting trains, joint and single among them, since the depth gate reads both; default all three; overrides:
     dotted profile keys under every setting's own, the only place train.lr may be given: a grid that pins the lrs
-    and warmups it trained at keeps its runs when a sweep later writes others into the profile); every
+    and warmups it trained at keeps its runs when a sweep later writes others into the profile; share_study_runs,
+    default true: false names every run the grid's own, so that a record made to choose the study's protocol
+    still reads its runs after the study has moved to another and its run names hold other runs); every
     setting's keys of SETTING_KEYS, a unique name usable in run names, placements a pair of placements, tuning_of
     schedule -> schedule. Overrides are validated per run by make_run_spec (plan_grid), which names the key."""
     path = GRIDS_DIR / f"{check_name('grid', name)}.yaml"
@@ -124,6 +127,9 @@ def load_grid(name: str) -> Grid:
     if not (isinstance(seeds, list) and seeds and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
                                                       for s in seeds)):
         raise ParamError(f"{path}: seeds={seeds!r} must be a non-empty list of integers >= 0")
+    share = raw.get("share_study_runs", True)
+    if not isinstance(share, bool):
+        raise ParamError(f"{path}: share_study_runs={share!r} must be true or false")
     pinned = raw.get("overrides") or {}
     if not isinstance(pinned, dict):
         raise ParamError(f"{path}: overrides={pinned!r} must be a mapping of dotted profile keys")
@@ -155,7 +161,7 @@ def load_grid(name: str) -> Grid:
     names = [s.name for s in settings]
     if len(set(names)) != len(names):
         raise ParamError(f"{path}: setting names must be unique (got {', '.join(names)})")
-    return Grid(name, tuple(dict.fromkeys(seeds)), tuple(settings), tuple(s for s in CORE if s in schedules))
+    return Grid(name, tuple(dict.fromkeys(seeds)), tuple(settings), tuple(s for s in CORE if s in schedules), share)
 
 
 # ------------------------------------------------------------------------------------------------------ the plan
@@ -237,7 +243,7 @@ def plan_grid(profile: str, grid: Grid, seeds: list[int] | None = None, only: li
             identity = {k: v for k, v in spec.identity().items() if k != "run_name"}
             key = stable_hash(identity)
             if key not in by_identity:
-                study = study_variant.get((norm, schedule))
+                study = study_variant.get((norm, schedule)) if grid.share_study_runs else None
                 default = (make_run_spec(profile=profile, norm=norm, schedule=schedule, seed=seed, run_name="x",
                                          overrides=overrides, processes=processes).identity() if study else None)
                 shared = study is not None and {k: v for k, v in default.items() if k != "run_name"} == identity
