@@ -292,6 +292,48 @@ def test_a_ladder_grid_of_joint_and_single_arms_measures_the_depth_gain_per_rung
     assert "pre: 2 rungs, too few for a trend" in files["report"].read_text()
 
 
+@pytest.mark.slow  # trains 24 tiny runs
+def test_a_grid_of_curriculum_shapes_reads_how_the_grown_students_fared(grids, outputs):
+    """Settings that change train.stages (params/grids/shapes.yaml): runs of the grid's own (share_study_runs:
+    false), joint and single runs the same numbers whatever the shape (they read only its first and last stage),
+    and curriculum.csv per setting: grow - single per placement paired by seed, the grown runs' mean val_ce at each
+    phase end, the gap a - b there and its leader, each equal to a direct computation from the runs; curriculum.svg
+    draws a panel per setting."""
+    write_grid(grids, "shapes", "placements: [pre, post]\nseeds: [0, 1]\nshare_study_runs: false\nsettings:\n"
+                                "  - {name: 1-2-3, about: a block a stage}\n"
+                                "  - {name: 1-3, overrides: {train.stages: [1, 3], train.stage_tokens: [128, 256]}, "
+                                "about: two stages}\n")
+    plan = grid.plan_grid("tiny", grid.load_grid("shapes"), overrides=OVERRIDES)
+    assert len(plan.jobs) == 24 and all(name.startswith("grid-") for name in plan.jobs)
+    for job in plan.jobs.values():
+        run_variant(make_run_spec(profile="tiny", **job.params), progress=False)
+    files = grid.write_grid(plan, command="test")
+    cells = grid.read_cells(plan)
+    runs = {name: grid.setting_runs(plan, name, cells).set_index(["variant", "seed"]) for name in ("1-2-3", "1-3")}
+    for variant in ("pre-joint", "post-single"):  # the same run under either shape, bit for bit
+        assert (runs["1-2-3"].loc[variant, "val_ce"] == runs["1-3"].loc[variant, "val_ce"]).all()
+    table = pd.read_csv(files["curriculum"]).set_index("setting")
+    for name, stages in (("1-2-3", [1, 2, 3]), ("1-3", [1, 3])):
+        by, row = runs[name], table.loc[name]
+        assert row["stages"] == " ".join(map(str, stages)) and row["n_seeds"] == 2
+        for side, norm in (("a", "pre"), ("b", "post")):
+            diffs = [by.loc[(f"{norm}-grow", s), "val_ce"] - by.loc[(f"{norm}-single", s), "val_ce"] for s in (0, 1)]
+            assert row[f"grow_vs_single_{side}"] == pytest.approx(sum(diffs) / 2, abs=1e-12)
+            assert row[f"grow_vs_single_{side}_ci_low"] < sum(diffs) / 2 < row[f"grow_vs_single_{side}_ci_high"]
+            phases = [float(v) for v in row[f"phase_val_ce_{side}"].split()]
+            assert phases == pytest.approx([by.loc[f"{norm}-grow", f"val_ce_p{i}"].mean() for i in range(len(stages))],
+                                           abs=1e-4)
+            assert phases[-1] == pytest.approx(row[f"grow_{side}"], abs=1e-4)
+        gaps = [float(v) for v in row["phase_gaps"].split()]
+        direct = [(by.loc["pre-grow", f"val_ce_p{i}"] - by.loc["post-grow", f"val_ce_p{i}"]).mean()
+                  for i in range(len(stages))]
+        assert gaps == pytest.approx(direct, abs=1e-4)
+        assert row["phase_leaders"].split() == ["post" if g > 0 else "pre" for g in direct]
+    svg = files["curriculum_figure"].read_text()
+    assert svg.startswith("<svg") and "stages 1 2 3" in svg and "stages 1 3" in svg and svg.count("<polyline") == 4
+    assert "How the grown students fared" in files["report"].read_text()
+
+
 def test_forest_plots_colour_error_bars_by_verdict_and_mark_zero_and_the_reference():
     """Both forest plots of a two-row frame: plotly's error bars take one colour per trace (a list of colours was
     drawn black, with a console warning), the legend names each verdict and the reference; the SVG has x ticks

@@ -309,7 +309,7 @@ def test_every_schedule_trains_the_other_placements(outputs, norm):
     phases = grow["phases"]
     assert phases[0]["val_ce_after_growth"] is None
     for before, after in zip(phases, phases[1:]):
-        assert after["val_ce_after_growth"] == pytest.approx(before["val_ce"], abs=1e-6)
+        assert after["val_ce_after_growth"] == pytest.approx(before["val_ce_subset"], abs=1e-6)
     joint = run(norm=norm, schedule="joint")
     assert joint["phases"][0]["val_ce_after_growth"] is None
     for kw in ({"schedule": "single"}, {"schedule": "grow", "freeze_prefix": True},
@@ -322,11 +322,11 @@ def test_every_schedule_trains_the_other_placements(outputs, norm):
 def test_zero_out_growth_of_pre_norm_keeps_the_validation_loss(outputs):
     summary = run(norm="pre", schedule="grow", overrides=fakes.TINY_OVERRIDES | {"student.new_block_init": "zero_out"})
     for before, after in zip(summary["phases"], summary["phases"][1:]):
-        assert after["val_ce_after_growth"] == pytest.approx(before["val_ce"], abs=1e-6)
+        assert after["val_ce_after_growth"] == pytest.approx(before["val_ce_subset"], abs=1e-6)
 
 
 def test_evaluations_read_by_a_claim_or_gate_cover_the_whole_split():
-    """numerics version 4: phase ends and the last eval_every point at or before 80% of the run's steps (the
+    """Phase ends and the last eval_every point at or before 80% of the run's steps (the
     flatness gate's v_80) are full; the other eval_every points and the growth evaluations read the subset."""
     from types import SimpleNamespace
     from normgrow.train.run import evaluation_plan
@@ -351,7 +351,8 @@ def test_the_validation_subset_is_evenly_spread_and_fixed():
 
 def test_subset_points_are_recorded_as_such_and_the_gate_reads_whole_split_points(outputs):
     """A run's records say which evaluations read the subset; its full-split points are the values a run on the
-    whole split records at the same steps, and the flatness curve (stats.eval_curve) holds only those."""
+    whole split records at the same steps, and the flatness curve (stats.eval_curve) holds only those and the start
+    (numerics version 5: the untrained model on the subset)."""
     from normgrow.analysis.stats import eval_curve
     subset = {**fakes.TINY_OVERRIDES, "train.eval_tokens": 64}  # 4 of the fake cache's 8 validation rows
     run(norm="pre", schedule="joint", overrides=subset, run_name="subset")
@@ -361,17 +362,41 @@ def test_subset_points_are_recorded_as_such_and_the_gate_reads_whole_split_point
     sub, whole = read("subset"), read("whole")
     assert [r["step"] for r in sub] == [r["step"] for r in whole]
     assert any(not r["full_split"] for r in sub) and all(r["full_split"] for r in whole)
+    assert not sub[0]["full_split"] and sub[0]["step"] == 0
     for s, w in zip(sub, whole):
-        assert (s["val_ce"] == w["val_ce"]) == s["full_split"]  # the same model: equal exactly where both are full
+        # the same model: equal where both are full (to float32 rounding: the subset's rows are batched first)
+        assert (s["val_ce"] == pytest.approx(w["val_ce"], rel=1e-6)) == s["full_split"]
         assert s["eval_positions"] < w["eval_positions"] or s["full_split"]
     assert [r["step"] for r in eval_curve(outputs / "runs" / "tiny" / "subset")] == [
-        r["step"] for r in sub if r["full_split"]]
+        r["step"] for r in sub if r["full_split"] or r["step"] == 0]
     # whole-split points carry the subset's value too, and the run's curve is drawn on the subset throughout
     from normgrow.viz.plots import val_records
     assert all("val_ce_subset" in r for r in sub if r["full_split"]) and not any("val_ce_subset" in r for r in whole)
     curve = val_records(outputs / "runs" / "tiny" / "subset")
     assert list(curve["val_ce"]) == [r["val_ce_subset"] if r["full_split"] else r["val_ce"] for r in sub]
     assert list(val_records(outputs / "runs" / "tiny" / "whole")["val_ce"]) == [r["val_ce"] for r in whole]
+
+
+def test_a_whole_split_evaluation_gives_the_subsets_values_of_an_evaluation_of_the_subset_alone():
+    """numerics version 5: the subset's rows go first, in batches of their own, so its means from the whole split's
+    forward equal those of the subset alone bit for bit, and the whole split's means are its rows' (every row once)."""
+    from normgrow.data.vocab import VocabMap
+    from normgrow.student.model import Student, StudentConfig
+    from normgrow.train.run import evaluate, subset_rows
+    cache = fakes.fake_cache(n_val=12)
+    torch.manual_seed(0)
+    model = Student(StudentConfig(vocab_size=fakes.VOCAB, d_model=16, n_layers=2, n_heads=2, n_kv_heads=1,
+                                  head_dim=8, d_ff=32, max_seq_len=16, norm="post"))
+    vocab = VocabMap.for_cache(cache, "full")
+    subset, rows = subset_rows(12, 5 * 16, 16), np.arange(12)
+    args = (model, cache.val, rows, 3, torch.device("cpu"), torch.float32, vocab)
+    whole = evaluate(*args, subset=subset)
+    alone = evaluate(model, cache.val, subset, 3, torch.device("cpu"), torch.float32, vocab)
+    assert (whole["val_ce_subset"], whole["val_kd_ce_subset"]) == (alone["val_ce"], alone["val_kd_ce"])
+    plain = evaluate(*args)
+    assert "val_ce_subset" not in plain and whole["eval_positions"] == plain["eval_positions"]
+    assert whole["val_ce"] == pytest.approx(plain["val_ce"], rel=1e-6)  # the same rows, summed in another order
+    assert whole["val_ce"] != pytest.approx(whole["val_ce_subset"], rel=1e-3)
 
 
 def test_a_run_says_at_its_end_whether_the_regime_gate_counts_it_trained(outputs, capsys):

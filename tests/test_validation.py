@@ -169,6 +169,22 @@ def test_reference_margins_fail_at_load(tmp_path, monkeypatch, old, new, match):
         variants.load_reference()
 
 
+def test_stage_tokens_must_be_whole_steps_and_a_bad_value_names_its_file():
+    """[4000, 4000, 4000] at 512 tokens a step used to be rounded per phase: the joint arm trained 11,776 tokens and
+    the grown arm 10,752 (9% fewer), silently. Refused now, naming the profile's file, the overrides and the key."""
+    from normgrow.config import PARAMS_DIR
+    tiny = PARAMS_DIR / "profiles" / "tiny.yaml"
+    with pytest.raises(ParamError, match=re.escape(f"{tiny} with overrides {{'train.stage_tokens': [4000, 4000, "
+                                                   "4000]}: train.stage_tokens=[4000, 4000, 4000]: every stage must be whole "
+                                                   "steps of train.batch_size x data.seq_len = 512 tokens, and 4000 "
+                                                   "is not (e.g. 3584 or 4096)")):
+        load_profile("tiny", {"train.stage_tokens": [4000, 4000, 4000]})
+    with pytest.raises(ParamError, match=re.escape(f"{tiny} with overrides {{'train.grad_clip': -1.0}}: "
+                                                   "train.grad_clip=-1.0 must be > 0")):
+        load_profile("tiny", {"train.grad_clip": -1.0})
+    assert load_profile("tiny", {"train.stage_tokens": [512, 1024, 4096]}).train.stage_tokens == (512, 1024, 4096)
+
+
 def test_step_budget_is_checked_before_any_work(tmp_path, monkeypatch):
     """A batch larger than the training split, or a step larger than the machine's memory, is a ParamError from
     make_run_spec: nothing allocated, no run directory (train.batch_size: 100000000 used to die after 80 s in
@@ -179,8 +195,10 @@ def test_step_budget_is_checked_before_any_work(tmp_path, monkeypatch):
     monkeypatch.setenv("NORMGROW_OUTPUTS", str(tmp_path / "outputs"))
     with pytest.raises(ParamError, match=r"train.batch_size=100000000 is more rows per step than the training split "
                                          r"has: 256 \(data.train_tokens=16384 // data.seq_len=64\)"):
-        spec.make_run_spec("tiny", overrides={"train.batch_size": 100_000_000})
-    big = {"train.device": "cpu", "data.train_tokens": 8192 * 64, "train.batch_size": 8192}
+        spec.make_run_spec("tiny", overrides={"train.batch_size": 100_000_000,
+                                              "train.stage_tokens": [100_000_000 * 64] * 3})
+    big = {"train.device": "cpu", "data.train_tokens": 8192 * 64, "train.batch_size": 8192,
+           "train.stage_tokens": [8192 * 64] * 3}
     batch, activations = spec.step_memory(load_profile("tiny", big))
     assert (batch, activations) == (21 + 12 * 8, 4 * (4 * 32 + 3 * 64) * 3)  # k 8, d_model 32, d_ff 64, depth 3
     need = 8192 * 64 * (batch + activations)

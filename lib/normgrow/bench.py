@@ -15,8 +15,8 @@ Candidates (same batch, same initial weights; every one is a full training step:
 grad-norm clip, AdamW step, loss.item()):
   normgrow           the study's step: train.DistillStep (the student's blocks, compiled when train.compile resolves
                      to on here, + the fused distillation head) under train._autocast, train.make_optimizer's AdamW
-                     (numerics version 4: blocks compiled on CUDA and for bf16 on CPU, attention kernel in float32
-                     on CPU, fused AdamW; version 4 changed evaluations, not this step, which is version 3's).
+                     (blocks compiled on CUDA and for bf16 on CPU, attention kernel in float32 on CPU, fused AdamW;
+                     numerics versions 4 and 5 changed evaluations, not this step, which is version 3's).
                      Compiled, its first call compiles, so it needs warmup >= 1
   normgrow_v2        the same step under numerics version 2: the blocks eager; ratios.normgrow_vs_normgrow_v2 is
                      v2 / this version's step time (--compare times these two alone)

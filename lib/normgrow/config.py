@@ -361,7 +361,10 @@ def load_profile(profile: str | os.PathLike, overrides: dict | None = None) -> P
         if not isinstance(dotted, str):
             raise ParamError(f"override key {dotted!r} must be a dotted string like 'train.lr'")
         _set_dotted(raw, dotted, value)
-    return profile_from_dict(raw, path.stem)
+    try:
+        return profile_from_dict(raw, path.stem)
+    except ParamError as err:  # the file (and the overrides) where the bad value was given
+        raise ParamError(f"{path}{' with overrides ' + repr(overrides) if overrides else ''}: {err}") from None
 
 
 def profile_from_dict(raw: dict, name: str) -> Profile:
@@ -483,6 +486,15 @@ def _check_cross(p: Profile) -> None:
     if len(t.stage_tokens) != len(t.stages) or any(not isinstance(n, int) or n <= 0 for n in t.stage_tokens):
         raise ParamError(f"train.stage_tokens={list(t.stage_tokens)!r} must list one positive token count per stage "
                          f"(stages={list(t.stages)})")
+    tokens_per_step = t.batch_size * p.data.seq_len
+    partial = [n for n in t.stage_tokens if n % tokens_per_step]
+    if partial:
+        n = partial[0]
+        below, above = max(1, n // tokens_per_step) * tokens_per_step, (n // tokens_per_step + 1) * tokens_per_step
+        raise ParamError(f"train.stage_tokens={list(t.stage_tokens)!r}: every stage must be whole steps of "
+                         f"train.batch_size x data.seq_len = {tokens_per_step} tokens, and {n} is not (e.g. {below} "
+                         f"or {above}): a phase rounded to whole steps would train other tokens than its joint "
+                         "counterpart")
     if p.student.n_heads % p.student.n_kv_heads:
         raise ParamError(f"student.n_heads={p.student.n_heads} must be a multiple of "
                          f"student.n_kv_heads={p.student.n_kv_heads}")

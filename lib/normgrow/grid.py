@@ -36,7 +36,8 @@ Outputs: outputs/grid/<profile>/<grid>/grid.csv (a row per setting), runs.csv (a
 finished, its wall time and the machine that trained it), grid.json (the plan: every cell's run, the settings, date,
 command, git commit, and the runs and run-hours per machine), report.html (the forest plot, the depth gains and the
 table), depth.svg (depth gain against compute, for README) and, with grown runs, forest.svg (the forest plot as a
-static figure, for README). They always cover every setting of the grid, from the
+static figure, for README), curriculum.csv and curriculum.svg (how the grown students fared: grow - single and the
+phase ends, per setting: curriculum). They always cover every setting of the grid, from the
 finished runs, whichever settings an invocation trained (``--settings``), so running one setting never drops the
 others from the record.
 """
@@ -396,6 +397,67 @@ def setting_gaps(runs: pd.DataFrame, a: str, b: str, level: float = LEVEL) -> di
             "interaction": mean_ci([grow[s] - joint[s] for s in both], level)}
 
 
+CURRICULUM_FIELDS = ("setting", "stages", "a", "b", "n_seeds", "single_a", "joint_a", "grow_a", "single_b", "joint_b",
+                     "grow_b", "grow_vs_single_a", "grow_vs_single_a_ci_low", "grow_vs_single_a_ci_high",
+                     "grow_vs_single_b", "grow_vs_single_b_ci_low", "grow_vs_single_b_ci_high", "phase_val_ce_a",
+                     "phase_val_ce_b", "phase_gaps", "phase_leaders")
+"""curriculum.csv's columns (grids with grown runs; grid.curriculum): per setting its train.stages; each placement's
+mean final val_ce per schedule; grow - single of each placement, paired by seed with its 95% interval (negative:
+the grown student beat the first stage trained alone on the same tokens); and at each phase end of the grown runs
+(one value per stage, space-separated) each placement's mean val_ce, the gap a - b paired by seed, and the
+placement that led (the lower mean)."""
+
+
+def curriculum(plan: GridPlan, runs: dict[str, CellRun], level: float = LEVEL) -> list[dict]:
+    """Per setting of a grid with grown runs: its stages, the pair, the seeds its grown runs pair on, and per
+    placement the mean final val_ce of its single, joint and grown runs, grow - single (stats.mean_ci of the paired
+    differences) and the grown runs' mean val_ce at each phase end; with the gap a - b at each phase end (mean_ci).
+    What curriculum.csv and curriculum.svg show: how the grown students fared, which is where shapes of a
+    curriculum that share their first and last stage (and so their depth gain) differ."""
+    items = []
+    for setting in plan.grid.settings:
+        if not any(c.setting == setting.name for c in plan.cells) or setting.name in plan.not_run:
+            continue
+        frame = setting_runs(plan, setting.name, runs)
+        stages = list(load_profile(plan.profile, setting_overrides(plan, setting)).train.stages)
+        mean = lambda variant, column="val_ce": (float(pd.to_numeric(frame.loc[frame["variant"] == variant, column])
+                                                       .mean()) if len(frame) and column in frame
+                                                 and (frame["variant"] == variant).any() else math.nan)
+        a, b = setting.placements
+        arms = {norm: {"single": mean(f"{norm}-single"), "joint": mean(f"{norm}-joint"), "grow": mean(f"{norm}-grow"),
+                       "grow_vs_single": mean_ci(paired_differences(frame, f"{norm}-grow", f"{norm}-single").values,
+                                                 level),
+                       "phases": [mean(f"{norm}-grow", f"val_ce_p{i}") for i in range(len(stages))]}
+                for norm in (a, b)}
+        gaps = [mean_ci(paired_differences(frame, f"{a}-grow", f"{b}-grow", phase=i).values, level)
+                for i in range(len(stages))]
+        items.append({"setting": setting.name, "stages": stages, "a": a, "b": b,
+                      "n_seeds": len(paired_differences(frame, f"{a}-grow", f"{b}-grow")), "arms": arms,
+                      "phase_gaps": gaps})
+    return items
+
+
+def curriculum_frame(items: list[dict]) -> pd.DataFrame:
+    """curriculum.csv (CURRICULUM_FIELDS) from curriculum's items."""
+    words = lambda values, fmt: " ".join(format(v, fmt) for v in values)
+    rows = []
+    for it in items:
+        a, b = it["a"], it["b"]
+        row = {"setting": it["setting"], "stages": words(it["stages"], "d"), "a": a, "b": b, "n_seeds": it["n_seeds"]}
+        for side, norm in (("a", a), ("b", b)):
+            arm = it["arms"][norm]
+            row |= {f"single_{side}": arm["single"], f"joint_{side}": arm["joint"], f"grow_{side}": arm["grow"],
+                    f"grow_vs_single_{side}": arm["grow_vs_single"]["mean"],
+                    f"grow_vs_single_{side}_ci_low": arm["grow_vs_single"]["ci_low"],
+                    f"grow_vs_single_{side}_ci_high": arm["grow_vs_single"]["ci_high"],
+                    f"phase_val_ce_{side}": words(arm["phases"], ".4f")}
+        row |= {"phase_gaps": words((g["mean"] for g in it["phase_gaps"]), "+.4f"),
+                "phase_leaders": " ".join(b if g["mean"] > 0 else a if g["mean"] < 0 else "-"
+                                          for g in it["phase_gaps"])}
+        rows.append(row)
+    return pd.DataFrame(rows, columns=list(CURRICULUM_FIELDS))
+
+
 def judge_setting(plan: GridPlan, setting: Setting, reference: Reference, unigram: float | None,
                   cell_runs: dict[str, CellRun], level: float = LEVEL) -> dict:
     """One row of grid.csv (GRID_FIELDS): the gaps' numbers, the gates' findings and the SETTING_CLAIMS verdicts. A
@@ -488,7 +550,10 @@ def trend_sentence(norm: str, trend: dict) -> str:
             f"{trend['slope_ci_high']:+.3f}] over {trend['n']} rungs; the line {where}; {band}")
 
 
-def grid_report_html(plan: GridPlan, frame: pd.DataFrame, machines: dict[str, dict]) -> str:
+def grid_report_html(plan: GridPlan, frame: pd.DataFrame, machines: dict[str, dict],
+                     items: list[dict] | None = None) -> str:
+    """The grid's page; items: curriculum's (grids with grown runs), drawn and tabled under "How the grown students
+    fared"."""
     import html
     from .viz.depth import depth_figure
     from .viz.forest import forest_figure, reference_marks
@@ -507,6 +572,24 @@ def grid_report_html(plan: GridPlan, frame: pd.DataFrame, machines: dict[str, di
              "is the ungated reading.</p>")
     if "grow" in plan.grid.schedules:
         page.figure(forest_figure(frame, ref), div_id="fig-forest")
+    if items:
+        from .viz.curriculum import curriculum_svg
+        shown = curriculum_frame(items)
+        for side in "ab":
+            shown[f"grow_vs_single_{side}"] = [
+                f"{m:+.4f} [{lo:+.4f}, {hi:+.4f}]" if pd.notna(m) else "" for m, lo, hi in zip(
+                    shown[f"grow_vs_single_{side}"], shown[f"grow_vs_single_{side}_ci_low"],
+                    shown[f"grow_vs_single_{side}_ci_high"])]
+        page.add("<h2>How the grown students fared</h2><p>Each setting's grown runs at each phase's end (mean over "
+                 "seeds) beside the single run (the first stage alone on the same tokens) and the joint run, per "
+                 "placement; grow - single paired by seed with its 95% interval (negative: growing beat the first "
+                 "stage alone), and the gap a - b at each phase end (positive: b led). Every column: "
+                 "curriculum.csv.</p>", curriculum_svg(items),
+                 table(shown, ["setting", "stages", "n_seeds", "grow_a", "grow_b", "grow_vs_single_a",
+                               "grow_vs_single_b", "phase_gaps", "phase_leaders"],
+                       {"n_seeds": "seeds", "grow_a": "grown a", "grow_b": "grown b",
+                        "grow_vs_single_a": "grow - single a", "grow_vs_single_b": "grow - single b",
+                        "phase_gaps": "a - b at each phase end", "phase_leaders": "leader at each phase end"}))
     page.add("<h2>Where does depth pay?</h2><p>Depth gain: the single arm (the first-stage prefix alone, same tokens) "
              "minus the joint arm, per placement, paired by seed with 95% intervals, against the compute of one joint "
              "run; the gate asks for the depth margin (dashed).</p>")
@@ -540,8 +623,8 @@ def grid_report_html(plan: GridPlan, frame: pd.DataFrame, machines: dict[str, di
 
 
 def write_grid(plan: GridPlan, command: str = "", level: float = LEVEL) -> dict[str, Path]:
-    """grid.csv, runs.csv, grid.json, report.html, depth.svg and, with grown runs, forest.svg in grid_dir (module
-    docstring)."""
+    """grid.csv, runs.csv, grid.json, report.html, depth.svg and, with grown runs, forest.svg, curriculum.csv and
+    curriculum.svg in grid_dir (module docstring)."""
     from .viz.depth import depth_svg
     from .viz.render import write_text
     from .viz.forest import forest_svg, reference_marks
@@ -561,11 +644,16 @@ def write_grid(plan: GridPlan, command: str = "", level: float = LEVEL) -> dict[
         "settings": [s.__dict__ | {"placements": list(s.placements)} for s in plan.grid.settings],
         "rows": frame.to_dict("records"), "depth_trend": depth_trends(frame, load_reference().depth_margin),
         "machines": machines})
-    write_text(files["report"], grid_report_html(plan, frame, machines))
+    items = curriculum(plan, runs, level) if "grow" in plan.grid.schedules else None
+    write_text(files["report"], grid_report_html(plan, frame, machines, items))
     write_text(files["depth"], depth_svg(frame, depth_trends(frame, load_reference().depth_margin)))
-    if "grow" in plan.grid.schedules:
-        files["figure"] = out / "forest.svg"
+    if items is not None:
+        from .viz.curriculum import curriculum_svg
+        files |= {"figure": out / "forest.svg", "curriculum": out / "curriculum.csv",
+                  "curriculum_figure": out / "curriculum.svg"}
         write_text(files["figure"], forest_svg(frame, reference_marks()))
+        atomic_write_text(files["curriculum"], curriculum_frame(items).to_csv(index=False))
+        write_text(files["curriculum_figure"], curriculum_svg(items))
     return files
 
 

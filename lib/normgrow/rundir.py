@@ -41,14 +41,18 @@ from pathlib import Path
 from .config import SECTIONS, ParamError, check_name, outputs_dir, profile_name
 from .utils import atomic_write_json, file_sha256, read_json
 
-NUMERICS_VERSION = 4
+NUMERICS_VERSION = 5
 """Bump when a code change changes the numbers a run produces: runs recorded with another value no longer count.
 2: every row begins with the document-start token (data.PACK_VERSION 2, one sectioning rule), the attention kernel in
 float32 on CPU, fused AdamW.
 3: train.compile auto compiles the student's blocks on CPU too (inductor reorders and fuses their arithmetic), and
 every evaluation runs through the compiled blocks (the untrained model's and the one just after growth included).
 4: evaluations no claim or gate reads cover a fixed subset of the validation split (train.run.evaluation_plan; every
-record says full_split); train.compile auto compiles on CPU only in bfloat16 (eager in float32, where it did not pay)."""
+record says full_split); train.compile auto compiles on CPU only in bfloat16 (eager in float32, where it did not pay).
+5: a whole-split evaluation takes the subset's values from its own forward (the subset's rows first, in batches of
+their own: train.run.evaluate); the untrained model (step 0) and each grown model before its first update are
+evaluated on the subset, and a phase records its end's subset value (PhaseSummary.val_ce_subset), which the growth
+jump reads."""
 
 SWEEP_RUN_PREFIX = "sweep-"
 """Run names of the lr sweep (sweep.py) start with this; they share outputs/runs/<profile>/ with the study's runs, so
@@ -269,10 +273,11 @@ def directory_conflict(run_dir: Path, expected: dict) -> str | None:
 class PhaseSummary:
     """The model at the end of one phase (a stage of the schedule).
 
-    val_ce_after_growth: the validation CE (whole split) of the model just after this phase's growth step, before
-    any update (train.train_phase); None for the first phase and for joint and single runs, and in summaries written
-    before it was recorded. The loss before growth is the previous phase's val_ce, measured on the same split at its
-    end by the same model, so it is not measured again."""
+    val_ce_after_growth: the validation CE of the model just after this phase's growth step, before any update
+    (train.train_phase): on the fixed subset from numerics version 5, on the whole split before; None for the first
+    phase and for joint and single runs, and in summaries written before it was recorded. The loss before growth is
+    the previous phase's end, measured on the same rows by the same model, so it is not measured again:
+    val_ce_subset, its value on the subset's rows (numerics version 5 on; None before, when the jump reads val_ce)."""
     phase: int
     depth: int
     step: int
@@ -282,6 +287,12 @@ class PhaseSummary:
     val_ce: float
     val_kd_ce: float
     val_ce_after_growth: float | None = None
+    val_ce_subset: float | None = None
+
+    def jump_base(self) -> float:
+        """The loss before the next phase's growth on the rows its val_ce_after_growth reads (val_ce_subset where
+        recorded, else the whole split's val_ce)."""
+        return self.val_ce if self.val_ce_subset is None else self.val_ce_subset
 
 
 @dataclass(frozen=True)
@@ -290,8 +301,8 @@ class Summary:
 
     Read and written only through read_summary / write_summary: a missing, unknown or mistyped field is an error
     naming the file, so a renamed field cannot silently become a NaN column in a table. The one exception is a field
-    with a default (PhaseSummary.val_ce_after_growth): added after summaries had been written without it, it may be
-    absent and then reads as its default (so are eval_s and checkpoint_s)."""
+    with a default (PhaseSummary.val_ce_after_growth, val_ce_subset): added after summaries had been written without
+    it, it may be absent and then reads as its default (so are eval_s and checkpoint_s)."""
     run_name: str
     profile: str
     norm: str

@@ -174,8 +174,8 @@ def seeds_needed(sd: float, target: float, p: float = 0.5 + LEVEL / 2) -> int | 
 def runs_frame(study: StudyRuns) -> pd.DataFrame:
     """One row per assigned run: the RUN_FIELDS plus, for every phase i, ``<field>_p<i>`` for the PHASE_FIELDS, and
     for every phase that grew the model ``growth_jump_p<i>``: its val_ce just after the growth step minus the
-    previous phase's final val_ce (the same split, the prefix before the blocks were appended): what the appended
-    blocks did to the loss before any update (0 for an operator that preserves the function); machine: where it
+    previous phase's final val_ce on the same rows (PhaseSummary.jump_base; the prefix before the blocks were
+    appended): what the appended blocks did to the loss before any update (0 for an operator that preserves the function); machine: where it
     trained (study.machines; None where not given). Sorted by variant and seed."""
     rows = []
     for (variant, seed), summary in study.assigned.items():
@@ -185,7 +185,7 @@ def runs_frame(study: StudyRuns) -> pd.DataFrame:
         for ph in summary.phases:
             row.update({f"{k}_p{ph.phase}": getattr(ph, k) for k in PHASE_FIELDS})
             if ph.phase and ph.val_ce_after_growth is not None:
-                row[f"growth_jump_p{ph.phase}"] = ph.val_ce_after_growth - summary.phases[ph.phase - 1].val_ce
+                row[f"growth_jump_p{ph.phase}"] = ph.val_ce_after_growth - summary.phases[ph.phase - 1].jump_base()
         rows.append(row)
     df = pd.DataFrame(rows, columns=None if rows else list(RUN_FIELDS))
     if rows:
@@ -325,16 +325,18 @@ def crossover_table(runs: pd.DataFrame, a: str, b: str, metric: str = "val_ce",
 
 def eval_curve(run_dir: Path) -> list[dict]:
     """The whole-split validation records of run_dir/metrics.jsonl (kind in CURVE_KINDS, full_split, which records
-    before numerics version 4 lack and were: kind, step, tokens, val_ce), ordered by step (rundir.read_metrics: one
-    per step); [] when the file is missing or damaged, and the run then counts as not flattened (see flatness). The
-    subset points are left out so that the gate compares numbers over the same positions."""
+    before numerics version 4 lack and were: kind, step, tokens, val_ce) and the step-0 record, ordered by step
+    (rundir.read_metrics: one per step); [] when the file is missing or damaged, and the run then counts as not
+    flattened (see flatness). The other subset points are left out so that the gate compares v_80 and the end over
+    the same positions; the start (on the subset from numerics version 5) only scales the ratio, and the untrained
+    model reads alike on either (9.5897 on the subset, 9.5886 on the whole split: pre-joint-s0, numerics 4)."""
     try:
         records = read_metrics(run_dir)
     except RunDirError as err:
         print(f"no validation curve: {err}")
         return []
     curve = [{k: r[k] for k in ("kind", "step", "tokens", "val_ce")} for r in records
-             if r.get("kind") in CURVE_KINDS and r.get("full_split", True)]
+             if r.get("kind") in CURVE_KINDS and (r.get("full_split", True) or r["step"] == 0)]
     return sorted(curve, key=lambda r: r["step"])
 
 

@@ -14,7 +14,8 @@ Accounting (exact integers):
                              are active (they compute the boundary representation) but not trainable; the frozen
                              count is recorded separately as trainable_layer_tokens.
   active_layer_tokens      = sum over steps of tokens_per_step * depth
-A phase's token budget is rounded down to whole steps (at least one); the recorded tokens are what was trained.
+A phase's token budget is whole steps (config refuses stage tokens that are not multiples of the tokens per step);
+a matched run's active-layer-token budget is rounded to whole steps; the recorded tokens are what was trained.
 
 freeze_prefix (grow only): in every phase after the first, the blocks that existed before the phase are frozen;
 the appended blocks and the final norm train. With tied embeddings the embedding matrix is both the prefix's

@@ -39,10 +39,11 @@ Choices made explicit here (see growth.py for the schedules and the token accoun
     (ranks hold different numbers of positions). Counters and logged numbers are those of the global batch; rank 0
     alone holds the run lock and writes (metrics, checkpoints, summary). The forward is wrapped again after every
     growth step, because DDP fixes its parameter set when it wraps.
-  - Evaluations (evaluation_plan, numerics version 4): the whole validation split where a claim, a gate or the
-    summary reads the number (step 0, each grown model before its first update, phase ends, the flatness gate's
-    point), a fixed evenly spaced subset of train.eval_tokens (subset_rows) at the points only curves draw; each
-    record says which (full_split).
+  - Evaluations (evaluation_plan): the whole validation split where a claim, a gate or the summary reads the
+    number (phase ends, the flatness gate's point), a fixed evenly spaced subset of train.eval_tokens (subset_rows)
+    at the points only curves draw and at those read against another point on the same rows (step 0, each grown
+    model before its first update); each record says which (full_split), and a whole-split record also carries the
+    subset's values, from the same forward.
   - Compilation (train.compile, auto = on for CUDA and for bf16 on CPU, numerics version 4): torch.compile of each block
     (compile_blocks: one graph shared by the blocks and the depths of a run), done before the first evaluation and
     right after each growth, so every evaluation and every step of a run goes through the same compiled blocks.
@@ -210,16 +211,21 @@ def subset_rows(n_rows: int, eval_tokens: int, seq_len: int) -> np.ndarray:
 
 @torch.no_grad()
 def evaluate(model: Student, split, rows: np.ndarray, batch_size: int, device, dtype, vocab: VocabMap,
-             ranks: Ranks = Ranks()) -> dict:
+             ranks: Ranks = Ranks(), subset: np.ndarray | None = None) -> dict:
     """Student next-token CE and soft-target CE against the teacher (T=1, tail bucket) on the given validation rows
     (ascending), averaged over loss_mask positions (nats/token). Under data parallelism the ranks take the batches
-    in turn and their sums are added."""
+    in turn and their sums are added. subset: rows of ``rows`` whose own means are returned too (val_ce_subset,
+    val_kd_ce_subset) from the same forward: they go first, in batches of their own, so that those means equal an
+    evaluation of the subset alone bit for bit and the whole split costs no second pass."""
     was_training = model.training
     model.eval()
-    sums = {"val_ce": 0.0, "val_kd_ce": 0.0}
-    count = 0
-    for start in range(ranks.rank * batch_size, len(rows), batch_size * ranks.world):
-        batch = rows_to_batch(split, rows[start:start + batch_size], device, vocab)
+    first = np.empty(0, np.int64) if subset is None else subset
+    chunks = lambda part: [part[i:i + batch_size] for i in range(0, len(part), batch_size)]
+    batches = [(True, c) for c in chunks(first)] + [(False, c) for c in chunks(np.setdiff1d(rows, first))]
+    sums = {"val_ce": 0.0, "val_kd_ce": 0.0, "val_ce_subset": 0.0, "val_kd_ce_subset": 0.0}
+    count = count_subset = 0
+    for in_subset, chunk in batches[ranks.rank::ranks.world]:
+        batch = rows_to_batch(split, chunk, device, vocab)
         rows_ = distill.flatten_batch(batch)
         with _autocast(device, dtype):
             batch_sums, batch_count = distill.eval_sums(model.hidden(batch["tokens"]).flatten(0, 1),
@@ -227,10 +233,15 @@ def evaluate(model: Student, split, rows: np.ndarray, batch_size: int, device, d
         sums["val_ce"] += batch_sums["ce"]
         sums["val_kd_ce"] += batch_sums["kd_ce"]
         count += batch_count
+        if in_subset:
+            sums["val_ce_subset"] += batch_sums["ce"]
+            sums["val_kd_ce_subset"] += batch_sums["kd_ce"]
+            count_subset += batch_count
     model.train(was_training)
-    *totals, count = ranks.sum([*sums.values(), count])
-    count = int(count)
-    return {k: v / max(count, 1) for k, v in zip(sums, totals)} | {"eval_positions": count}
+    *totals, count, count_subset = ranks.sum([*sums.values(), count, count_subset])
+    means = {k: v / max(int(n), 1) for (k, v), n in zip(zip(sums, totals), (count, count, count_subset, count_subset))}
+    return ({k: means[k] for k in ("val_ce", "val_kd_ce")} | {"eval_positions": int(count)}
+            | ({k: means[k] for k in ("val_ce_subset", "val_kd_ce_subset")} if subset is not None else {}))
 
 
 # ----------------------------------------------------------------------------------------------------- the run
@@ -391,22 +402,19 @@ class Run:
     def evaluate(self, full: bool) -> dict:
         """The validation metrics of the model now on the whole split (full) or the fixed subset (eval_subset), with
         "full_split" saying which, its wall seconds added to counters["eval_s"]. A whole-split evaluation of a run
-        whose subset is smaller also records the subset's values (val_ce_subset, val_kd_ce_subset: one more forward
-        over the subset's rows), so that a learning curve can be drawn on one set of rows throughout (the subset
+        whose subset is smaller also records the subset's values (val_ce_subset, val_kd_ce_subset) from the same
+        forward (evaluate's subset), so that a learning curve can be drawn on one set of rows throughout (the subset
         differs from the whole split by a few hundredths of a nat, docs/DESIGN.md "Evaluation"). Batches of
         EVAL_BATCH_TOKENS tokens, or of train.batch_size rows if those are more."""
         tp, t0 = self.spec.profile.train, time.perf_counter()
         batch_rows = max(tp.batch_size, EVAL_BATCH_TOKENS // self.spec.profile.data.seq_len)
-        rows = np.arange(self.cache.val.tokens.shape[0]) if full else self.eval_subset
+        n_rows = self.cache.val.tokens.shape[0]
+        rows = np.arange(n_rows) if full else self.eval_subset
+        whole = len(rows) == n_rows
         metrics = evaluate(self.model, self.cache.val, rows, batch_rows, self.device, self.dtype, self.vocab,
-                           self.ranks)
+                           self.ranks, self.eval_subset if whole and len(self.eval_subset) < n_rows else None)
         check_finite(self.spec.run_name, self.counters["step"], {k: metrics[k] for k in ("val_ce", "val_kd_ce")},
                      self.cache, "val", rows)
-        whole = len(rows) == self.cache.val.tokens.shape[0]
-        if whole and len(self.eval_subset) < len(rows):  # the subset's value too: curves draw one set of rows
-            subset = evaluate(self.model, self.cache.val, self.eval_subset, batch_rows, self.device, self.dtype,
-                              self.vocab, self.ranks)
-            metrics |= {"val_ce_subset": subset["val_ce"], "val_kd_ce_subset": subset["val_kd_ce"]}
         self.counters["eval_s"] += time.perf_counter() - t0
         return metrics | {"full_split": whole}
 
@@ -472,7 +480,7 @@ def start_run(spec: RunSpec, cache, run_dir: Path, phases: list[Phase], state: d
     if run.compiled:
         compile_blocks(model)
     if counters["step"] == 0:  # the untrained model: the start of every learning curve (no checkpoint: no lines)
-        metrics = run.evaluate(full=True)  # the regime gate's flatness reads it
+        metrics = run.evaluate(full=False)  # the regime gate's flatness reads it as its start (stats.eval_curve)
         if ranks.main:
             run.log.write({"kind": "eval", "step": 0, "phase": 0, "depth": phases[0].depth, "tokens": 0,
                            "active_layer_tokens": 0, **metrics})
@@ -527,13 +535,14 @@ class Evaluation:
 
 
 def evaluation_plan(phases: list[Phase], params) -> dict[int, Evaluation]:
-    """The evaluations a run makes after its steps, by global step (numerics version 4). Full split where a claim,
-    a gate or the summary reads the number: each phase's last step (phase_end: the phase tables, the final val_ce)
-    and the last eval_every point at or before 1 - FLAT_TAIL of the run's steps (the regime gate's flatness reads
-    it beside the first and the final points). The fixed subset elsewhere: eval every eval_every steps and
-    GROWTH_EVAL at eval_after_growth steps into a grown phase, points only curves draw (docs/DESIGN.md, "Evaluation",
-    states the subset's standard error). Besides these a run evaluates its untrained model at step 0 and each grown
-    model before its first update, both on the full split (start_run, train_phase)."""
+    """The evaluations a run makes after its steps, by global step. Full split where a claim, a gate or the summary
+    reads the number: each phase's last step (phase_end: the phase tables, the final val_ce) and the last eval_every
+    point at or before 1 - FLAT_TAIL of the run's steps (the regime gate's flatness reads it beside the first and the
+    final points). The fixed subset elsewhere: eval every eval_every steps and GROWTH_EVAL at eval_after_growth steps
+    into a grown phase, points only curves draw (docs/DESIGN.md, "Evaluation", states the subset's standard error).
+    Besides these a run evaluates its untrained model at step 0 and each grown model before its first update, both
+    on the subset (start_run, train_phase): the gate's start and the growth jump, each against a point on the same
+    rows."""
     total = sum(p.steps for p in phases)
     gate_step = int((1 - FLAT_TAIL) * total) // params.eval_every * params.eval_every
     plan, start = {}, 0
@@ -637,6 +646,7 @@ def checkpoint(run: Run, phase: Phase, optimizer: torch.optim.Optimizer, phase_e
             active_layer_tokens=counters["active_layer_tokens"],
             trainable_layer_tokens=counters["trainable_layer_tokens"], val_ce=phase_end_record["val_ce"],
             val_kd_ce=phase_end_record["val_kd_ce"],
+            val_ce_subset=phase_end_record.get("val_ce_subset", phase_end_record["val_ce"]),
             val_ce_after_growth=counters.get("val_ce_after_growth") if phase.index else None)))
     counters["metrics_lines"] = run.log.lines
     if phase_end_record is not None:
@@ -663,10 +673,10 @@ def train_phase(run: Run, phase: Phase, phase_start: int, optimizer: torch.optim
 
     if grows:
         at_step(phase_start)
-        counters["val_ce_after_growth"] = run.evaluate(full=True)["val_ce"]
+        counters["val_ce_after_growth"] = run.evaluate(full=False)["val_ce"]
         if run.ranks.main:
             run.log.write({"kind": GROWTH, "step": phase_start, "phase": phase.index, "depth": phase.depth,
-                           "val_ce_before": counters["phases"][-1]["val_ce"],
+                           "val_ce_before": counters["phases"][-1]["val_ce_subset"],
                            "val_ce_after": counters["val_ce_after_growth"]})
     optimizer = phase_optimizer(run, phase, phase_start, optimizer)
     trainable = [p for p in model.parameters() if p.requires_grad]

@@ -1,0 +1,75 @@
+"""How the grown students fared, per setting of a grid with grown runs (grid.curriculum): one panel per setting, the
+mean phase-end val_ce of each placement's grown runs against depth, beside its single run (the first stage alone,
+at the first stage's depth) and its joint run (the last stage's depth), as a static SVG for README and the grid's
+page. Colours are the placements' own (student.placements)."""
+from __future__ import annotations
+
+import html
+import math
+
+from ..student.placements import PLACEMENTS
+
+PANEL_W, PANEL_H, GAP, LEFT, TOP, BOTTOM, PER_ROW = 230, 210, 18, 56, 46, 44, 4
+
+
+def curriculum_svg(items: list[dict]) -> str:
+    """items: grid.curriculum's. An item without finished grown runs draws an empty panel that says so."""
+    values = [v for it in items for arm in it["arms"].values()
+              for v in (*arm["phases"], arm["single"], arm["joint"]) if v is not None and math.isfinite(v)]
+    lo, hi = (min(values), max(values)) if values else (0.0, 1.0)
+    pad = 0.06 * (hi - lo or 1.0)
+    lo, hi = lo - pad, hi + pad
+    depth_max = max((max(it["stages"]) for it in items), default=1)
+    rows = max(1, math.ceil(len(items) / PER_ROW))
+    cols = min(PER_ROW, max(1, len(items)))
+    width = LEFT + cols * (PANEL_W + GAP) + 10
+    height = TOP + rows * (PANEL_H + BOTTOM) + 10
+    norms = list(dict.fromkeys(n for it in items for n in it["arms"]))
+    out = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' font-family='sans-serif' "
+           "font-size='11'>", "<rect width='100%' height='100%' fill='white'/>"]
+    legend_x = LEFT
+    for norm in norms:
+        colour, label = PLACEMENTS[norm].colour, html.escape(PLACEMENTS[norm].label)
+        out.append(f"<line x1='{legend_x}' x2='{legend_x + 18}' y1='12' y2='12' stroke='{colour}' stroke-width='2'/>"
+                   f"<text x='{legend_x + 22}' y='16'>{label}: grown, each phase's end</text>")
+        legend_x += 200
+    out.append(f"<rect x='{legend_x}' y='7' width='9' height='9' fill='none' stroke='#444'/>"
+               f"<text x='{legend_x + 14}' y='16'>single (first stage alone)</text>"
+               f"<path d='M{legend_x + 175},7 l5,5 l-5,5 l-5,-5 z' fill='#444'/>"
+               f"<text x='{legend_x + 186}' y='16'>joint</text>")
+    for i, it in enumerate(items):
+        x0 = LEFT + (i % PER_ROW) * (PANEL_W + GAP)
+        y0 = TOP + (i // PER_ROW) * (PANEL_H + BOTTOM)
+        x = lambda d: x0 + 10 + (d - 1) / max(depth_max - 1, 1) * (PANEL_W - 20)
+        y = lambda v: y0 + (hi - v) / (hi - lo) * PANEL_H
+        out.append(f"<rect x='{x0}' y='{y0}' width='{PANEL_W}' height='{PANEL_H}' fill='none' stroke='#ccc'/>"
+                   f"<text x='{x0 + PANEL_W / 2}' y='{y0 - 6}' text-anchor='middle' font-weight='bold'>"
+                   f"stages {html.escape(' '.join(map(str, it['stages'])))}</text>")
+        for d in sorted(set(it["stages"])):
+            out.append(f"<text x='{x(d)}' y='{y0 + PANEL_H + 14}' text-anchor='middle' fill='#666'>{d}</text>")
+        if i % PER_ROW == 0:
+            for v in (lo + pad, (lo + hi) / 2, hi - pad):
+                out.append(f"<text x='{x0 - 4}' y='{y(v) + 4}' text-anchor='end' fill='#666'>{v:.2f}</text>")
+        drawn = False
+        for k, (norm, arm) in enumerate(it["arms"].items()):
+            colour, nudge = PLACEMENTS[norm].colour, (-3 if k == 0 else 3)
+            points = [(x(d) + nudge, y(v)) for d, v in zip(it["stages"], arm["phases"])
+                      if v is not None and math.isfinite(v)]
+            if len(points) > 1:
+                out.append(f"<polyline points='{' '.join(f'{px:.1f},{py:.1f}' for px, py in points)}' fill='none' "
+                           f"stroke='{colour}' stroke-width='1.5'/>")
+            out += [f"<circle cx='{px:.1f}' cy='{py:.1f}' r='3' fill='{colour}'/>" for px, py in points]
+            drawn |= bool(points)
+            if arm["single"] is not None and math.isfinite(arm["single"]):
+                sx, sy = x(it["stages"][0]) + nudge, y(arm["single"])
+                out.append(f"<rect x='{sx - 4:.1f}' y='{sy - 4:.1f}' width='8' height='8' fill='none' "
+                           f"stroke='{colour}' stroke-width='1.5'/>")
+            if arm["joint"] is not None and math.isfinite(arm["joint"]):
+                jx, jy = x(it["stages"][-1]) + nudge, y(arm["joint"])
+                out.append(f"<path d='M{jx:.1f},{jy - 5:.1f} l5,5 l-5,5 l-5,-5 z' fill='{colour}' opacity='0.8'/>")
+        if not drawn:
+            out.append(f"<text x='{x0 + PANEL_W / 2}' y='{y0 + PANEL_H / 2}' text-anchor='middle' fill='#666'>"
+                       "no finished grown runs yet</text>")
+    out.append(f"<text x='{LEFT + (width - LEFT) / 2}' y='{height - 8}' text-anchor='middle' fill='#666'>depth "
+               "(blocks) at each phase's end; final validation CE (nats), mean over seeds</text></svg>")
+    return "\n".join(out)
