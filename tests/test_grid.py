@@ -287,9 +287,13 @@ def test_a_ladder_grid_of_joint_and_single_arms_measures_the_depth_gain_per_rung
     assert "figure" not in files and files["depth"].read_text().count("<circle") == 2 * 2
     assert "fig-depth" in files["report"].read_text()
     # two rungs: each placement's trend has its two points and no interval, and the page says so
-    trends = json.loads(files["json"].read_text())["depth_trend"]
+    def refuse(word):
+        raise AssertionError(f"grid.json holds {word}, which JSON.parse rejects")
+    saved = json.loads(files["json"].read_text(), parse_constant=refuse)  # strict JSON: a missing number is null
+    assert saved["rows"][0]["grow_gap"] is None
+    trends = saved["depth_trend"]
     assert trends.keys() == {"pre", "post"} and all(t["n"] == 2 and t["from_tflop"] is None for t in trends.values())
-    assert "pre: 2 rungs, too few for a trend" in files["report"].read_text()
+    assert "pre: not enough rungs for a trend (2 rungs at 2 computes)" in files["report"].read_text()
 
 
 @pytest.mark.slow  # trains 24 tiny runs
@@ -363,7 +367,12 @@ def test_the_depth_trend_per_placement_reads_each_placement_from_its_side():
     assert trends["pre"]["slope_per_decade"] == pytest.approx(0.045) and trends["pre"]["n"] == 3
     assert trends["post"]["slope_per_decade"] == pytest.approx(0.025)
     sentence = grid.trend_sentence("pre", trends["pre"])
-    assert sentence.startswith("pre: +0.045 nats per decade of compute [") and "reaches the margin at" in sentence
+    assert sentence.startswith("pre: the depth gain changes by +0.045 nats per tenfold compute (95% interval ")
+    assert "The fitted line reaches the margin at" in sentence and sentence.endswith(".")
+    # every setting at one compute (a map, not a ladder): no slope, and no nan in the sentence
+    flat = grid.depth_trends(frame.assign(joint_tflop=7.4), 0.098)
+    assert flat["pre"]["computes"] == 1 and grid.trend_sentence("pre", flat["pre"]) == (
+        "pre: not enough rungs for a trend (3 rungs at 1 compute)") and not grid.spans_computes(frame.assign(joint_tflop=7.4))
     from normgrow.viz.depth import depth_figure, depth_svg
     frame = frame.assign(setting=["x", "y", "z"], depth_margin=0.098, **{f"depth_gain_{s}_ci_{e}": math.nan
                                                                          for s in "ab" for e in ("low", "high")})

@@ -71,7 +71,7 @@ from .train.run import (DistillStep, _autocast, compile_enabled, evaluation_plan
 from .train.spec import _choice, run_profile
 from .rundir import NUMERICS_VERSION
 from .analysis.variants import load_variants
-from .utils import TRAIN_DTYPES, cpu_kind, dtype_name, machine_description, resolve_dtype
+from .utils import TRAIN_DTYPES, cpu_kind, dtype_name, json_safe, machine_description, resolve_dtype
 
 CANDIDATES = ("normgrow", "normgrow_v2", "normgrow_v1", "hf_cached", "hf_online")
 COMPARE = ("normgrow", "normgrow_v2")
@@ -566,7 +566,7 @@ def run_bench(profile_name: str = "cpu", repeats: int = 5, warmup: int = 1, cand
               "study_compute": compute}
     out = out or outputs_dir() / "bench" / f"{profile.name}-{cpu_kind()}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1, default=str))
+    out.write_text(json.dumps(json_safe(report), indent=1, default=str, allow_nan=False))  # strict JSON
     print(format_table(report))
     print(f"wrote {out}")
     return report

@@ -35,11 +35,11 @@ Choices:
 Outputs: outputs/grid/<profile>/<grid>/grid.csv (a row per setting), runs.csv (a row per run: its status and, when
 finished, its wall time and the machine that trained it), grid.json (the plan: every cell's run, the settings, date,
 command, git commit, and the runs and run-hours per machine), report.html (the forest plot, the depth gains and the
-table), depth.svg (depth gain against compute, for README) and, with grown runs, forest.svg (the forest plot as a
-static figure, for README), curriculum.csv and curriculum.svg (how the grown students fared: grow - single and the
-phase ends, per setting: curriculum). They always cover every setting of the grid, from the
-finished runs, whichever settings an invocation trained (``--settings``), so running one setting never drops the
-others from the record.
+table), depth.svg (depth gain against compute, for README, where the settings span two computes or more) and, with
+grown runs, forest.svg (the forest plot as a static figure, for README), curriculum.csv and curriculum.svg (how the
+grown students fared: grow - single and the phase ends, per setting: curriculum). They always cover every setting
+of the grid, from the finished runs, whichever settings an invocation trained (``--settings``), so running one
+setting never drops the others from the record.
 """
 from __future__ import annotations
 
@@ -521,33 +521,46 @@ def grid_frame(plan: GridPlan, runs: dict[str, CellRun], level: float = LEVEL) -
 # ------------------------------------------------------------------------------------------------------ the page
 
 def depth_trends(frame: pd.DataFrame, margin: float) -> dict[str, dict]:
-    """Per placement, stats.depth_trend over the settings with a depth gain: where the line of depth gain against
-    log10 joint TFLOP reaches the margin. Empty for a frame without computes (no finished joint runs)."""
+    """Per placement, stats.depth_trend over the settings with a depth gain, and how many distinct computes they
+    span (computes): where the line of depth gain against log10 joint TFLOP reaches the margin. Empty for a frame
+    without computes (no finished joint runs)."""
     if "joint_tflop" not in frame:
         return {}
     points = pd.concat([pd.DataFrame({"norm": frame[side], "tflop": pd.to_numeric(frame["joint_tflop"], errors="coerce"),
                                       "gain": pd.to_numeric(frame[f"depth_gain_{side}"], errors="coerce")})
                         for side in "ab"])
-    trends = {norm: depth_trend(rows["tflop"], rows["gain"], margin) for norm, rows in points.groupby("norm", sort=False)}
+    trends = {norm: depth_trend(rows["tflop"], rows["gain"], margin) | {"computes": int(rows["tflop"].nunique())}
+              for norm, rows in points.groupby("norm", sort=False)}
     return {norm: trend for norm, trend in trends.items() if trend["n"]}
 
 
+def spans_computes(frame: pd.DataFrame) -> bool:
+    """Whether the settings' joint runs have at least two computes: the depth figure (depth gain against compute)
+    and its trends draw nothing else."""
+    return pd.to_numeric(frame.get("joint_tflop", pd.Series(dtype=float)), errors="coerce").dropna().nunique() >= 2
+
+
 def trend_sentence(norm: str, trend: dict) -> str:
-    """One line: the slope per decade of compute with its interval, and the compute where the line and its band reach
-    the margin."""
-    if trend["n"] < 3:
-        return f"{norm}: {trend['n']} rungs, too few for a trend"
+    """Two sentences: the slope per tenfold compute with its interval, and the compute where the line and its band
+    reach the margin; "not enough rungs" where there is no slope (fewer than 3 rungs, or all at one compute)."""
+    if trend["n"] < 3 or not math.isfinite(trend["slope_per_decade"]):
+        n, computes = trend["n"], trend.get("computes", trend["n"])
+        return (f"{norm}: not enough rungs for a trend ({n} {'rung' if n == 1 else 'rungs'} at {computes} "
+                f"{'compute' if computes == 1 else 'computes'})")
     where = (f"reaches the margin at {trend['at_tflop']:.3g} TFLOP" if trend["at_tflop"] else
-             "never reaches the margin (slope <= 0)")
+             "never reaches the margin (its slope is not positive)")
     if trend["band_everywhere"]:
-        band = "the 95% band is too wide to say where (it holds the margin over the whole range, 3 decades below the rungs on)"
+        band = ("its 95% band is too wide to locate where depth would pay (it holds the margin across the whole "
+                "range, down to 3 decades below the rungs)")
     elif trend["from_tflop"]:
-        band = f"the 95% band holds it from {trend['from_tflop']:.3g} " + (
-            f"to {trend['to_tflop']:.3g} TFLOP" if trend["to_tflop"] else "TFLOP on, and does not exclude that depth never pays")
+        band = f"its 95% band holds the margin from {trend['from_tflop']:.3g} " + (
+            f"to {trend['to_tflop']:.3g} TFLOP" if trend["to_tflop"] else
+            "TFLOP on, and does not exclude that depth never pays")
     else:
-        band = "the 95% band never holds it"
-    return (f"{norm}: {trend['slope_per_decade']:+.3f} nats per decade of compute [{trend['slope_ci_low']:+.3f}, "
-            f"{trend['slope_ci_high']:+.3f}] over {trend['n']} rungs; the line {where}; {band}")
+        band = "its 95% band never holds the margin"
+    return (f"{norm}: the depth gain changes by {trend['slope_per_decade']:+.3f} nats per tenfold compute (95% "
+            f"interval {trend['slope_ci_low']:+.3f} to {trend['slope_ci_high']:+.3f}) over {trend['n']} rungs. The "
+            f"fitted line {where}; {band}.")
 
 
 def grid_report_html(plan: GridPlan, frame: pd.DataFrame, machines: dict[str, dict],
@@ -594,8 +607,12 @@ def grid_report_html(plan: GridPlan, frame: pd.DataFrame, machines: dict[str, di
              "minus the joint arm, per placement, paired by seed with 95% intervals, against the compute of one joint "
              "run; the gate asks for the depth margin (dashed).</p>")
     trends = depth_trends(frame, load_reference().depth_margin)
-    page.figure(depth_figure(frame, trends), div_id="fig-depth")
-    if trends:
+    if not spans_computes(frame):
+        page.add("<p>Not enough rungs for a figure: every setting's joint run has the same compute, so the depth "
+                 "gains are read in the table below (depth gain a, b), not against compute.</p>")
+    else:
+        page.figure(depth_figure(frame, trends), div_id="fig-depth")
+    if trends and spans_computes(frame):
         page.add("<p>The trend (stats.depth_trend: least squares of the settings' depth gains on log10 TFLOP; the "
                  "settings change data, tokens and width together, so it locates and does not separate them):</p><ul>"
                  + "".join(f"<li>{e(trend_sentence(norm, t))}</li>" for norm, t in trends.items()) + "</ul>")
@@ -623,8 +640,8 @@ def grid_report_html(plan: GridPlan, frame: pd.DataFrame, machines: dict[str, di
 
 
 def write_grid(plan: GridPlan, command: str = "", level: float = LEVEL) -> dict[str, Path]:
-    """grid.csv, runs.csv, grid.json, report.html, depth.svg and, with grown runs, forest.svg, curriculum.csv and
-    curriculum.svg in grid_dir (module docstring)."""
+    """grid.csv, runs.csv, grid.json, report.html, depth.svg (two computes or more) and, with grown runs,
+    forest.svg, curriculum.csv and curriculum.svg in grid_dir (module docstring)."""
     from .viz.depth import depth_svg
     from .viz.render import write_text
     from .viz.forest import forest_svg, reference_marks
@@ -635,7 +652,7 @@ def write_grid(plan: GridPlan, command: str = "", level: float = LEVEL) -> dict[
     records = cell_records(plan, runs)
     machines = grid_machines(records)
     files = {"grid": out / "grid.csv", "runs": out / "runs.csv", "json": out / "grid.json",
-             "report": out / "report.html", "depth": out / "depth.svg"}
+             "report": out / "report.html"}
     atomic_write_text(files["grid"], frame.to_csv(index=False))
     atomic_write_text(files["runs"], pd.DataFrame(records).to_csv(index=False))
     atomic_write_json(files["json"], {
@@ -646,7 +663,9 @@ def write_grid(plan: GridPlan, command: str = "", level: float = LEVEL) -> dict[
         "machines": machines})
     items = curriculum(plan, runs, level) if "grow" in plan.grid.schedules else None
     write_text(files["report"], grid_report_html(plan, frame, machines, items))
-    write_text(files["depth"], depth_svg(frame, depth_trends(frame, load_reference().depth_margin)))
+    if spans_computes(frame):
+        files["depth"] = out / "depth.svg"
+        write_text(files["depth"], depth_svg(frame, depth_trends(frame, load_reference().depth_margin)))
     if items is not None:
         from .viz.curriculum import curriculum_svg
         files |= {"figure": out / "forest.svg", "curriculum": out / "curriculum.csv",

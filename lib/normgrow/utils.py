@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
+import math
 import os
 import platform
 import subprocess
@@ -73,8 +74,21 @@ def atomic_write_text(path: Path, text: str) -> None:
         tmp.unlink(missing_ok=True)
 
 
+def json_safe(obj: Any) -> Any:
+    """obj with every non-finite float (NaN, infinity) as None, inside mappings and lists too: strict JSON, which
+    JSON.parse and most readers require (Python's json writes a bare NaN, which they reject)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj
+
+
 def atomic_write_json(path: Path, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+    """obj as strict JSON (json_safe: a missing number is null), indented, keys sorted, written atomically."""
+    atomic_write_text(path, json.dumps(json_safe(obj), indent=2, sort_keys=True, allow_nan=False) + "\n")
 
 
 def read_json(path: Path) -> Any:
