@@ -74,3 +74,44 @@ def test_outputs_option_is_the_outputs_root(tmp_path, monkeypatch):
     assert (tmp_path / "chosen" / "runs" / "tiny").is_dir()
     assert [p.name for p in (tmp_path / "chosen" / "runs" / "tiny").iterdir()][0].startswith("here")
     assert not (tmp_path / "elsewhere").exists()
+
+
+def test_run_on_an_outputs_root_it_cannot_write_ends_in_one_error_line(tmp_path, monkeypatch, capsys):
+    """`python -m normgrow run` checks the outputs root before any work, as the study and sweep do (it used to end
+    in a traceback)."""
+    from normgrow.__main__ import main
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("NORMGROW_OUTPUTS", str(blocker / "outputs"))
+    assert main(["run", "--profile", "tiny", "--norm", "pre", "--schedule", "grow"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: outputs root ") and "cannot be created" in err and len(err.splitlines()) == 1
+
+
+def test_a_full_disk_ends_a_command_in_one_error_line(tmp_path, monkeypatch, capsys):
+    """A write that fails for lack of space ends every command in one `error:` line and exit 1, whether the error
+    says so (ENOSPC) or not (torch.save's 'file write failed', when the outputs folder is nearly full); another
+    error keeps its traceback."""
+    import errno
+    import shutil
+    from types import SimpleNamespace
+
+    from normgrow import runner
+    monkeypatch.setenv("NORMGROW_OUTPUTS", str(tmp_path))
+
+    def fail(err):
+        def work():
+            raise err
+        return work
+    space = OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "x.pt"))
+    assert runner.runner_exit(fail(space)) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: the disk of {tmp_path} is full") and len(err.splitlines()) == 1
+    torch_save = RuntimeError("[enforce fail at inline_container.cc:603] . PytorchStreamWriter failed writing file "
+                              "data/0: file write failed")
+    with pytest.raises(RuntimeError):  # plenty of room: not the disk
+        runner.runner_exit(fail(torch_save))
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: SimpleNamespace(free=1 << 20))
+    assert runner.runner_exit(fail(torch_save)) == 1
+    err = capsys.readouterr().err
+    assert "(1.0 MiB free)" in err and "file write failed" in err and len(err.splitlines()) == 1

@@ -41,18 +41,21 @@ def _main_process() -> bool:
 
 
 def _cache(args: argparse.Namespace) -> None:
-    from .config import load_profile
+    from .config import load_profile, writable_outputs_dir
     from .data.teacher_cache import ensure_cache
 
+    writable_outputs_dir()
     cache = ensure_cache(load_profile(args.profile, _overrides(args.overrides)))
     if _main_process():
         print(cache)
 
 
 def _run(args: argparse.Namespace) -> None:
+    from .config import writable_outputs_dir
     from .train.run import record_notebook, run_variant
     from .train.spec import make_run_spec
 
+    writable_outputs_dir()
     spec = make_run_spec(profile=args.profile, norm=args.norm, schedule=args.schedule, freeze_prefix=args.freeze_prefix,
                          match_active_layer_tokens=args.match_active_layer_tokens, seed=args.seed,
                          run_name=args.run_name, force=args.force, overrides=_overrides(args.overrides))

@@ -23,6 +23,7 @@ Choices:
 from __future__ import annotations
 
 import dataclasses
+import errno
 import importlib.util
 import json
 import multiprocessing
@@ -436,10 +437,38 @@ def report_failures(failed: dict[str, str]) -> int:
     return 1 if failed else 0
 
 
+FULL_DISK_BYTES = 64 * 2 ** 20
+"""Free bytes under which a failed write is put down to a full disk (disk_full): a checkpoint of the cpu student is
+~3.5 MB, a teacher checkpoint ~0.5 GB; writers that fail for lack of space do not all say so (torch.save: 'file write
+failed')."""
+
+
+def disk_full(err: BaseException) -> str | None:
+    """Why err is a full disk, or None: an OSError of ENOSPC or EDQUOT anywhere in its chain, or any error while
+    the outputs folder has under FULL_DISK_BYTES free."""
+    from .config import outputs_dir
+    chain = err
+    while chain is not None:
+        if isinstance(chain, OSError) and chain.errno in (errno.ENOSPC, errno.EDQUOT):
+            break
+        chain = chain.__cause__ or chain.__context__
+    try:
+        root = outputs_dir()
+        free = shutil.disk_usage(root if root.exists() else root.parent).free
+    except (OSError, ParamError):
+        return None
+    if chain is None and free >= FULL_DISK_BYTES:
+        return None
+    return (f"the disk of {root} is full ({free / 2 ** 20:.1f} MiB free) and a write failed: "
+            f"{str(err).splitlines()[-1] if str(err) else type(err).__name__}; free space or choose another "
+            "folder (--outputs or NORMGROW_OUTPUTS), and run again: a run resumes from its last checkpoint")
+
+
 def runner_exit(work, input_errors: tuple = ()) -> int:
     """A command's exit code: work()'s (None: 0), 2 with one `error: ...` line for a ParamError or RunDirError (bad
-    input, a locked or damaged directory) or one of input_errors (what a command's bad input raises besides),
-    130 for Ctrl-C or SIGTERM. Every command line shares it (study, sweep, grid, python -m normgrow)."""
+    input, a locked or damaged directory) or one of input_errors (what a command's bad input raises besides), 1 with
+    one `error: ...` line for a full disk (disk_full), 130 for Ctrl-C or SIGTERM. Every command line shares it
+    (study, sweep, grid, python -m normgrow)."""
     try:
         return work() or 0
     except (ParamError, RunDirError, *input_errors) as err:
@@ -447,3 +476,9 @@ def runner_exit(work, input_errors: tuple = ()) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except Exception as err:
+        why = disk_full(err)
+        if why is None:
+            raise
+        print(f"error: {why}", file=sys.stderr)
+        return 1

@@ -804,7 +804,8 @@ def train_ranks(ranks: Ranks, spec: RunSpec, cache, phases: list[Phase], progres
         if ranks.main:
             _, finished = prepare_run_dir(spec, cache.key)
             if finished is not None:
-                print(f"{spec.dir} is finished (summary.json); not re-running. Pass force=True to retrain.")
+                print(f"{spec.dir} is finished (summary.json); not re-running. To train it again: --force on the command "
+                      "line, force=True in the notebook.")
         finished = ranks.from_main(finished)
         if finished is not None:
             return finished
