@@ -115,3 +115,31 @@ def test_a_full_disk_ends_a_command_in_one_error_line(tmp_path, monkeypatch, cap
     assert runner.runner_exit(fail(torch_save)) == 1
     err = capsys.readouterr().err
     assert "(1.0 MiB free)" in err and "file write failed" in err and len(err.splitlines()) == 1
+
+
+def test_a_notebook_run_from_a_terminal_shows_its_progress_there(monkeypatch):
+    """papermill runs run_variant.ipynb in a kernel whose stdout is the notebook: the bar goes to the kernel's own
+    stderr when that is a terminal (the card's headless command shows its training there), except in the runner's
+    kernels (their runner reports progress), and to stdout elsewhere."""
+    import io
+    import sys
+
+    import ipykernel  # noqa: F401 (a kernel's process has it loaded)
+    from normgrow import ranks
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+    terminal, notebook = Terminal(), io.StringIO()
+    monkeypatch.setattr(sys, "stdout", notebook)
+    monkeypatch.setattr(sys, "__stderr__", terminal)
+    monkeypatch.delenv(ranks.RUNNER_KERNEL, raising=False)
+    bar = ranks.progress_bar(total=3, desc="run")
+    bar.update(3)
+    bar.close()
+    assert "run: 100%" in terminal.getvalue() and notebook.getvalue() == ""
+    monkeypatch.setenv(ranks.RUNNER_KERNEL, "1")
+    bar = ranks.progress_bar(total=3, desc="runner's")
+    bar.update(3)
+    bar.close()
+    assert "runner's: 100%" in notebook.getvalue() and "runner's" not in terminal.getvalue()

@@ -401,13 +401,14 @@ def test_a_whole_split_evaluation_gives_the_subsets_values_of_an_evaluation_of_t
 
 def test_a_run_says_at_its_end_whether_the_regime_gate_counts_it_trained(outputs, capsys):
     """A tiny run on the synthetic cache ends within a nat of the unigram level with a curve that did not improve:
-    its last line is a WARNING naming both criteria; with the level passed (a doctored final val_ce) only the curve
-    is named."""
-    from normgrow.config import load_profile
+    its regime line is a WARNING naming both criteria, and its last line says tiny is a smoke profile; with the level
+    passed (a doctored final val_ce) only the curve is named."""
+    from normgrow.config import load_profile, smoke_note
     from normgrow.data import teacher_cache
     from normgrow.train.run import regime_line
     summary = run(norm="pre", schedule="joint")
-    line = capsys.readouterr().out.strip().splitlines()[-1]
+    *_, line, last = capsys.readouterr().out.strip().splitlines()
+    assert last == smoke_note("tiny") and last.startswith("note: tiny is a smoke profile") and smoke_note("cpu") == ""
     assert line.startswith("WARNING: pre-joint-s0: final val_ce") and "not trained by the regime gate" in line
     assert "the unigram level" in line and "has not flattened" in line
     cache = teacher_cache.ensure_cache(load_profile("tiny", fakes.TINY_OVERRIDES))  # the synthetic cache (fakes)

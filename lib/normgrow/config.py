@@ -79,6 +79,15 @@ def writable_outputs_dir() -> Path:
     return root
 
 
+def smoke_note(profile: str) -> str:
+    """The line a run or study of a smoke profile (params/study.yaml's ``smoke``) ends with, else ''."""
+    smoke = (read_yaml(PARAMS_DIR / "study.yaml") or {}).get("smoke") or []
+    if profile_name(profile) not in smoke:
+        return ""
+    return (f"note: {profile_name(profile)} is a smoke profile: it checks that the pipeline runs end to end, and its "
+            "numbers are not results (the study's profile is cpu)")
+
+
 class ParamError(ValueError):
     """A parameter has a bad name or value. The message names the key and what is allowed."""
 

@@ -151,12 +151,22 @@ def launched_ranks(device: torch.device) -> Ranks:
     return _joined_ranks(device.type == "cpu") if launched_world() > 1 else Ranks()
 
 
+RUNNER_KERNEL = "NORMGROW_RUNNER_KERNEL"
+"""Set in the runner's workers (runner._worker_init), so in the kernels they start: the runner reports its runs'
+progress itself, and their bars stay in their notebooks."""
+
+
 def progress_bar(**kwargs):
-    """The text bar (tqdm.std) on stdout, in a terminal and in a notebook alike: a widget bar's state is not saved
-    with a headless notebook (papermill's output read 0/24 for a finished run) and never reaches papermill's
-    --log-output, where text does. Outside a terminal it redraws every 10 s at most, so that an executed notebook
+    """The text bar (tqdm.std): a widget bar's state is not saved with a headless notebook (papermill's output read
+    0/24 for a finished run) and never reaches papermill's --log-output, where text does. On stdout in a terminal.
+    In a notebook kernel whose own stderr is a terminal (papermill or JupyterLab started there), not one of the
+    runner's, on that stderr: a headless run shows its progress on the terminal without --log-output (ipykernel
+    copies it into the notebook too). Elsewhere on stdout, redrawn every 10 s at most, so that an executed notebook
     keeps a few dozen lines of it, the last one the finished bar."""
     import tqdm.std
+    kernel = "ipykernel" in sys.modules and sys.stdout is not sys.__stdout__
+    if kernel and sys.__stderr__ is not None and sys.__stderr__.isatty() and not os.environ.get(RUNNER_KERNEL):
+        return tqdm.std.tqdm(file=sys.__stderr__, mininterval=1.0, **kwargs)
     return tqdm.std.tqdm(file=sys.stdout, mininterval=0.1 if sys.stdout.isatty() else 10.0, **kwargs)
 
 

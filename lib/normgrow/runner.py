@@ -42,6 +42,7 @@ import psutil
 from tqdm.auto import tqdm
 
 from .config import NOTEBOOKS, PARAMS_DIR, REPO_ROOT, ParamError, read_yaml
+from .ranks import RUNNER_KERNEL
 from .rundir import (NOTEBOOK, RunDirError, directory_conflict, is_finished, read_finished, read_identity,
                      read_metrics, run_path)
 from .train.spec import RunSpec, make_run_spec
@@ -302,6 +303,7 @@ def _worker_init(threads: int | None) -> None:
     worker's kernels before the worker exits, so no orphan keeps training a run a restarted runner would resume."""
     if threads is not None:
         os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)
+    os.environ[RUNNER_KERNEL] = "1"  # its kernels' bars stay in their notebooks (ranks.progress_bar)
     if sys.platform == "linux":
         import ctypes
         ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .cli import parse
-from .config import PARAMS_DIR, ParamError, load_profile, read_yaml, with_processes, writable_outputs_dir
+from .config import (PARAMS_DIR, ParamError, load_profile, read_yaml, smoke_note, with_processes,
+                     writable_outputs_dir)
 from .rundir import runner_lock, seeded_name, study_dir
 from .runner import (ExecutorParams, Job, default_jobs, ensure_teacher_cache, execute_notebooks, executor_of,
                      parse_seeds, report_failures, run_jobs, runner_exit)
@@ -155,6 +156,8 @@ def run_study(profile: str, seeds: list[int] | None = None, variants: list[str] 
     execute_notebooks(["diagnostics", "summary"], out_dir, {"profile": profile}, failed)
     print(f"study {profile}: {len(done)}/{len(runs)} runs finished in {time.time() - start:.0f} s; results in "
           f"{out_dir}")
+    if note := smoke_note(profile):
+        print(note)
     return report_failures(failed)
 
 

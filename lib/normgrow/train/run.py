@@ -71,7 +71,7 @@ import torch
 from torch import nn
 
 from . import distill
-from ..config import NOTEBOOKS, ParamError
+from ..config import NOTEBOOKS, ParamError, smoke_note
 from ..data.corpus import loss_mask, loss_mask_np
 from .growth import Phase, plan_phases
 from ..student.growth_ops import GROWTH_OPS
@@ -702,7 +702,8 @@ def train_phase(run: Run, phase: Phase, phase_start: int, optimizer: torch.optim
                        "lr": lr, **means, "grad_norm": grad_norm, "tokens": counters["tokens"],
                        "active_layer_tokens": counters["active_layer_tokens"], "tok_s": run.tokens_per_step / step_s})
         run.bar.update(1)
-        run.bar.set_postfix(phase=phase.index, depth=phase.depth, loss=f"{means['loss']:.3f}",
+        run.bar.set_postfix(phase=phase.index, depth=phase.depth, tokens=f"{counters['tokens']:,}",
+                            loss=f"{means['loss']:.3f}",
                             tok_s=f"{run.tokens_per_step / step_s:.0f}")
         if evaluation is not None:
             run.log.write(record)
@@ -759,6 +760,8 @@ def run_variant(spec: RunSpec, progress: bool = True) -> dict:
     summary = on_ranks(tp.processes, device, train_ranks, spec, cache, phases, progress)
     summary = (summary if summary is not None else read_summary(spec.dir)).to_json()
     print(regime_line(spec.dir, summary, cache), flush=True)
+    if note := smoke_note(prof.name):
+        print(note, flush=True)
     return summary
 
 
