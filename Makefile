@@ -50,8 +50,10 @@ sweep: $(STAMP)
 grid: $(STAMP)
 	$(PY) -m normgrow.grid --profile $(or $(PROFILE),cpu) $(GRID_ARGS)
 
-# TensorBoard on every run's event files (train.trackers, normgrow/tracking.py); TB_ARGS="--port 6007" etc.
+# TensorBoard on every run's event files (train.trackers, normgrow/tracking.py), those of finished runs without them
+# (the committed runs) first replayed from their metrics.jsonl; TB_ARGS="--port 6007" etc.
 tensorboard: $(STAMP)
+	$(PY) -m normgrow events
 	$(VENV)/bin/tensorboard --logdir $${NORMGROW_OUTPUTS:-outputs}/runs $(TB_ARGS)
 
 # JupyterLab on the notebooks (plotly and ipywidgets extensions come with the install); LAB_ARGS=--no-browser etc.

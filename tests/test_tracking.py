@@ -47,6 +47,38 @@ def test_tensorboard_events_read_back_as_the_metrics(outputs):
     assert [v for _, v in got["val/ce"]] == pytest.approx([r["val_ce"] for r in evals], rel=1e-6)
 
 
+def test_committed_runs_get_event_files_replayed_from_their_metrics(tmp_path, monkeypatch, capsys):
+    """`python -m normgrow events` (make tensorboard's first step): a finished run with only its committed files
+    (config.json, metrics.jsonl, summary.json) gets the event file its tracker would have written, whose scalars
+    read back as its metrics.jsonl (the growth records and each evaluation's subset value included); a second call
+    writes nothing."""
+    import shutil
+    from pathlib import Path
+
+    from normgrow.__main__ import main
+    from normgrow.rundir import read_metrics
+    runs = Path(__file__).resolve().parents[1] / "outputs" / "runs" / "cpu"
+    committed = sorted(p.parent for p in runs.glob("*-grow-s0/summary.json"))[0]  # a committed grown run
+    run_dir = tmp_path / "runs" / "cpu" / committed.name
+    run_dir.mkdir(parents=True)
+    for name in ("config.json", "metrics.jsonl", "summary.json"):
+        shutil.copy(committed / name, run_dir / name)
+    monkeypatch.setenv("NORMGROW_OUTPUTS", str(tmp_path))
+    assert main(["events"]) == 0 and "event files written for 1 finished runs" in capsys.readouterr().out
+    acc = EventAccumulator(str(run_dir / tracking.TENSORBOARD_DIR))
+    acc.Reload()
+    lines = read_metrics(run_dir)
+    train = [r for r in lines if r["kind"] == "train"]
+    assert [e.value for e in acc.Scalars("train/loss")] == pytest.approx([r["loss"] for r in train], rel=1e-6)
+    whole = [r for r in lines if r.get("kind") in ("eval", "phase_end", "growth_eval") and r.get("full_split", True)]
+    assert [e.value for e in acc.Scalars("val/ce")] == pytest.approx([r["val_ce"] for r in whole], rel=1e-6)
+    growth = [r for r in lines if r["kind"] == "growth"]
+    assert len(growth) == 2 and [e.step for e in acc.Scalars("growth/val_ce_after")] == [r["step"] for r in growth]
+    subset = sorted(r["step"] for r in lines if "val_ce_subset" in r or r.get("full_split") is False)
+    assert [e.step for e in acc.Scalars("val/ce_subset")] == subset
+    assert main(["events"]) == 0 and "for 0 finished runs" in capsys.readouterr().out
+
+
 def test_no_trackers_writes_no_event_file(outputs):
     run("untracked", **{"train.trackers": []})
     assert not (outputs / "runs" / "tiny" / "untracked" / tracking.TENSORBOARD_DIR).exists()

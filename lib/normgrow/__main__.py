@@ -1,4 +1,4 @@
-"""Command line: python -m normgrow export | cache | run (the study, sweep, grid and bench have their own:
+"""Command line: python -m normgrow export | cache | run | events (the study, sweep, grid and bench have their own:
 python -m normgrow.study, .sweep, .grid, .bench).
 
 ``cache`` and ``run`` are what a multi-process job launches (ranks.py), e.g. on 8 GPUs with train.processes: 8 and
@@ -67,8 +67,17 @@ def _run(args: argparse.Namespace) -> None:
             print(f"executed notebook: {notebook}")
 
 
-COMMANDS = {"export": _export, "cache": _cache, "run": _run}
-INPUT_ERRORS = {"export": (FileNotFoundError, FileExistsError), "cache": (), "run": ()}
+def _events(args: argparse.Namespace) -> None:
+    from .config import profile_name
+    from .rundir import runs_base
+    from .train.tracking import replay_events
+    roots = [runs_base() / profile_name(args.profile)] if args.profile else sorted(runs_base().glob("*"))
+    written = [run for root in roots if root.is_dir() for run in sorted(root.iterdir()) if replay_events(run)]
+    print(f"event files written for {len(written)} finished runs without them under {runs_base()}")
+
+
+COMMANDS = {"export": _export, "cache": _cache, "run": _run, "events": _events}
+INPUT_ERRORS = {"export": (FileNotFoundError, FileExistsError), "cache": (), "run": (), "events": ()}
 """Errors of a command that are bad input besides ParamError (a missing source, a destination an export refuses):
 one error line and exit 2, as runner.runner_exit answers a bad parameter."""
 

@@ -78,8 +78,8 @@ def _processes(parser: argparse.ArgumentParser) -> None:
 
 def normgrow_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m normgrow", description=(
-        "export a student, build a teacher cache, or train one run (the study, sweep, grid and bench have their own "
-        "commands: python -m normgrow.study, .sweep, .grid, .bench)"))
+        "export a student, build a teacher cache, train one run, or rebuild TensorBoard event files (the study, "
+        "sweep, grid and bench have their own commands: python -m normgrow.study, .sweep, .grid, .bench)"))
     sub = parser.add_subparsers(dest="command", required=True)
     export = sub.add_parser("export", description="Export a trained student: Qwen3ForCausalLM (pre-norm) or a "
                             "normgrow checkpoint (other placements).", epilog="Writes out_dir only.",
@@ -97,6 +97,13 @@ def normgrow_parser() -> argparse.ArgumentParser:
                          epilog=f"Writes, {ROOT}: runs/<profile>/<run>/ (config.json, metrics.jsonl, summary.json, "
                          "checkpoints/, run.ipynb: its executed notebook).",
                          help="one run of the study, as notebooks/run_variant.ipynb does it")
+    events = sub.add_parser("events", description="TensorBoard event files for the finished runs that have none (the "
+                            "committed runs keep only metrics.jsonl), replayed from their metrics.jsonl.",
+                            epilog=f"Writes, {ROOT}: runs/<profile>/<run>/tensorboard/ of those runs.",
+                            help="TensorBoard event files rebuilt from the finished runs' metrics.jsonl")
+    events.add_argument("--profile", default=None, help="only this profile's runs (default: every profile under "
+                        "outputs/runs)")
+    add_shared(events, profile=False)
     for p in (cache, run):
         add_shared(p)
         p.add_argument("--overrides", help="YAML mapping of dotted profile keys, e.g. '{train.processes: 2}'")
@@ -158,9 +165,10 @@ def grid_parser() -> argparse.ArgumentParser:
                      "each setting judged with the study's gates, or the regime ladder, each rung's depth gains; only "
                      "the runs a setting changes are trained, the others are the study's.",
                      "each run to runs/<profile>/grid-<setting>-.../ and grid.csv, runs.csv, grid.json, "
-                     "report.html, depth.svg and (with grown runs) forest.svg to grid/<profile>/<grid>/")
-    parser.add_argument("--grid", default="robustness", help="a file in params/grids: robustness (the map) or ladder "
-                        "(where depth pays) (default: robustness)")
+                     "report.html, depth.svg (settings at two computes or more) and (with grown runs) forest.svg, "
+                     "curriculum.csv and curriculum.svg to grid/<profile>/<grid>/")
+    parser.add_argument("--grid", default="robustness", help="a file in params/grids: robustness (the map), ladder "
+                        "(where depth pays) or shapes (the curriculum's stages) (default: robustness)")
     parser.add_argument("--settings", nargs="+", help="train only these settings of the grid (the record, grid.csv "
                         "and the report, always covers every setting)")
     _seeds(parser, "override the grid's seeds")

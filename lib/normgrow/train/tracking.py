@@ -5,11 +5,13 @@ Choices:
   - metrics.jsonl stays the record the study counts (rundir.read_metrics); a tracker is a view of the same records,
     written at the same moments (train.MetricsLog.write), never read back by the toolkit.
   - ``tensorboard`` by default: local and offline, event files in ``<run>/tensorboard/`` (ignored by git like the
-    checkpoints); ``make tensorboard`` opens every run of outputs/runs/. ``wandb`` (offline unless WANDB_MODE says
+    checkpoints); ``make tensorboard`` opens every run of outputs/runs/, after ``python -m normgrow events`` has
+    replayed the metrics.jsonl of finished runs without event files (replay_events: the committed runs). ``wandb`` (offline unless WANDB_MODE says
     otherwise: no machine here reaches a server) and ``trackio`` when installed and chosen in the profile; a chosen
     tracker that is not installed is refused before any work (missing_trackers), naming the package to install.
   - Tags: ``train/<key>`` for every number of a train record (loss, lr, grad_norm, tok_s and the loss terms),
-    ``val/ce`` and ``val/kd_ce`` for evaluations (``val/ce_subset`` for the subset points: another set of rows),
+    ``val/ce`` and ``val/kd_ce`` for whole-split evaluations, ``val/ce_subset`` and ``val/kd_ce_subset`` for the
+    subset's rows (the subset points, and the subset's values a whole-split evaluation records: one curve),
     ``run/depth`` and ``run/phase`` (the phase boundaries: depth steps up at each growth), ``growth/depth``,
     ``growth/val_ce_before`` and ``growth/val_ce_after`` at each growth's step (the growth record),
     ``boundary_rms/<token group>/h<i>`` at each evaluation (the residual stream's scale at every block boundary on the
@@ -109,8 +111,10 @@ class RunTrackers:
         elif kind == GROWTH:
             values = {"growth/depth": record["depth"], "growth/val_ce_before": record["val_ce_before"],
                       "growth/val_ce_after": record["val_ce_after"]}
-        elif record.get("full_split", True):  # eval, phase_end, growth_eval
-            values = {"val/ce": record["val_ce"], "val/kd_ce": record["val_kd_ce"]}
+        elif record.get("full_split", True):  # eval, phase_end, growth_eval; with the subset's values where recorded
+            values = {"val/ce": record["val_ce"], "val/kd_ce": record["val_kd_ce"]} | (
+                {"val/ce_subset": record["val_ce_subset"], "val/kd_ce_subset": record["val_kd_ce_subset"]}
+                if "val_ce_subset" in record else {})
         else:
             values = {"val/ce_subset": record["val_ce"], "val/kd_ce_subset": record["val_kd_ce"]}
         for tracker in self.trackers:
@@ -125,3 +129,22 @@ class RunTrackers:
         if self.owns_state:
             PartialState._reset_state()
             self.owns_state = False
+
+
+def replay_events(run_dir: Path) -> bool:
+    """Event files for a finished run that has none (a clone's committed runs keep only config.json, metrics.jsonl
+    and summary.json): its metrics.jsonl replayed through a tensorboard tracker, its recorded parameters as the
+    hyperparameters, as the run would have written them. Whether it wrote them (False: a run with event files, or
+    not finished)."""
+    from ..rundir import CONFIG, SUMMARY, read_metrics
+    from ..utils import read_json
+    run_dir = Path(run_dir)
+    if (run_dir / TENSORBOARD_DIR).is_dir() or not (run_dir / SUMMARY).is_file():
+        return False
+    trackers = RunTrackers(["tensorboard"], run_dir, run_dir.name, read_json(run_dir / CONFIG), 0)
+    try:
+        for record in read_metrics(run_dir):
+            trackers.log(record)
+    finally:
+        trackers.finish()
+    return True
