@@ -653,13 +653,16 @@ def test_lr_figure_shows_every_arm_of_the_sweep(outputs, trained):
     fig = report.lr_figure(rep)
     lines = [t for t in fig.data if t.mode == "lines"]
     stars = [t for t in fig.data if t.mode == "markers" and t.marker.symbol == "star"]
-    seeds = [t for t in fig.data if t.mode == "markers" and t.marker.symbol != "star"]
-    assert len(lines) == len(stars) == len(seeds) == 4  # 2 placements x 2 schedules: mean, the runs' lr, seeds
+    seeds = [t for t in fig.data if t.mode == "markers" and t.marker.symbol == "circle"]
+    off = [t for t in fig.data if t.mode == "markers" and t.marker.symbol == "x"]
+    # 2 placements x 2 schedules, each at the one warmup its runs trained at: a solid line, the runs' lr, seeds
+    assert len(lines) == len(stars) == len(seeds) == 4 and all(t.line.dash == "solid" for t in lines)
     best = min(r["val_ce"] for r in rows if r["schedule"] == "joint")
     mean = [min(5.0 + abs(lr - 1e-2) * 100 + 0.005, best + report.LR_SHOWN) for lr in (2.5e-3, 5e-3, 1e-2, 2e-2)]
     assert list(lines[0].y) == pytest.approx(mean)  # the mean of the two seeds, clipped to the panel's edge
-    assert max(max(t.y) for t in seeds) == pytest.approx(5.0 + report.LR_SHOWN)  # clipped to the edge
-    assert 9.0 in [v[0] for v in seeds[-1].customdata]
+    assert max(max(t.y) for t in seeds) <= 5.0 + report.LR_SHOWN  # on the scale: circles; off it: an x on the edge
+    assert all(y == pytest.approx(5.0 + report.LR_SHOWN) for t in off for y in t.y)
+    assert sum(len(t.x) for t in seeds + off) == len(rows) and 9.0 in [v[0] for t in off for v in t.customdata]
     assert [float(t.x[0]) for t in stars] == [3e-3] * 4  # the tiny profile's lr, which every run recorded
     assert "seeds 0 1" in fig.layout.title.text
     assert "fig-lr" in report.report_html(rep)

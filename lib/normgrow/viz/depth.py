@@ -9,18 +9,18 @@ import math
 
 import pandas as pd
 
-PLACEMENT_COLORS = ("#1f77b4", "#d62728")  # placement a, placement b
-
+from ..student.placements import PLACEMENTS
 
 def _points(frame: pd.DataFrame) -> list[dict]:
-    """One point per setting and placement with a finished joint run: setting, placement, x (TFLOP), gain, interval."""
+    """One point per setting and placement with a finished joint run: setting, placement, its side (a or b), x
+    (TFLOP), gain, interval, and the placement's own colour (student.placements, as on every page)."""
     points = []
     for _, r in frame[pd.to_numeric(frame["joint_tflop"], errors="coerce").notna()].iterrows():
-        for side, colour in zip("ab", PLACEMENT_COLORS):
+        for side in "ab":
             if pd.notna(r[f"depth_gain_{side}"]):
-                points.append({"setting": r["setting"], "norm": r[side], "x": float(r["joint_tflop"]),
+                points.append({"setting": r["setting"], "norm": r[side], "side": side, "x": float(r["joint_tflop"]),
                                "gain": float(r[f"depth_gain_{side}"]), "low": r[f"depth_gain_{side}_ci_low"],
-                               "high": r[f"depth_gain_{side}_ci_high"], "colour": colour})
+                               "high": r[f"depth_gain_{side}_ci_high"], "colour": PLACEMENTS[r[side]].colour})
     return points
 
 
@@ -43,13 +43,12 @@ def depth_figure(frame: pd.DataFrame, trends: dict | None = None):
     from .render import style_figure
     fig = go.Figure()
     points = _points(frame)
-    for side, colour in zip("ab", PLACEMENT_COLORS):
-        mine = [p for p in points if p["colour"] == colour]
-        if not mine:
-            continue
+    for norm in dict.fromkeys(p["norm"] for p in points):
+        mine = [p for p in points if p["norm"] == norm]
+        colour = PLACEMENTS[norm].colour
         fig.add_trace(go.Scatter(
             x=[p["x"] for p in mine], y=[p["gain"] for p in mine], mode="markers", marker=dict(size=9, color=colour),
-            name=f"placement {side} ({', '.join(sorted({p['norm'] for p in mine}))})",
+            name=PLACEMENTS[norm].label,
             error_y=dict(type="data", symmetric=False, color=colour,
                          array=[p["high"] - p["gain"] if pd.notna(p["high"]) else 0 for p in mine],
                          arrayminus=[p["gain"] - p["low"] if pd.notna(p["low"]) else 0 for p in mine]),
@@ -69,10 +68,11 @@ def depth_figure(frame: pd.DataFrame, trends: dict | None = None):
 
 
 def depth_svg(frame: pd.DataFrame, trends: dict | None = None) -> str:
-    """depth_figure as a static SVG: the same points, intervals, trend lines, zero and margin lines, and a label per
-    point."""
+    """depth_figure as a static SVG: the same points, intervals, trend lines, zero and margin lines (the margin named
+    left of the plot, where no point lies), each rung numbered above its points and listed by number beside the
+    plot."""
     points = _points(frame)
-    width, height, left, right, top, bottom = 760, 420, 70, 220, 30, 60
+    width, height, left, right, top, bottom = 820, 420, 110, 240, 30, 60
     xs = [math.log10(p["x"]) for p in points] or [0.0, 1.0]
     margin = frame["depth_margin"].dropna()
     ys = [v for p in points for v in (p["gain"], p["low"], p["high"]) if pd.notna(v)] + [0.0] + (
@@ -92,13 +92,13 @@ def depth_svg(frame: pd.DataFrame, trends: dict | None = None) -> str:
     if len(margin):
         ym = y(float(margin.iloc[0]))
         out.append(f"<line x1='{left}' x2='{left + plot_w}' y1='{ym}' y2='{ym}' stroke='#888' stroke-dasharray='5,4'/>"
-                   f"<text x='{left - 6}' y='{ym + 4}' text-anchor='end' fill='#666'>{float(margin.iloc[0]):.3f}</text>"
-                   f"<text x='{left + plot_w - 4}' y='{ym - 4}' text-anchor='end' fill='#666'>depth margin</text>")
+                   f"<text x='{left - 6}' y='{ym + 4}' text-anchor='end' fill='#666'>margin "
+                   f"{float(margin.iloc[0]):.3f}</text>")
     decades = [10.0 ** t for t in range(math.ceil(x_lo), math.floor(x_hi) + 1)]
     for tick in decades or sorted({p["x"] for p in points}):  # no decade in range: the points' own values
         out.append(f"<text x='{x(tick)}' y='{top + plot_h + 16}' text-anchor='middle'>{tick:.3g}</text>")
     for p in points:
-        px = x(p["x"]) + (-4 if p["colour"] == PLACEMENT_COLORS[0] else 4)  # a rung's two placements side by side
+        px = x(p["x"]) + (-4 if p["side"] == "a" else 4)  # a rung's two placements side by side
         if pd.notna(p["low"]) and pd.notna(p["high"]):
             out.append(f"<line x1='{px}' x2='{px}' y1='{y(p['low'])}' y2='{y(p['high'])}' stroke='{p['colour']}'/>")
         out.append(f"<circle cx='{px}' cy='{y(p['gain'])}' r='4' fill='{p['colour']}'/>")
@@ -106,9 +106,21 @@ def depth_svg(frame: pd.DataFrame, trends: dict | None = None) -> str:
         (xa, xb), (ya, yb) = line["x"], line["y"]
         out.append(f"<line x1='{x(xa)}' x2='{x(xb)}' y1='{y(ya)}' y2='{y(yb)}' stroke='{line['colour']}' "
                    "stroke-dasharray='2,3'/>")
-    for i, p in enumerate(sorted(points, key=lambda p: (p["setting"], p["colour"]))):
-        out.append(f"<text x='{left + plot_w + 10}' y='{top + 12 + 14 * i}' fill='{p['colour']}'>"
-                   f"{html.escape(p['setting'])} {html.escape(p['norm'])}: {p['gain']:+.3f}</text>")
+    rungs = list(dict.fromkeys(p["setting"] for p in points))
+    for k, setting in enumerate(rungs, 1):  # its number above the rung's highest point or interval
+        mine = [p for p in points if p["setting"] == setting]
+        top_y = min(y(v) for p in mine for v in (p["gain"], p["high"]) if pd.notna(v))
+        out.append(f"<text x='{x(mine[0]['x'])}' y='{top_y - 7:.1f}' text-anchor='middle' font-weight='bold'>{k}"
+                   "</text>")
+    line = 0
+    for k, setting in enumerate(rungs, 1):
+        out.append(f"<text x='{left + plot_w + 10}' y='{top + 12 + 14 * line}' font-weight='bold'>{k} "
+                   f"{html.escape(setting)}</text>")
+        for p in sorted((p for p in points if p["setting"] == setting), key=lambda p: p["side"]):
+            line += 1
+            out.append(f"<text x='{left + plot_w + 22}' y='{top + 12 + 14 * line}' fill='{p['colour']}'>"
+                       f"{html.escape(p['norm'])}: {p['gain']:+.3f}</text>")
+        line += 1
     out.append(f"<text x='{left + plot_w / 2}' y='{height - 22}' text-anchor='middle' fill='#666'>matmul TFLOP of one "
                "joint run (log scale)</text>")
     out.append(f"<text x='14' y='{top + plot_h / 2}' text-anchor='middle' fill='#666' transform='rotate(-90 14 "

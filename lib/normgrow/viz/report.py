@@ -246,28 +246,32 @@ def sweep_candidates(profile: str, norms) -> pd.DataFrame:
         except RunDirError:
             continue
         if identity.get("numerics") == NUMERICS_VERSION and summary.norm in norms:
-            rows.append({"norm": summary.norm, "schedule": summary.schedule, "lr": identity["profile"]["train"]["lr"],
-                         "seed": summary.seed, "val_ce": summary.val_ce})
-    return pd.DataFrame(rows, columns=["norm", "schedule", "lr", "seed", "val_ce"])
+            train = identity["profile"]["train"]
+            rows.append({"norm": summary.norm, "schedule": summary.schedule, "lr": train["lr"],
+                         "warmup": train["warmup_steps"], "seed": summary.seed, "val_ce": summary.val_ce})
+    return pd.DataFrame(rows, columns=["norm", "schedule", "lr", "warmup", "seed", "val_ce"])
 
 
 def study_lrs(rep: Report) -> pd.DataFrame:
-    """The peak lr each arm of the study trained at, as its runs' config.json record it (not the sweep's choice: a
-    profile may hold another lr than its last sweep chose), with the mean final val_ce of those runs: one row per
-    placement and schedule of the plain variants (a freeze control takes its placement's grow lr, a matched run its
-    joint lr, so they add no lr). An arm whose seeds recorded different lrs gets a row per lr."""
+    """The peak lr and warmup each arm of the study trained at, as its runs' config.json record them (not the sweep's
+    choice: a profile may hold others than its last sweep chose), with the mean final val_ce of those runs: one row
+    per placement and schedule of the plain variants (a freeze control takes its placement's grow lr, a matched run
+    its joint lr, so they add none). An arm whose seeds recorded different values gets a row per pair."""
     plain = rep.runs[~rep.runs["freeze_prefix"].astype(bool) & rep.runs["match_active_layer_tokens"].isna()]
-    lrs = [read_identity(run_path(rep.profile, n))["profile"]["train"]["lr"] for n in plain["run_name"]]
-    return (plain.assign(lr=lrs).groupby(["norm", "schedule", "lr"], sort=False)
+    trains = [read_identity(run_path(rep.profile, n))["profile"]["train"] for n in plain["run_name"]]
+    return (plain.assign(lr=[t["lr"] for t in trains], warmup=[t["warmup_steps"] for t in trains])
+            .groupby(["norm", "schedule", "lr", "warmup"], sort=False)
             .agg(val_ce=("val_ce", "mean"), n=("seed", "size")).reset_index())
 
 
 def lr_figure(rep: Report):
     """Final val_ce against peak lr for every arm of the study (placement x schedule) that the lr sweep measured
-    under this numerics version (sweep_candidates), one panel per schedule, a line per placement: how sharp each
-    arm's optimum is, and so how much of a gap between arms could be tuning. The line is the mean over the sweep's
-    seeds, the points the seeds; the star is the lr the study's runs trained at (study_lrs) with their mean final
-    val_ce. None without a candidate."""
+    under this numerics version (sweep_candidates), one panel per schedule, a line per placement and warmup: how
+    sharp each arm's optimum is, and so how much of a gap between arms could be tuning. A line is the mean over the
+    sweep's seeds at one warmup (solid: the warmup the study's runs trained at; dotted: the others tried), its points
+    the seeds; a candidate more than LR_SHOWN above the panel's best (diverged, or on the unigram plateau) is an x on
+    the panel's upper edge; the star is the lr and warmup the study's runs trained at (study_lrs) with their mean
+    final val_ce. None without a candidate."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -285,20 +289,28 @@ def lr_figure(rep: Report):
         arm_rows = rows[rows["schedule"] == schedule]
         best = min(arm_rows["val_ce"].min(), chosen.loc[chosen["schedule"] == schedule, "val_ce"].min())
         for norm, g in arm_rows.groupby("norm", sort=False):
-            g = g.sort_values("lr")
             color = NORM_COLOR.get(norm, "#555555")
-            mean = g.groupby("lr", sort=True)["val_ce"].mean()
-            fig.add_trace(go.Scatter(x=mean.index, y=mean.clip(upper=best + LR_SHOWN), mode="lines", name=f"{norm}-norm",
-                                     legendgroup=norm, showlegend=col == 1, line=dict(color=color),
-                                     customdata=mean.values, hovertemplate="lr %{x:.3g}: mean val_ce "
-                                                                           "%{customdata:.4f}<extra></extra>"),
-                          row=1, col=col)
-            fig.add_trace(go.Scatter(x=g["lr"], y=g["val_ce"].clip(upper=best + LR_SHOWN), mode="markers",
-                                     legendgroup=norm, showlegend=False, marker=dict(color=color, size=6),
-                                     customdata=list(zip(g["val_ce"], g["seed"])),
-                                     hovertemplate="lr %{x:.3g}, seed %{customdata[1]}: val_ce %{customdata[0]:.4f}"
-                                                   "<extra></extra>"), row=1, col=col)
             study = chosen[(chosen["norm"] == norm) & (chosen["schedule"] == schedule)]
+            for warmup, w in g.sort_values("lr").groupby("warmup", sort=True):
+                studied = warmup in set(study["warmup"])
+                mean = w.groupby("lr", sort=True)["val_ce"].mean()
+                fig.add_trace(go.Scatter(
+                    x=mean.index, y=mean.clip(upper=best + LR_SHOWN), mode="lines",
+                    name=f"{norm}-norm, warmup {warmup}", legendgroup=f"{norm}-{warmup}", showlegend=col == 1,
+                    line=dict(color=color, dash="solid" if studied else "dot", width=2 if studied else 1),
+                    customdata=mean.values, hovertemplate=f"warmup {warmup}, lr %{{x:.3g}}: mean val_ce "
+                                                          "%{customdata:.4f}<extra></extra>"), row=1, col=col)
+                off = w["val_ce"] > best + LR_SHOWN
+                for part, symbol in ((w[~off], "circle" if studied else "circle-open"), (w[off], "x")):
+                    if len(part):
+                        fig.add_trace(go.Scatter(
+                            x=part["lr"], y=part["val_ce"].clip(upper=best + LR_SHOWN), mode="markers",
+                            legendgroup=f"{norm}-{warmup}", showlegend=False,
+                            marker=dict(color=color, size=8 if symbol == "x" else 6, symbol=symbol),
+                            customdata=list(zip(part["val_ce"], part["seed"])),
+                            hovertemplate=f"warmup {warmup}, lr %{{x:.3g}}, seed %{{customdata[1]}}: val_ce "
+                                          "%{customdata[0]:.4f}" + (" (off the scale)" if symbol == "x" else "")
+                                          + "<extra></extra>"), row=1, col=col)
             if len(study):
                 fig.add_trace(go.Scatter(x=study["lr"], y=study["val_ce"].clip(upper=best + LR_SHOWN), mode="markers",
                                          legendgroup=norm, showlegend=False, customdata=study["n"],
@@ -511,9 +523,11 @@ def report_html(rep: Report, figs: dict | None = None) -> str:
         page.figure(figs["lr"], div_id="fig-lr", caption="Every arm (placement x schedule) trains at its own peak lr, "
                     "chosen by its sweep (python -m normgrow.sweep; a freeze control takes its placement's grow lr, a "
                     "matched run its joint lr). Lines and points: the sweep's candidates trained under this numerics "
-                    "version (mean over seeds, and each seed); stars: the lr the study's runs recorded in their "
-                    f"config.json, at their mean final val_ce. Points more than {LR_SHOWN} nats above a panel's best "
-                    "are drawn on its upper edge (hover for the value; sweep.csv has every row).")
+                    "version, a line per warmup (mean over seeds; solid: the warmup the study's runs trained at, "
+                    "dotted: the others tried) and each seed; stars: the lr the study's runs recorded in their "
+                    f"config.json, at their mean final val_ce. Candidates more than {LR_SHOWN} nats above a panel's "
+                    "best (diverged, or on the unigram plateau) are an x on its upper edge (hover for the value; "
+                    "sweep.csv has every row).")
     page.add("</section><section id='variants'><h2>Final validation CE per variant</h2>", _stats_table(rep))
     page.figure(figs["variants"], div_id="fig-variants")
     ratio = rep.ratio
