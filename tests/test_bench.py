@@ -175,18 +175,19 @@ def test_step_flops_match_torchs_counter():
 
 def test_study_compute_counts_every_step_and_evaluation(monkeypatch):
     """Two seeds of one grown run on the tiny profile (8 steps of 8 x 64 tokens per phase, evaluations every 4 steps
-    over its 64 x 64 validation tokens): phase 0 at depth 1 trains everything (3 x forward) and is evaluated at steps
-    0, 4 and 8; phase 1 at depth 2 with block 0 frozen (1 x forward for it) is evaluated before its first update
-    and at steps 12 and 16."""
+    over its 64 x 64 validation tokens, a subset of 32 x 64): phase 0 at depth 1 trains everything (3 x forward) and
+    is evaluated at steps 0 and 4 on the subset and 8 on the whole split; phase 1 at depth 2 with block 0 frozen
+    (1 x forward for it) is evaluated before its first update on the subset and at steps 12 (the flatness gate's
+    point) and 16 on the whole split."""
     phases = [Phase(0, depth=1, steps=8, first_trainable_block=0), Phase(1, depth=2, steps=8, first_trainable_block=1)]
     monkeypatch.setattr(bench, "study_phases", lambda profile: ({"run": phases}, 2))
-    profile = run_profile("tiny", "pre", "grow")
+    profile = run_profile("tiny", "pre", "grow", {"train.eval_tokens": 2048})
     cfg = StudentConfig.from_params(profile.student, vocab_size=48, n_layers=2, norm="pre", max_seq_len=64)
     one, two = (bench.student_step_flops(replace(cfg, n_layers=n), 1, 64)["forward"] / 64 for n in (1, 2))
     block = two - one  # forward FLOPs per token of one block (the head's cancels)
     head = one - block
     train = 8 * 512 * 3 * (block + head) + 8 * 512 * (3 * (block + head) + block)
-    evals = 3 * 4096 * (block + head) + 3 * 4096 * (2 * block + head)
+    evals = (2048 + 2048 + 4096) * (block + head) + (2048 + 4096 + 4096) * (2 * block + head)
     got = bench.study_compute(profile, cfg, peak_flop_s=1e9, cores=2)
     assert got["train_flops"] == pytest.approx(2 * train, rel=1e-12)
     assert got["eval_flops"] == pytest.approx(2 * evals, rel=1e-12)

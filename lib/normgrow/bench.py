@@ -451,8 +451,8 @@ def study_compute(profile, cfg: StudentConfig, peak_flop_s: float, cores: int) -
     measured peak on every core, the physical limit a study's wall time is measured against. A training step counts
     3 x forward for the trainable blocks and the head and 1 x for a frozen prefix (nothing below it trains, so no
     gradient flows through it); each evaluation a run makes (train.evaluation_plan, plus step 0 and each grown
-    model before its first update, both on the whole split) counts one forward over its validation rows. cfg: the study's student (its
-    vocabulary); per-token FLOPs as student_step_flops counts them."""
+    model before its first update, both on the subset) counts one forward over its validation rows. cfg: the
+    study's student (its vocabulary); per-token FLOPs as student_step_flops counts them."""
     phases, seeds = study_phases(profile)
     tp, L = profile.train, profile.data.seq_len
     tps = tp.batch_size * L
@@ -473,7 +473,7 @@ def study_compute(profile, cfg: StudentConfig, peak_flop_s: float, cores: int) -
             train += phase.steps * tps * (3 * ((phase.depth - frozen) * block + head) + frozen * block)
             whole = phase.depth * block + head
             # the untrained model at step 0 (run.start_run), each grown one before its first update (train_phase)
-            evals += val_tokens * whole
+            evals += subset_tokens * whole
             evals += sum(val_tokens if e.full else subset_tokens for step, e in plan.items()
                          if start < step <= start + phase.steps) * whole
             start += phase.steps
