@@ -1,6 +1,6 @@
 """The validation subset's error against the whole split (docs/DESIGN.md, "Evaluation"), on finished runs: each run's
 final student evaluated row by row over the whole validation split; the whole split's CE, the subset's (the rows of
-train.run.subset_rows), their difference, and the standard error of the subset's mean predicted from the spread of
+train.evaluate.subset_rows), their difference, and the standard error of the subset's mean predicted from the spread of
 the rows' CEs (a sample of n of N rows without replacement: sd / sqrt(n) x sqrt(1 - n / N)).
 Run: .venv/bin/python scripts/eval_subset_error.py PROFILE RUN [RUN ...] (runs of outputs/runs/PROFILE/, eager
 blocks, one thread)."""
@@ -14,7 +14,7 @@ from normgrow.data.teacher_cache import open_cache
 from normgrow.data.vocab import VocabMap
 from normgrow.rundir import run_path
 from normgrow.student.model import load_student
-from normgrow.train.run import evaluate, subset_rows
+from normgrow.train.evaluate import evaluate, subset_rows
 from normgrow.config import Profile, profile_from_dict
 from normgrow.utils import resolve_dtype
 

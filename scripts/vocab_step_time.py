@@ -6,7 +6,7 @@ import torch
 from normgrow.config import load_profile, DistillParams
 from normgrow.student.model import Student, StudentConfig
 from normgrow.train import distill
-from normgrow.train.run import make_optimizer
+from normgrow.train.optim import make_optimizer
 from normgrow.utils import resolve_dtype
 torch.set_num_threads(1)
 p = load_profile("cpu")

@@ -24,7 +24,9 @@ from normgrow.student.model import Student, StudentConfig, load_student
 from normgrow.train.distill import DistillParams
 from normgrow.ranks import Ranks
 from normgrow.train.spec import make_run_spec
-from normgrow.train.run import Batches, run_variant
+from normgrow.data.batches import Batches, rows_to_batch
+from normgrow.train.evaluate import autocast
+from normgrow.train.run import run_variant
 
 pytestmark = pytest.mark.slow  # processes, subprocesses or model conversions: not in make test-fast
 
@@ -197,7 +199,7 @@ def test_a_compiled_step_computes_the_eager_loss_and_gradients(dtype, rel):
     float32 where eager rounds them to bf16). Checked on a student that grew after it was compiled (its new block
     compiled too) and whose first block is frozen."""
     cache = fakes.fake_cache()
-    batch = train.rows_to_batch(cache.train, np.arange(4), torch.device("cpu"), VocabMap.for_cache(cache, "full"))
+    batch = rows_to_batch(cache.train, np.arange(4), torch.device("cpu"), VocabMap.for_cache(cache, "full"))
     params = DistillParams()
     torch.manual_seed(0)
     cfg = StudentConfig(vocab_size=int(cache.meta["vocab_size"]), n_layers=2, d_model=32, n_heads=2, n_kv_heads=1,
@@ -212,7 +214,7 @@ def test_a_compiled_step_computes_the_eager_loss_and_gradients(dtype, rel):
     assert all(b._compiled_call_impl is not None for b in compiled.blocks)
 
     def loss_and_grads(forward, model):
-        with train._autocast(torch.device("cpu"), dtype):
+        with autocast(torch.device("cpu"), dtype):
             loss, _ = forward(batch)
         loss.backward()
         return loss.detach(), {n: p.grad for n, p in model.named_parameters() if p.requires_grad}

@@ -8,7 +8,7 @@ import fakes
 from normgrow.student.growth_ops import GROWTH_OPS
 from normgrow.student.model import Student, StudentConfig
 from normgrow.student.placements import PLACEMENTS
-from normgrow.train.run import evaluate
+from normgrow.train.evaluate import evaluate
 from normgrow.data.vocab import VocabMap
 
 CACHE = fakes.fake_cache()

@@ -274,7 +274,7 @@ def test_keep_carries_the_old_parameters_adamw_state_exactly():
     (torch.equal) and the appended block's parameters have no state; reset: no parameter has state."""
     from normgrow.config import TrainParams
     from normgrow.student.model import Student, StudentConfig
-    from normgrow.train.run import make_optimizer
+    from normgrow.train.optim import make_optimizer
     torch.manual_seed(0)
     model = Student(StudentConfig(vocab_size=fakes.VOCAB, n_layers=1, d_model=16, n_heads=2, n_kv_heads=1,
                                   head_dim=8, d_ff=32))
@@ -329,7 +329,7 @@ def test_evaluations_read_by_a_claim_or_gate_cover_the_whole_split():
     """Phase ends and the last eval_every point at or before 80% of the run's steps (the
     flatness gate's v_80) are full; the other eval_every points and the growth evaluations read the subset."""
     from types import SimpleNamespace
-    from normgrow.train.run import evaluation_plan
+    from normgrow.train.evaluate import evaluation_plan
     params = SimpleNamespace(eval_every=128, eval_after_growth=(8, 32, 64))
     joint = evaluation_plan(plan_phases("joint", (3, 6, 9), (262144,) * 3, 1024), params)
     assert {s: (e.kind, e.full) for s, e in joint.items()} == {
@@ -342,7 +342,7 @@ def test_evaluations_read_by_a_claim_or_gate_cover_the_whole_split():
 
 
 def test_the_validation_subset_is_evenly_spread_and_fixed():
-    from normgrow.train.run import subset_rows
+    from normgrow.train.evaluate import subset_rows
     rows = subset_rows(256, 16384, 256)
     assert len(rows) == 64 and rows[0] == 0 and rows[-1] == 255 and (rows == subset_rows(256, 16384, 256)).all()
     assert set(np.diff(rows).tolist()) == {4, 5}  # 255 / 63 apart: no stretch of the split left out
@@ -382,7 +382,7 @@ def test_a_whole_split_evaluation_gives_the_subsets_values_of_an_evaluation_of_t
     forward equal those of the subset alone bit for bit, and the whole split's means are its rows' (every row once)."""
     from normgrow.data.vocab import VocabMap
     from normgrow.student.model import Student, StudentConfig
-    from normgrow.train.run import evaluate, subset_rows
+    from normgrow.train.evaluate import evaluate, subset_rows
     cache = fakes.fake_cache(n_val=12)
     torch.manual_seed(0)
     model = Student(StudentConfig(vocab_size=fakes.VOCAB, d_model=16, n_layers=2, n_heads=2, n_kv_heads=1,

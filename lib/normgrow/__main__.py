@@ -68,10 +68,9 @@ def _run(args: argparse.Namespace) -> None:
 
 
 def _events(args: argparse.Namespace) -> None:
-    from .config import profile_name
     from .rundir import runs_base
     from .train.tracking import replay_events
-    roots = [runs_base() / profile_name(args.profile)] if args.profile else sorted(runs_base().glob("*"))
+    roots = sorted(runs_base().glob("*"))
     written = [run for root in roots if root.is_dir() for run in sorted(root.iterdir()) if replay_events(run)]
     print(f"event files written for {len(written)} finished runs without them under {runs_base()}")
 

@@ -14,7 +14,7 @@ under corpus --vocab-size is required, since only the cache knows which ids occu
 Candidates (same batch, same initial weights; every one is a full training step: forward, loss, backward,
 grad-norm clip, AdamW step, loss.item()):
   normgrow           the study's step: train.DistillStep (the student's blocks, compiled when train.compile resolves
-                     to on here, + the fused distillation head) under train._autocast, train.make_optimizer's AdamW
+                     to on here, + the fused distillation head) under train.evaluate.autocast, train.optim.make_optimizer's AdamW
                      (blocks compiled on CUDA and for bf16 on CPU, attention kernel in float32 on CPU, fused AdamW;
                      numerics versions 4 and 5 changed evaluations, not this step, which is version 3's).
                      Compiled, its first call compiles, so it needs warmup >= 1
@@ -66,8 +66,10 @@ from .train import distill
 from .config import PARAMS_DIR, outputs_dir, read_yaml
 from .train.growth import plan_phases
 from .student.model import Student, StudentConfig
-from .train.run import (DistillStep, _autocast, compile_enabled, evaluation_plan, make_optimizer, rows_to_batch,
-                        subset_rows, update)
+from .data.batches import rows_to_batch
+from .train.evaluate import autocast, evaluation_plan, subset_rows
+from .train.optim import make_optimizer
+from .train.run import DistillStep, compile_enabled, update
 from .train.spec import _choice, run_profile
 from .rundir import NUMERICS_VERSION
 from .analysis.variants import load_variants
@@ -251,7 +253,7 @@ def build_candidates(profile, batch: BenchBatch, names, dtype: torch.dtype, teac
         forward = DistillStep(model, P, compile_enabled(tp.compile, CPU, dtype) if compiled is None else compiled)
 
         def step() -> float:
-            with _autocast(CPU, dtype):
+            with autocast(CPU, dtype):
                 loss, _ = forward(batch.student)
             return _finish(model, optimizer, loss, tp.grad_clip)
         return Candidate(step, model, model.cfg, "student")
@@ -271,7 +273,7 @@ def build_candidates(profile, batch: BenchBatch, names, dtype: torch.dtype, teac
         rows = distill.flatten_batch({k: v for k, v in batch.student.items() if k != "tokens"})
 
         def hf_cached() -> float:
-            with _autocast(CPU, dtype):
+            with autocast(CPU, dtype):
                 logits = hf(input_ids=batch.student["tokens"], use_cache=False).logits
             loss, _ = distill.distill_loss(logits.flatten(0, 1), rows, P)
             return _finish(hf, opt, loss, tp.grad_clip)
@@ -294,7 +296,7 @@ def build_candidates(profile, batch: BenchBatch, names, dtype: torch.dtype, teac
             with torch.no_grad():
                 t_logits = teacher(input_ids=tokens, use_cache=False).logits
             teacher_times.append(time.perf_counter() - t0)
-            with _autocast(CPU, dtype):
+            with autocast(CPU, dtype):
                 logits = hf2(input_ids=tokens, use_cache=False).logits
             s_logp = F.log_softmax(logits.flatten(0, 1).float() / T, dim=-1)
             t_logp = F.log_softmax(t_logits.flatten(0, 1).float() / T, dim=-1)
@@ -346,7 +348,7 @@ def bench_head(batch: dict, d_model: int, vocab: int, dtype: torch.dtype, params
                                                                              fused=False), None),
                 ("train", "fused"): (train_head, None), ("train", "one_block"): (train_head, ONE_BLOCK)}
     times: dict = {v: [] for v in variants}
-    with torch.no_grad(), _autocast(CPU, dtype):
+    with torch.no_grad(), autocast(CPU, dtype):
         for r in range(warmup + repeats):
             for v, (head, block_bytes) in variants.items():
                 with _row_block_bytes(block_bytes or distill.ROW_BLOCK_BYTES):

@@ -97,12 +97,10 @@ def normgrow_parser() -> argparse.ArgumentParser:
                          epilog=f"Writes, {ROOT}: runs/<profile>/<run>/ (config.json, metrics.jsonl, summary.json, "
                          "checkpoints/, run.ipynb: its executed notebook).",
                          help="one run of the study, as notebooks/run_variant.ipynb does it")
-    events = sub.add_parser("events", description="TensorBoard event files for the finished runs that have none (the "
-                            "committed runs keep only metrics.jsonl), replayed from their metrics.jsonl.",
+    events = sub.add_parser("events", description="TensorBoard event files for the finished runs of every profile that "
+                            "have none (the committed runs keep only metrics.jsonl), replayed from their metrics.jsonl.",
                             epilog=f"Writes, {ROOT}: runs/<profile>/<run>/tensorboard/ of those runs.",
                             help="TensorBoard event files rebuilt from the finished runs' metrics.jsonl")
-    events.add_argument("--profile", default=None, help="only this profile's runs (default: every profile under "
-                        "outputs/runs)")
     add_shared(events, profile=False)
     for p in (cache, run):
         add_shared(p)

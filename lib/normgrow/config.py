@@ -183,7 +183,7 @@ class TrainParams:
     weight_decay: float = 0.1
     betas: tuple = (0.9, 0.95)
     grad_clip: float = 1.0
-    lr_schedule: str = "per_stage"  # per_stage (warmup + cosine restarted at each growth) | global (train/run.py)
+    lr_schedule: str = "per_stage"  # per_stage (warmup + cosine restarted at each growth) | global (train/optim.py)
     optimizer_on_grow: str = "reset"  # reset (fresh AdamW state) | keep (old params keep their moments)
     eval_every: int = 50  # steps
     eval_tokens: int = 0  # validation tokens per evaluation; 0 = the whole validation split
@@ -221,13 +221,14 @@ class Profile:
 @functools.cache
 def choices() -> dict[str, tuple]:
     """Allowed values, by dotted key. Each list lives in the module that branches on it (imported here on first use;
-    the losses' at the top of this module, with their parameters); the train.* lists live here because
-    train/run.py imports this module too."""
+    the losses' at the top of this module, with their parameters); train.optimizer_on_grow's, train.dtype's and
+    train.compile's here (the training loop imports this module too)."""
     from .student.growth_ops import GROWTH_OPS
+    from .train.optim import LR_SCHEDULES
     from .utils import DTYPES, TRAIN_DTYPES
     from .data.vocab import VOCABS
     return {"teacher.dtype": ("auto",) + tuple(DTYPES), "teacher.sanity": ("enforce", "warn"), "student.vocab": VOCABS, "student.new_block_init": tuple(GROWTH_OPS),
-            "train.lr_schedule": ("per_stage", "global"), "train.optimizer_on_grow": ("reset", "keep"),
+            "train.lr_schedule": tuple(LR_SCHEDULES), "train.optimizer_on_grow": ("reset", "keep"),
             "train.dtype": TRAIN_DTYPES, "train.compile": ("auto", "on", "off"), "distill.loss": LOSSES, "distill.tail": TAILS}
 
 

@@ -47,10 +47,10 @@ NUMERICS_VERSION = 5
 float32 on CPU, fused AdamW.
 3: train.compile auto compiles the student's blocks on CPU too (inductor reorders and fuses their arithmetic), and
 every evaluation runs through the compiled blocks (the untrained model's and the one just after growth included).
-4: evaluations no claim or gate reads cover a fixed subset of the validation split (train.run.evaluation_plan; every
+4: evaluations no claim or gate reads cover a fixed subset of the validation split (train.evaluate.evaluation_plan; every
 record says full_split); train.compile auto compiles on CPU only in bfloat16 (eager in float32, where it did not pay).
 5: a whole-split evaluation takes the subset's values from its own forward (the subset's rows first, in batches of
-their own: train.run.evaluate); the untrained model (step 0) and each grown model before its first update are
+their own: train.evaluate.evaluate); the untrained model (step 0) and each grown model before its first update are
 evaluated on the subset, and a phase records its end's subset value (PhaseSummary.val_ce_subset), which the growth
 jump reads."""
 
@@ -73,7 +73,7 @@ phase ends."""
 FLAT_TAIL = 0.2
 """The final fraction of a run's tokens whose improvement tells whether its validation curve has flattened (the
 regime gate, analysis.stats.flatness); a run evaluates the whole split at the last point before it
-(train.run.evaluation_plan). Here, not in analysis.stats, so that the training loop reads it without pandas."""
+(train.evaluate.evaluation_plan). Here, not in analysis.stats, so that the training loop reads it without pandas."""
 GROWTH = "growth"
 """The metrics.jsonl kind of a growth event: the step it happens at (the previous phase's last), the new depth, and
 val_ce before (the previous phase's end) and after (the grown model before any update, the whole split)."""

@@ -114,9 +114,12 @@ def load_study(path: Path | None = None, seeds: list[int] | None = None, variant
     follow their donors. Seeds: the given ones, else the file's for the profile (study_seeds)."""
     path = Path(path or PARAMS_DIR / "study.yaml")
     study = read_yaml(path) or {}
-    unknown = sorted(set(study) - {"runs", "seeds", "jobs"})
+    unknown = sorted(set(study) - {"runs", "seeds", "jobs", "smoke"})
     if unknown:
-        raise ParamError(f"{path}: unknown key {unknown[0]!r}; allowed keys: runs, seeds, jobs")
+        raise ParamError(f"{path}: unknown key {unknown[0]!r}; allowed keys: runs, seeds, jobs, smoke")
+    smoke = study.get("smoke", [])
+    if not (isinstance(smoke, list) and all(isinstance(s, str) for s in smoke)):
+        raise ParamError(f"{path}: smoke={smoke!r} must be a list of profile names (config.smoke_note)")
     available = load_variants()
     names = _unique(_listed(path, "runs", variants or study.get("runs", []), lambda v: isinstance(v, str),
                             f"run file names ({', '.join(available)})"), "runs")

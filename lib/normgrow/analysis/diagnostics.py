@@ -48,7 +48,7 @@ from ..train.distill import eval_sums
 from ..student.model import Student, load_checkpoint
 from ..rundir import (DIAGNOSTICS, finished_runs, is_finished, phase_checkpoints, read_identity, run_disk_bytes,
                       study_diagnostics)
-from ..train.run import rows_to_batch
+from ..data.batches import rows_to_batch
 from ..utils import atomic_write_json, read_json, stable_hash
 from .measured_claims import judge_measured
 from .variants import collect_runs, load_reference

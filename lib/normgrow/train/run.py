@@ -5,29 +5,18 @@ every parameter before any heavy work or output directory): it trains, evaluates
 outputs/runs/<profile>/<run>/{config.json, metrics.jsonl, summary.json, checkpoints/}.
 
 Choices made explicit here (see growth.py for the schedules and the token accounting):
-  - Optimiser: AdamW, weight decay on matrices only (not norm gains), global-norm gradient clipping.
-  - At each growth step the optimiser follows train.optimizer_on_grow: ``reset`` builds a fresh AdamW, as
-    progressive stacking does (prts: a new optimiser, with a new warmup, after each stacking); ``keep`` carries the
-    moments (exp_avg, exp_avg_sq, step) of parameters that already existed, as MSG (Yao et al. 2023) and staged
-    training (Shen et al. 2022) do; new blocks start with empty state either way (tests/test_train.py pins both).
-  - Learning rate: linear warmup then cosine decay to lr * min_lr_ratio. ``per_stage`` restarts warmup + cosine at
-    every phase (each phase is an optimisation problem of its own; with ``reset`` this is prts's recipe);
-    ``global`` runs one schedule over all steps, growth or not (with ``keep`` this is staged training's: Shen et al.
-    2022 carry the whole training state, optimiser and schedule, across growth). MSG instead carries the moments
-    and rewinds its schedule at growth to an earlier point; that rewind is not implemented: ``keep`` with
-    ``per_stage`` restarts the schedule from its start (warmup included) rather than rewinding it part way.
-  - After each growth step, before any update, the whole validation split is evaluated (PhaseSummary's
-    val_ce_after_growth): with a function-preserving growth operator (growth_ops.py) it equals the previous phase's
-    final val_ce.
+  - Optimiser and lr schedules: optim.py (AdamW, what it keeps at growth, warmup + cosine per stage or global).
+    Evaluations: evaluate.py (which steps, which rows, the metrics). Batches: data/batches.py.
+  - After each growth step, before any update, the fixed subset of the validation split is evaluated
+    (PhaseSummary's val_ce_after_growth): with a function-preserving growth operator (growth_ops.py) it equals the
+    previous phase's final val_ce on the same rows (PhaseSummary.val_ce_subset).
   - A growth operator whose new blocks change over the phase (growth_ops.Gated's mask) is told the step before
     every training step and every evaluation, so the mask is a function of the step and a resumed run computes
     the same.
-  - Data order: step s reads sequences [s*B, (s+1)*B) of an endless stream of epochs, each a permutation drawn from
-    (seed, epoch). The order is a pure function of the step, so a resumed run sees exactly the data it would have.
+  - Data order: a pure function of the step (data/batches.py), so a resumed run sees exactly the data it would have.
   - New blocks are initialised from a generator seeded by (seed, phase), so growth is reproducible after a resume.
   - Mixed precision: autocast in train.dtype (auto = bf16 where the hardware has it); losses in float32; the
     attention kernel in float32 on CPU (model.py).
-  - AdamW is the fused implementation (one kernel over all parameters).
   - Resume: checkpoints/last.pt (model, optimiser, step, counters, metrics line count) every checkpoint_every steps
     and at every phase end; a restarted run truncates metrics.jsonl to the checkpoint and continues. A finished run
     (summary.json present) is returned as is unless force=True, which deletes it first.
@@ -72,12 +61,15 @@ from torch import nn
 
 from . import distill
 from ..config import NOTEBOOKS, ParamError, smoke_note
-from ..data.corpus import loss_mask, loss_mask_np
+from ..data.batches import Batches
+from ..data.corpus import loss_mask_np
+from .evaluate import EVAL_BATCH_TOKENS, autocast, evaluate, evaluation_plan, subset_rows
 from .growth import Phase, plan_phases
+from .optim import lr_at, make_optimizer, set_trainable
 from ..student.growth_ops import GROWTH_OPS
 from ..student.model import Student, StudentConfig, save_student
 from ..ranks import Ranks, check_processes, on_ranks, outside_launch, progress_bar
-from ..rundir import (BOUNDARY, CHECKPOINTS, CONFIG, FINAL, FLAT_TAIL, GROWTH, GROWTH_EVAL, LAST, LOCK, METRICS,
+from ..rundir import (BOUNDARY, CHECKPOINTS, CONFIG, FINAL, GROWTH, LAST, LOCK, METRICS,
                       NOTEBOOK, PhaseSummary, RunDirError, RunLock, Summary, identity_conflict, is_finished, metrics_record,
                       phase_checkpoint, phase_checkpoints, read_identity, read_summary, run_path, set_aside,
                       write_summary)
@@ -88,161 +80,7 @@ from ..utils import (atomic_write_json, dtype_name, execute_notebook, machine_de
 from ..data.vocab import VocabMap
 
 
-class Batches:
-    """Training batches as a pure function of the step (see module docstring). Each rank reads its contiguous slice
-    of the global batch's sorted rows (np.array_split, so slices differ by at most one row)."""
-
-    def __init__(self, split, batch_size: int, seed: int, device: torch.device, vocab: VocabMap,
-                 ranks: Ranks = Ranks()):
-        self.split, self.batch_size, self.seed, self.device, self.vocab = split, batch_size, seed, device, vocab
-        self.ranks = ranks
-        self.n_rows = split.tokens.shape[0]
-        if self.n_rows < 1:
-            raise ValueError("the training split is empty")
-        self._perms: dict[int, np.ndarray] = {}
-
-    def rows(self, step: int) -> np.ndarray:
-        start = step * self.batch_size
-        index = np.arange(start, start + self.batch_size)
-        epochs, offsets = np.divmod(index, self.n_rows)
-        return np.array([self._permutation(int(e))[o] for e, o in zip(epochs, offsets)])
-
-    def _permutation(self, epoch: int) -> np.ndarray:
-        if epoch not in self._perms:
-            self._perms = {epoch: np.random.default_rng([self.seed, epoch]).permutation(self.n_rows)}
-        return self._perms[epoch]
-
-    def local_rows(self, step: int) -> np.ndarray:
-        return np.array_split(np.sort(self.rows(step)), self.ranks.world)[self.ranks.rank]
-
-    def positions(self, step: int) -> int:
-        """Loss-mask positions of the global batch (what the loss of a step is a mean over)."""
-        return int(loss_mask_np(self.split.doc_start[np.sort(self.rows(step))]).sum())
-
-    def __call__(self, step: int) -> dict:
-        return rows_to_batch(self.split, self.local_rows(step), self.device, self.vocab)
-
-
-def rows_to_batch(split, rows: np.ndarray, device: torch.device, vocab: VocabMap) -> dict:
-    """Gather whole sequences (one copy per array, no per-token loops), move them to the device and map them to
-    the student's vocabulary."""
-    tokens = torch.from_numpy(np.asarray(split.tokens[rows], dtype=np.int64))
-    doc_start = torch.from_numpy(np.asarray(split.doc_start[rows], dtype=bool))
-    targets = torch.roll(tokens, -1, dims=1)  # the last position's target is masked out by loss_mask
-    batch = {"tokens": tokens, "targets": targets, "mask": loss_mask(doc_start),
-             "topk_ids": torch.from_numpy(np.asarray(split.topk_ids[rows], dtype=np.int64)),
-             "topk_logp": torch.from_numpy(np.asarray(split.topk_logp[rows], dtype=np.float32)),
-             "tail_logp": torch.from_numpy(np.asarray(split.tail_logp[rows], dtype=np.float32))}
-    return vocab.restrict({k: v.to(device, non_blocking=True) for k, v in batch.items()})
-
-
 # ------------------------------------------------------------------------------------------------ optimisation
-
-def lr_at(step: int, phases: list[Phase], params) -> float:
-    """Warmup + cosine, per phase or over the whole run (train.lr_schedule)."""
-    if params.lr_schedule == "global":
-        local, total = step, sum(p.steps for p in phases)
-    else:
-        start = 0
-        for phase in phases:
-            if step < start + phase.steps:
-                break
-            start += phase.steps
-        local, total = step - start, phase.steps
-    warmup = min(params.warmup_steps, max(total - 1, 0))
-    if local < warmup:
-        return params.lr * (local + 1) / (warmup + 1)
-    progress = (local - warmup) / max(total - warmup, 1)
-    floor = params.lr * params.min_lr_ratio
-    return floor + 0.5 * (params.lr - floor) * (1 + math.cos(math.pi * progress))
-
-
-def set_trainable(model: Student, phase: Phase) -> None:
-    """Freeze blocks [0, first_trainable_block) and, when blocks are frozen, a tied embedding (see growth.py)."""
-    frozen_prefix = phase.first_trainable_block > 0
-    for i, block in enumerate(model.blocks):
-        block.requires_grad_(i >= phase.first_trainable_block)
-    model.embed_tokens.requires_grad_(not frozen_prefix)
-    for name, p in model.named_parameters():
-        if not name.startswith(("blocks.", "embed_tokens.")):
-            p.requires_grad_(True)  # final norm, untied head
-
-
-def make_optimizer(model: Student, params, previous: torch.optim.Optimizer | None,
-                   fused: bool | None = None) -> torch.optim.AdamW:
-    """AdamW over the trainable parameters (weight decay on matrices only), carrying `previous`'s state under
-    optimizer_on_grow: keep. fused: None = the fused kernel on CPU and CUDA (numerics version 2); False = the
-    for-loop implementation (version 1, the bench's comparison)."""
-    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    groups = [{"params": [p for n, p in named if p.ndim >= 2], "weight_decay": params.weight_decay},
-              {"params": [p for n, p in named if p.ndim < 2], "weight_decay": 0.0}]
-    # fused: one kernel for all parameters instead of ~10 ops per tensor (a for-loop AdamW was 10.7 ms of a 206 ms
-    # cpu-profile step, most of it dispatch); its rounding differs from the for-loop's in the last bits
-    if fused is None:
-        fused = next(model.parameters()).device.type in ("cpu", "cuda")
-    opt = torch.optim.AdamW(groups, lr=params.lr, betas=tuple(params.betas), fused=fused)
-    if previous is not None and params.optimizer_on_grow == "keep":
-        for _, p in named:
-            if p in previous.state:
-                opt.state[p] = previous.state[p]
-    return opt
-
-
-def _autocast(device: torch.device, dtype: torch.dtype):
-    if dtype == torch.float32:
-        return nullcontext()
-    return torch.autocast(device_type=device.type, dtype=dtype)
-
-
-EVAL_BATCH_TOKENS = 4096
-"""Tokens per evaluation batch (numerics version 3; before it, train.batch_size rows). With compiled blocks a
-full-validation evaluation of the cpu student at depth 9 took 3.68 s in batches of 16 x 256 tokens against 4.18 s in
-the training batch's 4 x 256 (one thread, bf16; eager 4.34 s either way; docs/LOG.md). The head still runs in chunks
-of distill.DEFAULT_CHUNK rows, so memory grows only by the body's activations of one batch."""
-
-
-def subset_rows(n_rows: int, eval_tokens: int, seq_len: int) -> np.ndarray:
-    """The validation rows of a subset evaluation: train.eval_tokens // seq_len rows spaced evenly over the split (its
-    first and last row included), so that every part of the corpus the split holds is in it; every row when
-    eval_tokens is 0 or covers the split. Fixed for a profile: every subset point of every run reads the same rows."""
-    n = n_rows if eval_tokens == 0 else max(1, min(n_rows, eval_tokens // seq_len))
-    return np.unique(np.linspace(0, n_rows - 1, n).round().astype(np.int64))
-
-
-@torch.no_grad()
-def evaluate(model: Student, split, rows: np.ndarray, batch_size: int, device, dtype, vocab: VocabMap,
-             ranks: Ranks = Ranks(), subset: np.ndarray | None = None) -> dict:
-    """Student next-token CE and soft-target CE against the teacher (T=1, tail bucket) on the given validation rows
-    (ascending), averaged over loss_mask positions (nats/token). Under data parallelism the ranks take the batches
-    in turn and their sums are added. subset: rows of ``rows`` whose own means are returned too (val_ce_subset,
-    val_kd_ce_subset) from the same forward: they go first, in batches of their own, so that those means equal an
-    evaluation of the subset alone bit for bit and the whole split costs no second pass."""
-    was_training = model.training
-    model.eval()
-    first = np.empty(0, np.int64) if subset is None else subset
-    chunks = lambda part: [part[i:i + batch_size] for i in range(0, len(part), batch_size)]
-    batches = [(True, c) for c in chunks(first)] + [(False, c) for c in chunks(np.setdiff1d(rows, first))]
-    sums = {"val_ce": 0.0, "val_kd_ce": 0.0, "val_ce_subset": 0.0, "val_kd_ce_subset": 0.0}
-    count = count_subset = 0
-    for in_subset, chunk in batches[ranks.rank::ranks.world]:
-        batch = rows_to_batch(split, chunk, device, vocab)
-        rows_ = distill.flatten_batch(batch)
-        with _autocast(device, dtype):
-            batch_sums, batch_count = distill.eval_sums(model.hidden(batch["tokens"]).flatten(0, 1),
-                                                        model.head_weight, rows_)
-        sums["val_ce"] += batch_sums["ce"]
-        sums["val_kd_ce"] += batch_sums["kd_ce"]
-        count += batch_count
-        if in_subset:
-            sums["val_ce_subset"] += batch_sums["ce"]
-            sums["val_kd_ce_subset"] += batch_sums["kd_ce"]
-            count_subset += batch_count
-    model.train(was_training)
-    *totals, count, count_subset = ranks.sum([*sums.values(), count, count_subset])
-    means = {k: v / max(int(n), 1) for (k, v), n in zip(zip(sums, totals), (count, count, count_subset, count_subset))}
-    return ({k: means[k] for k in ("val_ce", "val_kd_ce")} | {"eval_positions": int(count)}
-            | ({k: means[k] for k in ("val_ce_subset", "val_kd_ce_subset")} if subset is not None else {}))
-
 
 # ----------------------------------------------------------------------------------------------------- the run
 
@@ -430,7 +268,7 @@ class Run:
                                    "classes": batch["classes"].to(self.device)}
         was_training = self.model.training
         self.model.eval()
-        with _autocast(self.device, self.dtype):
+        with autocast(self.device, self.dtype):
             rms = boundary_rms(self.model, self.boundary_batch)
         self.model.train(was_training)
         self.log.write({"kind": BOUNDARY, "step": step, "depth": self.model.cfg.n_layers, "rms": rms})
@@ -526,38 +364,6 @@ class DistillStep(nn.Module):
                                             self.params)
 
 
-@dataclass(frozen=True)
-class Evaluation:
-    """An evaluation after a step: its metrics.jsonl kind, and whether it covers the whole validation split (full)
-    or the fixed subset (subset_rows)."""
-    kind: str
-    full: bool
-
-
-def evaluation_plan(phases: list[Phase], params) -> dict[int, Evaluation]:
-    """The evaluations a run makes after its steps, by global step. Full split where a claim, a gate or the summary
-    reads the number: each phase's last step (phase_end: the phase tables, the final val_ce) and the last eval_every
-    point at or before 1 - FLAT_TAIL of the run's steps (the regime gate's flatness reads it beside the first and the
-    final points). The fixed subset elsewhere: eval every eval_every steps and GROWTH_EVAL at eval_after_growth steps
-    into a grown phase, points only curves draw (docs/DESIGN.md, "Evaluation", states the subset's standard error).
-    Besides these a run evaluates its untrained model at step 0 and each grown model before its first update, both
-    on the subset (start_run, train_phase): the gate's start and the growth jump, each against a point on the same
-    rows."""
-    total = sum(p.steps for p in phases)
-    gate_step = int((1 - FLAT_TAIL) * total) // params.eval_every * params.eval_every
-    plan, start = {}, 0
-    for phase in phases:
-        for step in range(start + 1, start + phase.steps + 1):
-            if step == start + phase.steps:
-                plan[step] = Evaluation("phase_end", True)
-            elif step % params.eval_every == 0:
-                plan[step] = Evaluation("eval", step == gate_step)
-            elif phase.index and step - start in params.eval_after_growth:
-                plan[step] = Evaluation(GROWTH_EVAL, False)
-        start += phase.steps
-    return plan
-
-
 def update(loss: torch.Tensor, trainable: list, optimizer: torch.optim.Optimizer, grad_clip: float,
            accelerator=None, check=None) -> torch.Tensor:
     """The end of a training step, the run loop's and the bench's: backward (accelerate's under data parallelism),
@@ -612,7 +418,7 @@ def train_step(run: Run, phase: Phase, step_fn: nn.Module, optimizer: torch.opti
     for group in optimizer.param_groups:
         group["lr"] = lr
     batch = run.batches(step)
-    with _autocast(run.device, run.dtype):
+    with autocast(run.device, run.dtype):
         loss, stats = step_fn(batch)
     positions, global_positions = int(batch["mask"].sum()), max(run.batches.positions(step), 1)
     means = {}
