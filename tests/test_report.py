@@ -170,6 +170,11 @@ def test_runs_are_assigned_by_recorded_parameters_not_names(outputs, trained):
     assert any("[not counted] pre-single-s0" in line for line in rep.sentences())
     files = report.write_report(rep)
     assert set(pd.read_csv(files["unassigned"])["run"]) == {"post-joint-match-post-grow-s1-s1", "pre-single-s0", "odd"}
+    # the first screen counts them; the list, with each reason, closes the page, collapsed
+    page = files["report"].read_text()
+    assert "3 finished runs not counted (listed at the end of the page" in page
+    assert page.index("<summary>3 finished runs not counted, and why") > page.index("<section id='runs'>")
+    assert page.index("<li>odd: ") > page.index("<section id='runs'>")
 
 
 def test_empty_profile_gives_empty_report(outputs):

@@ -483,8 +483,8 @@ def report_html(rep: Report, figs: dict | None = None) -> str:
              + (f"; unfinished run directories: {e(', '.join(rep.unfinished))}" if rep.unfinished else "")
              + (f"; <b>damaged, not counted ({len(rep.damaged)})</b>: "
                 f"{e('; '.join(f'{n} ({w})' for n, w in rep.damaged.items()))}" if rep.damaged else "")
-             + (f"; finished but not counted: {e('; '.join(f'{n} ({w})' for n, w in rep.unassigned.items()))}"
-                if rep.unassigned else "")
+             + (f"; {len(rep.unassigned)} finished runs not counted (listed at the end of the page, and in "
+                "unassigned.csv)" if rep.unassigned else "")
              + f". Intervals: two-sided {pct}% Student-t over seeds; gaps are paired by seed. A directional claim is "
              "supported when its interval excludes zero in the claimed direction, not resolved when it includes "
              "zero, not supported when it excludes zero the other way. The claim of no difference is an equivalence "
@@ -556,6 +556,9 @@ def report_html(rep: Report, figs: dict | None = None) -> str:
              details(f"{len(rep.runs)} runs (every column: summary.csv)",
                      table(rep.runs, run_cols, {"run_name": "run", "wall_s": "wall s"} | {
                          c: f"jump at growth {c.rsplit('p', 1)[1]}" for c in run_cols if c.startswith("growth_jump_p")})),
+             details(f"{len(rep.unassigned)} finished runs not counted, and why (unassigned.csv)",
+                     "<ul>" + "".join(f"<li>{e(n)}: {e(w)}</li>" for n, w in rep.unassigned.items()) + "</ul>")
+             if rep.unassigned else "",
              "</section>")
     return page.html()
 
