@@ -306,3 +306,16 @@ def test_residual_sum_cosine_for_the_blocks_with_an_output_norm(batch):
     study = {"runs": {"mix-joint-s0": {"variant": "mix-joint", "seed": 0, "checkpoints": [d]}}}
     (markers,) = [t for t in block_figure(study).data if "residual sum" in (t.hovertemplate or "")]
     assert list(markers.x) == [0, 1]
+
+
+def test_the_final_block_table_gives_the_ratio_the_identity_claim_judges():
+    """diagnostics.html's final-block table averaged each seed's ratio to the median arithmetically (pre-grow 0.106)
+    while observation 5's sentence gave their geometric mean (0.0971): both are the geometric mean now."""
+    from normgrow.viz.diagplots import final_block_frame
+    row = {"depth": 9, "final_block_update_ratio": 0.1, "median_other_update_ratio": 1.0, "final_block_cosine": 0.99,
+           "final_block_skip_delta_ce": 0.01, "rank": 1}
+    study = {"runs": {"pre-grow-s0": {"variant": "pre-grow"}, "pre-grow-s1": {"variant": "pre-grow"}},
+             "claims_table": {"final_block": [row | {"run": "pre-grow-s0", "ratio_to_median": 0.05},
+                                              row | {"run": "pre-grow-s1", "ratio_to_median": 0.2}]}}
+    frame = final_block_frame(study).set_index("variant")
+    assert frame.loc["pre-grow", "ratio_to_median"] == pytest.approx(0.1)  # sqrt(0.05 x 0.2), not 0.125

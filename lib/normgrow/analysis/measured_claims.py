@@ -26,7 +26,8 @@ def _log_ratio(first, last):
     return math.log(last / first)
 
 
-def _geo_mean(values):
+def geo_mean_of_logs(values):
+    """exp of the mean of the given logs (None dropped): the geometric mean the measured claims average seeds by."""
     values = [v for v in values if v is not None]
     return math.exp(sum(values) / len(values)) if values else None
 
@@ -50,7 +51,7 @@ def boundary_drift(spec: ClaimSpec, runs: dict[str, dict], grow: GapSpec, class_
     groups = [g for g, count in class_counts.items() if count > 0]
 
     def ratios(group_runs, g, kind="top"):  # geometric mean over seeds of last/first-phase RMS
-        return _geo_mean([_log_ratio(d["drift"][kind][g][0], d["drift"][kind][g][-1]) for d in group_runs.values()])
+        return geo_mean_of_logs([_log_ratio(d["drift"][kind][g][0], d["drift"][kind][g][-1]) for d in group_runs.values()])
 
     r = {(norm, g): ratios(rs, g) for norm, rs in (("pre", pre), ("post", post)) for g in groups}
     rg = {(norm, g): ratios(rs, g, "growth") for norm, rs in (("pre", pre), ("post", post)) for g in groups}
@@ -106,7 +107,7 @@ def final_block_identity(spec: ClaimSpec, runs: dict[str, dict], grow: GapSpec,
         return Claim(name, statement, NOT_TESTABLE,
                      f"Not testable: the {grow.a} students have a single block; no other blocks to compare with.", {},
                      variants)
-    rel_gm = _geo_mean([math.log(x) for x in rel if x > 0])
+    rel_gm = geo_mean_of_logs([math.log(x) for x in rel if x > 0])
     mean = lambda xs: sum(xs) / len(xs) if xs else None  # noqa: E731
     post = _of_variant(runs, grow.b)
     post_rel = [d["checkpoints"][-1]["final_block"]["ratio_to_median"] for d in post.values()
@@ -119,15 +120,15 @@ def final_block_identity(spec: ClaimSpec, runs: dict[str, dict], grow: GapSpec,
                 f"x{sig(rel_gm)} the median (geometric mean), rank(s) {[f['rank'] for f in fb]} of "
                 f"{fb[0]['n_blocks']} (1 = smallest), cosine(h_in, h_out) {sig(mean([f['final_block_cosine'] for f in fb]))}, "
                 f"skip-block validation CE change {sig(mean([f['final_block_skip_delta_ce'] for f in fb if f['final_block_skip_delta_ce'] is not None]))} nats/token"
-                + (f"; post-grow final block: x{sig(_geo_mean([math.log(x) for x in post_rel]))} its median"
+                + (f"; post-grow final block: x{sig(geo_mean_of_logs([math.log(x) for x in post_rel]))} its median"
                    + (" (smaller still, so near-identity is not specific to pre-norm here)"
-                      if rel_gm is not None and _geo_mean([math.log(x) for x in post_rel]) < rel_gm else "")
+                      if rel_gm is not None and geo_mean_of_logs([math.log(x) for x in post_rel]) < rel_gm else "")
                    if post_rel else "")
                 + f". Threshold for 'nearly identity': below {IDENTITY_RATIO} x the median.")
     return Claim(name, statement, SUPPORTED if supported else NOT_SUPPORTED,
                  f"{'Supported' if supported else 'Not supported'}: {evidence}",
                  {"ratio_to_median_geomean": rel_gm,
-                  "post_ratio_to_median_geomean": _geo_mean([math.log(x) for x in post_rel]) if post_rel else None},
+                  "post_ratio_to_median_geomean": geo_mean_of_logs([math.log(x) for x in post_rel]) if post_rel else None},
                  variants)
 
 

@@ -28,6 +28,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..analysis.diagnostics import GROUPS
+from ..analysis.measured_claims import geo_mean_of_logs
 from ..student.placements import PLACEMENTS
 from .render import (Page, claims_html, details, faint, split_variant, style_figure, table,
                      variant_style, write_text)
@@ -311,8 +312,9 @@ def drift_heatmap(study: dict, groups=None) -> go.Figure:
 
 
 def final_block_frame(study: dict) -> pd.DataFrame:
-    """claims_table.final_block per variant: the final block's update ratio, its ratio to the median of the other
-    blocks, cosine and skip CE change (means over seeds) and the ranks of the seeds (1 = smallest update)."""
+    """claims_table.final_block per variant: the final block's update ratio, cosine and skip CE change (means over
+    seeds), its ratio to the median of the other blocks (the geometric mean over seeds, the number observation 5's
+    claim judges: measured_claims), and the ranks of the seeds (1 = smallest update)."""
     rows = study.get("claims_table", {}).get("final_block", [])
     if not rows:
         return pd.DataFrame()
@@ -321,7 +323,8 @@ def final_block_frame(study: dict) -> pd.DataFrame:
     df["variant"] = [variant_of(n, runs.get(n)) for n in df["run"]]
     agg = df.groupby("variant", sort=False).agg(
         seeds=("run", "count"), depth=("depth", "first"), update_ratio=("final_block_update_ratio", "mean"),
-        median_other_ratio=("median_other_update_ratio", "mean"), ratio_to_median=("ratio_to_median", "mean"),
+        median_other_ratio=("median_other_update_ratio", "mean"), ratio_to_median=(
+            "ratio_to_median", lambda r: geo_mean_of_logs([math.log(x) for x in r if x and x > 0])),
         cosine=("final_block_cosine", "mean"), skip_delta_ce=("final_block_skip_delta_ce", "mean"),
         ranks=("rank", lambda r: " ".join(str(int(x)) for x in r)))
     order = [v for v in by_variant({n: runs[n] for n in df["run"] if n in runs}) if v in agg.index]
@@ -330,7 +333,7 @@ def final_block_frame(study: dict) -> pd.DataFrame:
 
 FINAL_BLOCK_NAMES = {"update_ratio": "final block update ratio",
                      "median_other_ratio": "median ratio of the other blocks",
-                     "ratio_to_median": "ratio to median", "skip_delta_ce": "skip: delta val CE",
+                     "ratio_to_median": "ratio to median (geometric mean)", "skip_delta_ce": "skip: delta val CE",
                      "ranks": "rank per seed (1 = smallest)"}
 
 SECTIONS = {  # name: (heading, caption) of each static figure, in page order
