@@ -507,3 +507,18 @@ def test_bundled_teacher_and_corpus(out_root):
     np.testing.assert_allclose(cache.val.topk_logp[:4], lps, atol=5e-2)
     gens = teacher.generate(model, tok, ["In the beginning God created"], max_new_tokens=4)
     assert isinstance(gens[0], str) and gens[0]
+
+
+def test_a_cache_folder_holding_only_its_committed_record_is_named_as_such(tiny_llama, corpus_files, outputs):
+    """A clone has outputs/teacher/<key>/teacher.json (the committed record) and no cache: opening it says the cache
+    was not built on this machine, not that a build was interrupted; an empty folder is still an interrupted build."""
+    profile = _profile(tiny_llama, corpus_files, **{"data.train_tokens": 384})
+    key = teacher_cache.resolve_key(profile)[3]
+    folder = teacher.teacher_root() / key
+    folder.mkdir(parents=True)
+    (folder / "teacher.json").write_text("{}")
+    with pytest.raises(FileNotFoundError, match=r"is not built on this machine \(its folder holds only teacher.json"):
+        teacher_cache.open_cache(profile)
+    (folder / "teacher.json").unlink()
+    with pytest.raises(FileNotFoundError, match=r"is incomplete \(interrupted build\)"):
+        teacher_cache.open_cache(profile)

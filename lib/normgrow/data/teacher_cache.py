@@ -478,7 +478,10 @@ def open_cache(profile: Profile) -> TeacherCache:
     d = teacher.teacher_root() / key
     check_marker(d, key)
     if not is_complete(d, key):
-        state = "incomplete (interrupted build)" if d.exists() else "missing"
+        held = {p.name for p in d.iterdir()} if d.is_dir() else set()
+        state = ("not built on this machine (its folder holds only teacher.json, the committed record of a cache built "
+                 "elsewhere)" if held and held <= {"teacher.json"} else
+                 "incomplete (interrupted build)" if d.exists() else "missing")
         raise FileNotFoundError(
             f"teacher cache for profile {profile.name!r} is {state} at {d}; build it with "
             f"`papermill notebooks/00_teacher.ipynb out.ipynb -p profile {profile.name}` "
