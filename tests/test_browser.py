@@ -33,6 +33,18 @@ TRACES = """Array.from(document.querySelectorAll('.plotly-graph-div')).map(d => 
   id: d.id, traces: (d._fullData || []).length,
   drawn: d.querySelectorAll('g.trace').length + d.querySelectorAll('.hm image').length}))"""
 
+TEXT_OVERLAPS = """() => { const out = [];
+  for (const svg of document.querySelectorAll('svg')) {
+    const boxes = Array.from(svg.querySelectorAll('text')).filter(t => t.textContent.trim()
+        && getComputedStyle(t).visibility !== 'hidden' && Number(getComputedStyle(t).opacity) > 0)
+      .map(t => ({t: t.textContent.trim(), r: t.getBoundingClientRect()})).filter(b => b.r.width > 0);
+    for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
+      const a = boxes[i].r, b = boxes[j].r;
+      if (Math.min(a.right, b.right) - Math.max(a.left, b.left) > 2
+          && Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top) > 2) out.push(boxes[i].t + ' | ' + boxes[j].t);
+    } }
+  return out; }"""
+
 
 @pytest.fixture(scope="module")
 def browser():
@@ -77,6 +89,8 @@ def check_page(seen: dict, min_figures: int) -> None:
     assert len(figs) >= min_figures, figs
     empty = [f for f in figs if not (f["traces"] > 0 and f["drawn"] > 0)]
     assert not empty, f"figures without drawn traces: {empty}"
+    overlaps = seen["page"].evaluate(TEXT_OVERLAPS)
+    assert not overlaps, f"overlapping labels: {overlaps[:5]}"
 
 
 @needs_chromium
@@ -149,3 +163,30 @@ def test_grid_page_fits_and_names_its_colours(browser, tmp_path):
     legend = seen["page"].locator("#fig-depth .legend").text_content()
     assert "pre" in legend and "post" in legend, legend
     seen["page"].close()
+
+COMMITTED_PAGES = sorted(p for suffix in ("html", "svg") for p in (REPO / "outputs").rglob(f"*.{suffix}")
+                         if p.relative_to(REPO / "outputs").parts[0] not in ("archive", "screenshots", "runs"))
+
+
+@needs_chromium
+@pytest.mark.parametrize("path", COMMITTED_PAGES, ids=lambda p: p.relative_to(REPO / "outputs").as_posix())
+def test_every_committed_page_reads_at_a_laptops_width(browser, path):
+    """Every page and figure of outputs/ but the archive (records kept as they were written), at 1,400 px: it loads
+    offline without an error, fits the window, prints no nan or inf, and no two of its text labels overlap."""
+    import re
+    page = browser.new_page(viewport={"width": WIDTH, "height": 900})
+    errors = []
+    page.on("pageerror", lambda err: errors.append(str(err)))
+    page.route("**/*", lambda r: r.continue_() if r.request.url.startswith(LOCAL) else r.abort())
+    page.goto(path.as_uri(), wait_until="load")
+    if path.suffix == ".html" and page.locator(".plotly-graph-div").count():
+        page.wait_for_function(DRAWN, timeout=60_000)
+    assert not errors, f"JavaScript errors: {errors}"
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= WIDTH or path.suffix == ".svg", f"the page is {width} px wide in a {WIDTH} px window"
+    text = page.evaluate("(document.body ? document.body.innerText : '') + ' ' + "
+                         "Array.from(document.querySelectorAll('svg text')).map(t => t.textContent).join(' ')")
+    assert not re.search(r"(?<![\w.])[+-]?(nan|inf)\b", text, re.IGNORECASE), re.findall(r".{40}\bnan\b.{40}", text)
+    overlaps = page.evaluate(TEXT_OVERLAPS)
+    assert not overlaps, f"overlapping labels: {overlaps[:5]}"
+    page.close()
