@@ -2,7 +2,8 @@
 baselines.json) and those of every grid of the profile (outputs/grid/<profile>/<grid>/grid.csv).
 Run: .venv/bin/python scripts/readme_tables.py cpu > docs/RESULTS.md; with --ladder, README's table of the regime
 ladder (outputs/grid/<profile>/ladder/grid.csv); with --ladder-runs, the final val_ce of every finished ladder run
-by rung, arm and seed (docs/RESULTS.md)."""
+by rung, arm and seed (docs/RESULTS.md); with --shapes, the table of the curriculum's shapes
+(outputs/grid/<profile>/shapes/grid.csv and curriculum.csv)."""
 import json
 import sys
 
@@ -98,6 +99,24 @@ def ladder(profile: str) -> None:
     print("\n" + "\n".join(f"- {trend_sentence(norm, t)}" for norm, t in trends.items()))
 
 
+def shapes(profile: str) -> None:
+    """README's table of the curriculum's shapes (outputs/grid/<profile>/shapes/: grid.csv's depth gains and
+    curriculum.csv's grown students): a row per shape."""
+    folder = outputs_dir() / "grid" / profile / "shapes"
+    gains = pd.read_csv(folder / "grid.csv").set_index("setting")
+    print("| stages | seeds | depth gain pre | depth gain post | grown pre | grown post | grown - single pre | "
+          "grown - single post | pre - post at each phase end | leader |\n|---|---|---|---|---|---|---|---|---|---|")
+    for _, r in pd.read_csv(folder / "curriculum.csv").iterrows():
+        g = gains.loc[r["setting"]]
+        cells = [ci(g[f"depth_gain_{s}"], g[f"depth_gain_{s}_ci_low"], g[f"depth_gain_{s}_ci_high"], sign=True)
+                 for s in "ab"]
+        cells += [f(r["grow_a"]), f(r["grow_b"])]
+        cells += [ci(r[f"grow_vs_single_{s}"], r[f"grow_vs_single_{s}_ci_low"], r[f"grow_vs_single_{s}_ci_high"],
+                     sign=True) for s in "ab"]
+        print(f"| {r['stages']} | {r['n_seeds']} | " + " | ".join(cells) + f" | {r['phase_gaps']} | "
+              f"{r['phase_leaders']} |")
+
+
 def ladder_runs(profile: str) -> None:
     """Every finished run of the ladder (outputs/grid/<profile>/ladder/runs.csv): its final val_ce (summary.json), a
     row per rung and a column per arm and seed."""
@@ -113,7 +132,9 @@ def ladder_runs(profile: str) -> None:
 
 
 if __name__ == "__main__":
-    if "--ladder-runs" in sys.argv:
+    if "--shapes" in sys.argv:
+        shapes(next((a for a in sys.argv[1:] if a != "--shapes"), "cpu"))
+    elif "--ladder-runs" in sys.argv:
         ladder_runs(next((a for a in sys.argv[1:] if a != "--ladder-runs"), "cpu"))
     elif "--ladder" in sys.argv:
         ladder(next((a for a in sys.argv[1:] if a != "--ladder"), "cpu"))
