@@ -32,11 +32,11 @@ def curriculum_svg(items: list[dict]) -> str:
         colour, label = PLACEMENTS[norm].colour, html.escape(PLACEMENTS[norm].label)
         out.append(f"<line x1='{legend_x}' x2='{legend_x + 18}' y1='12' y2='12' stroke='{colour}' stroke-width='2'/>"
                    f"<text x='{legend_x + 22}' y='16'>{label}: grown, each phase's end</text>")
-        legend_x += 200
+        legend_x += 250
     out.append(f"<rect x='{legend_x}' y='7' width='9' height='9' fill='none' stroke='#444'/>"
                f"<text x='{legend_x + 14}' y='16'>single (first stage alone)</text>"
-               f"<path d='M{legend_x + 175},7 l5,5 l-5,5 l-5,-5 z' fill='#444'/>"
-               f"<text x='{legend_x + 186}' y='16'>joint</text>")
+               f"<path d='M{legend_x + 190},7 l5,5 l-5,5 l-5,-5 z' fill='#444'/>"
+               f"<text x='{legend_x + 200}' y='16'>joint (all blocks from step 0)</text>")
     for i, it in enumerate(items):
         x0 = LEFT + (i % PER_ROW) * (PANEL_W + GAP)
         y0 = TOP + (i // PER_ROW) * (PANEL_H + BOTTOM)
