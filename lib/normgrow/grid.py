@@ -420,9 +420,10 @@ def curriculum(plan: GridPlan, runs: dict[str, CellRun], level: float = LEVEL) -
             continue
         frame = setting_runs(plan, setting.name, runs)
         stages = list(load_profile(plan.profile, setting_overrides(plan, setting)).train.stages)
-        mean = lambda variant, column="val_ce": (float(pd.to_numeric(frame.loc[frame["variant"] == variant, column])
-                                                       .mean()) if len(frame) and column in frame
-                                                 and (frame["variant"] == variant).any() else math.nan)
+
+        def mean(variant: str, column: str = "val_ce") -> float:  # over the variant's finished seeds; NaN: none
+            rows = frame[frame["variant"] == variant] if len(frame) and column in frame else frame.iloc[:0]
+            return float(pd.to_numeric(rows[column]).mean()) if len(rows) else math.nan
         a, b = setting.placements
         arms = {norm: {"single": mean(f"{norm}-single"), "joint": mean(f"{norm}-joint"), "grow": mean(f"{norm}-grow"),
                        "grow_vs_single": mean_ci(paired_differences(frame, f"{norm}-grow", f"{norm}-single").values,
@@ -585,14 +586,13 @@ def grid_report_html(plan: GridPlan, frame: pd.DataFrame, machines: dict[str, di
              "is the ungated reading.</p>")
     if "grow" in plan.grid.schedules:
         page.figure(forest_figure(frame, ref), div_id="fig-forest")
+    interval = lambda table_, mean, ci: [f"{m:+.4f} [{lo:+.4f}, {hi:+.4f}]" if pd.notna(m) else "" for m, lo, hi in
+                                         zip(table_[mean], table_[f"{ci}_ci_low"], table_[f"{ci}_ci_high"])]
     if items:
         from .viz.curriculum import curriculum_svg
         shown = curriculum_frame(items)
         for side in "ab":
-            shown[f"grow_vs_single_{side}"] = [
-                f"{m:+.4f} [{lo:+.4f}, {hi:+.4f}]" if pd.notna(m) else "" for m, lo, hi in zip(
-                    shown[f"grow_vs_single_{side}"], shown[f"grow_vs_single_{side}_ci_low"],
-                    shown[f"grow_vs_single_{side}_ci_high"])]
+            shown[f"grow_vs_single_{side}"] = interval(shown, f"grow_vs_single_{side}", f"grow_vs_single_{side}")
         page.add("<h2>How the grown students fared</h2><p>Each setting's grown runs at each phase's end (mean over "
                  "seeds) beside the single run (the first stage alone on the same tokens) and the joint run, per "
                  "placement; grow - single paired by seed with its 95% interval (negative: growing beat the first "
@@ -616,10 +616,9 @@ def grid_report_html(plan: GridPlan, frame: pd.DataFrame, machines: dict[str, di
         page.add("<p>The trend (stats.depth_trend: least squares of the settings' depth gains on log10 TFLOP; the "
                  "settings change data, tokens and width together, so it locates and does not separate them):</p><ul>"
                  + "".join(f"<li>{e(trend_sentence(norm, t))}</li>" for norm, t in trends.items()) + "</ul>")
-    interval = lambda mean, ci: [f"{m:+.4f} [{lo:+.4f}, {hi:+.4f}]" if pd.notna(m) else "" for m, lo, hi in
-                                 zip(frame[mean], frame[f"{ci}_ci_low"], frame[f"{ci}_ci_high"])]
-    shown = frame.assign(grow=interval("grow_gap", "grow"), interaction_=interval("interaction", "interaction"),
-                         joint=interval("joint_gap", "joint"))
+    shown = frame.assign(grow=interval(frame, "grow_gap", "grow"),
+                         interaction_=interval(frame, "interaction", "interaction"),
+                         joint=interval(frame, "joint_gap", "joint"))
     names = {"interaction_": "interaction", "n_seeds": "seeds", "grow_mde": "grow MDE",
              "interaction_mde": "interaction MDE", "depth_gain_a": "depth gain a", "depth_gain_b": "depth gain b",
              "runs_finished": "runs done", "runs_needed": "runs", "grow_verdict": "grow verdict",
