@@ -47,14 +47,19 @@ def test_a_committed_study_s_measured_claims_are_judged_the_same(profile):
 @pytest.mark.slow  # reads the metrics of every run of each committed grid (about 10 s)
 @pytest.mark.parametrize("where", GRIDS)
 def test_a_committed_grid_recomputes_to_its_committed_table(where, monkeypatch):
-    """grid.csv (every setting's gaps, gates and the verdicts of the claim declarations) from the committed runs."""
+    """grid.csv (every setting's gaps, gates and the verdicts of the claim declarations) and curriculum.csv (grids
+    with grown runs) from the committed runs."""
     profile, name = where.split("/")
     committed = ROOT / "outputs" / "grid" / where
     monkeypatch.delenv("NORMGROW_OUTPUTS", raising=False)
     frame = pd.read_csv(committed / "grid.csv").set_index("setting")
     monkeypatch.setattr(grid, "setting_unigram", lambda plan, setting: frame.loc[setting.name, "unigram_val_ce"])
     plan = grid.plan_grid(profile, grid.load_grid(name), json.loads((committed / "grid.json").read_text())["seeds"])
-    assert grid.grid_frame(plan, grid.read_cells(plan)).to_csv(index=False) == (committed / "grid.csv").read_text()
+    runs = grid.read_cells(plan)
+    assert grid.grid_frame(plan, runs).to_csv(index=False) == (committed / "grid.csv").read_text()
+    if (committed / "curriculum.csv").is_file():  # grids with grown runs: how the grown students fared
+        assert (grid.curriculum_frame(grid.curriculum(plan, runs)).to_csv(index=False)
+                == (committed / "curriculum.csv").read_text())
 
 
 def test_there_is_a_committed_grid_to_check():
