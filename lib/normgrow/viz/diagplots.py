@@ -304,11 +304,11 @@ def drift_heatmap(study: dict, groups=None) -> go.Figure:
     lim = max([abs(x) for r in z for x in r if x is not None] + [0.1])
     fig = go.Figure(go.Heatmap(
         z=z, x=groups, y=variants, text=text, texttemplate="%{text}", colorscale="RdBu_r", zmid=0, zmin=-lim,
-        zmax=lim, colorbar=dict(title="log2 ratio", thickness=12),
+        zmax=lim, colorbar=dict(title=dict(text="log2 ratio", side="right"), thickness=12, nticks=3),  # labels apart
         hovertemplate="%{y}, %{x} tokens: %{text}<extra></extra>"))
     fig.update_layout(title="Top-boundary RMS, last phase / first phase (grown variants, geometric mean over seeds)",
                       yaxis=dict(autorange="reversed"), xaxis_title="token group")
-    return style_figure(fig, height=140 + 36 * max(1, len(variants)))
+    return style_figure(fig, height=max(240, 140 + 36 * len(variants)))
 
 
 def final_block_frame(study: dict) -> pd.DataFrame:

@@ -152,6 +152,9 @@ def crossover_figure(rep: Report):
         fig.add_trace(go.Scatter(x=x, y=t["gap_mean"], error_y=dict(type="data", array=err), name=f"{a} - {b}",
                                  mode="lines+markers", line=dict(color="black")), row=2, col=1)
         fig.add_hline(y=0, line_dash="dot", line_color="gray", row=2, col=1)
+        # half a category of room at either end: the first stage's label is centred on the plot's left edge otherwise,
+        # across the y axis's labels
+        fig.update_xaxes(range=[-0.5, len(x) - 0.5])
     fig.update_yaxes(title_text="val CE (nats/token)", row=1, col=1)
     fig.update_yaxes(title_text="gap (nats/token)", row=2, col=1)
     fig.update_layout(title=f"crossover: mean and {round(rep.level * 100)}% CI over seeds")
