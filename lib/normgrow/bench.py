@@ -73,7 +73,8 @@ from .train.run import DistillStep, compile_enabled, update
 from .train.spec import _choice, run_profile
 from .rundir import NUMERICS_VERSION
 from .analysis.variants import load_variants
-from .utils import TRAIN_DTYPES, cpu_kind, dtype_name, json_safe, machine_description, resolve_dtype
+from .utils import (TRAIN_DTYPES, cpu_kind, dtype_name, json_safe, machine_description, matmul_peak_sampler,
+                    resolve_dtype)
 
 CANDIDATES = ("normgrow", "normgrow_v2", "normgrow_v1", "hf_cached", "hf_online")
 COMPARE = ("normgrow", "normgrow_v2")
@@ -102,19 +103,6 @@ def student_step_flops(cfg: StudentConfig, batch: int, seq_len: int) -> dict:
             "method": "3 x forward matmul FLOPs: 2*in*out per token per linear (q,k,v,o,gate,up,down, vocab head) + "
                       "attention QK^T and AV at 2*T*head_dim*n_heads per token each (full square); "
                       "norms/RoPE/softmax/loss elementwise not counted"}
-
-
-def matmul_peak_sampler(dtype: torch.dtype, n: int = 2048) -> Callable[[], float]:
-    """A function returning one sample of the FLOP/s of an n x n x n matmul in dtype (one warmup product here).
-    run_bench takes one sample per round, after the round's candidates, so that the peak sees the load they saw."""
-    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
-    a @ b
-
-    def sample() -> float:
-        t0 = time.perf_counter()
-        a @ b
-        return 2 * n ** 3 / (time.perf_counter() - t0)
-    return sample
 
 
 def mfu_label(dtype: torch.dtype) -> str:

@@ -9,9 +9,10 @@ import math
 import os
 import platform
 import subprocess
+import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -229,3 +230,17 @@ def execute_notebook(notebook: Path, output: Path, parameters: dict) -> None:
     pm.execute_notebook(str(notebook), str(output), parameters=parameters, cwd=str(notebook.parent),
                         kernel_name="python3", progress_bar=False, log_output=False,
                         kernel_manager_class=QuietKernelManager)
+
+
+def matmul_peak_sampler(dtype: torch.dtype, n: int = 2048) -> Callable[[], float]:
+    """A function returning one sample of the FLOP/s of an n x n x n matmul in dtype (one warmup product here).
+    The bench takes one sample per round, after the round's candidates, so that the peak sees the load they saw; the
+    teacher pass one after its pass (data.teacher_cache)."""
+    a, b = torch.randn(n, n).to(dtype), torch.randn(n, n).to(dtype)
+    a @ b
+
+    def sample() -> float:
+        t0 = time.perf_counter()
+        a @ b
+        return 2 * n ** 3 / (time.perf_counter() - t0)
+    return sample
