@@ -18,16 +18,11 @@ import argparse
 import os
 from pathlib import Path
 
+from .paths import profile_names
 from .train.growth import SCHEDULES
 
-REPO_ROOT = Path(__file__).resolve().parents[2]  # config.py's too: every path rule starts here
 DEFAULT_PROFILE = "cpu"
 ROOT = "under the outputs root (--outputs, else NORMGROW_OUTPUTS, else outputs/ of the repository)"
-
-
-def profile_names(params: Path = REPO_ROOT / "params") -> list[str]:
-    """The profiles: the files of <params>/profiles/ (config.available_profiles for config's PARAMS_DIR)."""
-    return sorted(p.stem for p in (params / "profiles").glob("*.yaml"))
 
 
 def _parser(prog: str, description: str, writes: str, profile: bool = True, **kwargs) -> argparse.ArgumentParser:

@@ -33,13 +33,9 @@ from typing import Any
 
 import yaml
 
-from .cli import REPO_ROOT, profile_names
+from .paths import OUTPUTS_DIR, PARAMS_DIR, REPO_ROOT, profile_names
 from .student.model import StudentParams  # the student section: declared with the model's config, which extends it
 from .train.distill import LOSSES, TAILS, DistillParams  # the distill section: the losses' parameters
-
-PARAMS_DIR = REPO_ROOT / "params"
-NOTEBOOKS = REPO_ROOT / "notebooks"
-OUTPUTS_DIR = REPO_ROOT / "outputs"
 
 
 def resolve_profile_path(value: str | os.PathLike) -> Path:

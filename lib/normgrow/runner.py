@@ -41,7 +41,8 @@ from pathlib import Path
 import psutil
 from tqdm.auto import tqdm
 
-from .config import NOTEBOOKS, PARAMS_DIR, REPO_ROOT, ParamError, read_yaml
+from .config import ParamError, read_yaml
+from .paths import NOTEBOOKS, PARAMS_DIR, REPO_ROOT
 from .ranks import RUNNER_KERNEL
 from .rundir import (NOTEBOOK, RunDirError, directory_conflict, is_finished, read_finished, read_identity,
                      read_metrics, run_path)

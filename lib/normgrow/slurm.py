@@ -25,7 +25,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from .config import NOTEBOOKS, ParamError
+from .config import ParamError
+from .paths import NOTEBOOKS
 from .rundir import NOTEBOOK, SLURM_DIR, SLURM_RECORD, is_finished, run_path
 from .runner import run_spec
 from .utils import atomic_write_json, execute_notebook, read_json

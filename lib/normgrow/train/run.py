@@ -60,7 +60,8 @@ import torch
 from torch import nn
 
 from . import distill
-from ..config import NOTEBOOKS, ParamError, smoke_note
+from ..config import ParamError, smoke_note
+from ..paths import NOTEBOOKS
 from ..data.batches import Batches
 from ..data.corpus import loss_mask_np
 from .evaluate import EVAL_BATCH_TOKENS, autocast, evaluate, evaluation_plan, subset_rows
