@@ -119,8 +119,8 @@ def test_a_full_disk_ends_a_command_in_one_error_line(tmp_path, monkeypatch, cap
 
 def test_a_notebook_run_from_a_terminal_shows_its_progress_there(monkeypatch):
     """papermill runs run_variant.ipynb in a kernel whose stdout is the notebook: the bar goes to the kernel's own
-    stderr when that is a terminal (the card's headless command shows its training there), except in the runner's
-    kernels (their runner reports progress), and to stdout elsewhere."""
+    stderr, which ipykernel copies to the terminal papermill runs in (the card's headless command shows its training
+    there), except in the runner's kernels (their runner reports progress), whose bars stay in their notebooks."""
     import io
     import sys
 

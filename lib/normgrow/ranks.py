@@ -159,14 +159,15 @@ progress itself, and their bars stay in their notebooks."""
 def progress_bar(**kwargs):
     """The text bar (tqdm.std): a widget bar's state is not saved with a headless notebook (papermill's output read
     0/24 for a finished run) and never reaches papermill's --log-output, where text does. On stdout in a terminal.
-    In a notebook kernel whose own stderr is a terminal (papermill or JupyterLab started there), not one of the
-    runner's, on that stderr: a headless run shows its progress on the terminal without --log-output (ipykernel
-    copies it into the notebook too). Elsewhere on stdout, redrawn every 10 s at most, so that an executed notebook
-    keeps a few dozen lines of it, the last one the finished bar."""
+    In a notebook kernel that is not one of the runner's, on the kernel's own stderr (file descriptor 2), redrawn
+    every 2 s at most: ipykernel copies what reaches it both to the notebook and to the stream the kernel was started
+    with, so a headless papermill run shows its progress on the terminal without --log-output. Elsewhere on stdout,
+    redrawn every 10 s at most, so that an executed notebook keeps a few dozen lines of it, the last one the finished
+    bar."""
     import tqdm.std
     kernel = "ipykernel" in sys.modules and sys.stdout is not sys.__stdout__
-    if kernel and sys.__stderr__ is not None and sys.__stderr__.isatty() and not os.environ.get(RUNNER_KERNEL):
-        return tqdm.std.tqdm(file=sys.__stderr__, mininterval=1.0, **kwargs)
+    if kernel and sys.__stderr__ is not None and not os.environ.get(RUNNER_KERNEL):
+        return tqdm.std.tqdm(file=sys.__stderr__, mininterval=2.0, **kwargs)
     return tqdm.std.tqdm(file=sys.stdout, mininterval=0.1 if sys.stdout.isatty() else 10.0, **kwargs)
 
 
