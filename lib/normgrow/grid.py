@@ -607,12 +607,13 @@ def grid_report_html(plan: GridPlan, frame: pd.DataFrame, machines: dict[str, di
              "minus the joint arm, per placement, paired by seed with 95% intervals, against the compute of one joint "
              "run; the gate asks for the depth margin (dashed).</p>")
     trends = depth_trends(frame, load_reference().depth_margin)
-    if not spans_computes(frame):
+    spans = spans_computes(frame)
+    if not spans:
         page.add("<p>Not enough rungs for a figure: every setting's joint run has the same compute, so the depth "
                  "gains are read in the table below (depth gain a, b), not against compute.</p>")
     else:
         page.figure(depth_figure(frame, trends), div_id="fig-depth")
-    if trends and spans_computes(frame):
+    if trends and spans:
         page.add("<p>The trend (stats.depth_trend: least squares of the settings' depth gains on log10 TFLOP; the "
                  "settings change data, tokens and width together, so it locates and does not separate them):</p><ul>"
                  + "".join(f"<li>{e(trend_sentence(norm, t))}</li>" for norm, t in trends.items()) + "</ul>")
