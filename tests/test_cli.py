@@ -117,29 +117,31 @@ def test_a_full_disk_ends_a_command_in_one_error_line(tmp_path, monkeypatch, cap
     assert "(1.0 MiB free)" in err and "file write failed" in err and len(err.splitlines()) == 1
 
 
-def test_a_notebook_run_from_a_terminal_shows_its_progress_there(monkeypatch):
-    """papermill runs run_variant.ipynb in a kernel whose stdout is the notebook: the bar goes to the kernel's own
-    stderr, which ipykernel copies to the terminal papermill runs in (the card's headless command shows its training
-    there), except in the runner's kernels (their runner reports progress), whose bars stay in their notebooks."""
+def test_a_notebook_run_from_a_terminal_shows_its_progress_there(tmp_path, monkeypatch):
+    """papermill runs run_variant.ipynb in a kernel whose stdout is the notebook and whose stderr's fileno() is the
+    terminal papermill runs in: every redraw of the bar goes to that terminal (the card's headless command shows its
+    training there) and the finished bar, written by the process itself, to the notebook; in the runner's kernels
+    (their runner reports progress) the bar stays in the notebook."""
     import io
     import sys
 
     import ipykernel  # noqa: F401 (a kernel's process has it loaded)
     from normgrow import ranks
 
-    class Terminal(io.StringIO):
-        def isatty(self):
-            return True
-    terminal, notebook = Terminal(), io.StringIO()
+    terminal, notebook = open(tmp_path / "terminal", "w+"), io.StringIO()
     monkeypatch.setattr(sys, "stdout", notebook)
-    monkeypatch.setattr(sys, "__stderr__", terminal)
+    monkeypatch.setattr(sys, "stderr", terminal)
     monkeypatch.delenv(ranks.RUNNER_KERNEL, raising=False)
     bar = ranks.progress_bar(total=3, desc="run")
     bar.update(3)
     bar.close()
-    assert "run: 100%" in terminal.getvalue() and notebook.getvalue() == ""
+    shown = (tmp_path / "terminal").read_text()
+    assert "run:   0%" in shown and "run: 100%" in shown
+    # within the notebook's 10 s only the finished bar reaches it, once, and ends its line
+    assert notebook.getvalue().count("run: ") == 1 and "run: 100%" in notebook.getvalue(), notebook.getvalue()
+    assert notebook.getvalue().endswith("\n")
     monkeypatch.setenv(ranks.RUNNER_KERNEL, "1")
     bar = ranks.progress_bar(total=3, desc="runner's")
     bar.update(3)
     bar.close()
-    assert "runner's: 100%" in notebook.getvalue() and "runner's" not in terminal.getvalue()
+    assert "runner's: 100%" in notebook.getvalue() and "runner's" not in (tmp_path / "terminal").read_text()
