@@ -17,7 +17,7 @@ from normgrow.data.vocab import VocabMap
 from normgrow.rundir import run_path
 from normgrow.student.model import load_student
 from normgrow.train.evaluate import autocast, evaluate
-from normgrow.train.run import compile_blocks
+from normgrow.train.step import compile_blocks
 from normgrow.analysis.diagnostics import DEFAULT_N, boundary_rms, make_batch
 from normgrow.utils import resolve_dtype
 

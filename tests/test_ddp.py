@@ -18,6 +18,7 @@ from fakes import kill_mid_phase
 from normgrow import rundir
 from normgrow import ranks
 from normgrow.train import run as train
+from normgrow.train import step as train_step
 from normgrow.config import ParamError
 from normgrow.data.vocab import VocabMap
 from normgrow.student.model import Student, StudentConfig, load_student
@@ -155,10 +156,10 @@ def test_identities_recorded_before_processes_and_compile_still_match():
 
 def test_compile_setting_resolves_per_device_and_dtype():
     cpu, cuda, bf16, f32 = torch.device("cpu"), torch.device("cuda"), torch.bfloat16, torch.float32
-    assert train.compile_enabled("auto", cuda, f32) and not train.compile_enabled("off", cuda, bf16)
-    assert train.compile_enabled("on", cpu, f32)
-    assert train.compile_enabled("auto", cpu, bf16) and not train.compile_enabled("auto", cpu, f32)
-    assert not train.compile_enabled("auto", torch.device("mps"), bf16)
+    assert train_step.compile_enabled("auto", cuda, f32) and not train_step.compile_enabled("off", cuda, bf16)
+    assert train_step.compile_enabled("on", cpu, f32)
+    assert train_step.compile_enabled("auto", cpu, bf16) and not train_step.compile_enabled("auto", cpu, f32)
+    assert not train_step.compile_enabled("auto", torch.device("mps"), bf16)
 
 
 def test_compiled_blocks_train_like_the_eager_ones(outputs):
@@ -206,11 +207,11 @@ def test_a_compiled_step_computes_the_eager_loss_and_gradients(dtype, rel):
                         head_dim=16, d_ff=64, max_seq_len=16)
     eager = Student(cfg)
     compiled = copy.deepcopy(eager)
-    train.compile_blocks(compiled)
+    train_step.compile_blocks(compiled)
     for model in (eager, compiled):
         model.append_blocks(1, generator=torch.Generator().manual_seed(1))
         model.blocks[0].requires_grad_(False)
-    step = train.DistillStep(compiled, params, compiled=True)
+    forward = train_step.DistillStep(compiled, params, compiled=True)
     assert all(b._compiled_call_impl is not None for b in compiled.blocks)
 
     def loss_and_grads(forward, model):
@@ -219,8 +220,8 @@ def test_a_compiled_step_computes_the_eager_loss_and_gradients(dtype, rel):
         loss.backward()
         return loss.detach(), {n: p.grad for n, p in model.named_parameters() if p.requires_grad}
 
-    want, want_grads = loss_and_grads(train.DistillStep(eager, params, compiled=False), eager)
-    got, got_grads = loss_and_grads(step, compiled)
+    want, want_grads = loss_and_grads(train_step.DistillStep(eager, params, compiled=False), eager)
+    got, got_grads = loss_and_grads(forward, compiled)
     assert got.item() == pytest.approx(want.item(), rel=rel)
     assert set(got_grads) == set(want_grads) and not any(n.startswith("blocks.0.") for n in got_grads)
     for name, g in want_grads.items():

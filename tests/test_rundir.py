@@ -107,7 +107,8 @@ def test_one_writer_per_run_directory(outputs):
 
 
 def test_non_finite_loss_stops_the_run_naming_the_step(outputs, monkeypatch):
-    real = train.distill.distill_loss_chunked
+    from normgrow.train import distill
+    real = distill.distill_loss_chunked
     calls = {"n": 0}
 
     def poisoned(*args, **kw):
@@ -115,7 +116,7 @@ def test_non_finite_loss_stops_the_run_naming_the_step(outputs, monkeypatch):
         calls["n"] += torch.is_grad_enabled()  # training steps only (evaluation runs under no_grad)
         return (loss * float("nan"), stats) if calls["n"] == 5 and torch.is_grad_enabled() else (loss, stats)
 
-    monkeypatch.setattr(train.distill, "distill_loss_chunked", poisoned)
+    monkeypatch.setattr(distill, "distill_loss_chunked", poisoned)
     with pytest.raises(NonFiniteError, match=r"loss=nan, grad_norm=nan at step 5; the run stops unfinished"):
         run_variant(spec(), progress=False)
     run_dir = outputs / "runs" / "tiny" / "pre-grow-s0"

@@ -43,7 +43,7 @@ from tqdm.auto import tqdm
 
 from .config import ParamError, read_yaml
 from .paths import NOTEBOOKS, PARAMS_DIR, REPO_ROOT
-from .ranks import RUNNER_KERNEL
+from .ranks import RUNNER_KERNEL, outside_launch
 from .rundir import (NOTEBOOK, RunDirError, directory_conflict, is_finished, read_finished, read_identity,
                      read_metrics, run_path)
 from .train.spec import RunSpec, make_run_spec
@@ -485,3 +485,18 @@ def runner_exit(work, input_errors: tuple = ()) -> int:
             raise
         print(f"error: {why}", file=sys.stderr)
         return 1
+
+
+def record_notebook(spec: RunSpec) -> Path | None:
+    """Give a finished run its executed notebook, ``<run>/run.ipynb``, when it has none; the path written, or None.
+
+    A run started by the study runner has it already (papermill writes its output there from the first cell on); one
+    started from ``python -m normgrow run``, from JupyterLab or by papermill into another path gets it here:
+    run_variant.ipynb executed on the same parameters, which finds the run finished and draws it (seconds, no
+    training). So every run directory holds its notebook, whichever way the run was started."""
+    path = spec.dir / NOTEBOOK
+    if path.exists() or not is_finished(spec.dir):
+        return None
+    with outside_launch():  # under accelerate launch, the kernel is not one more rank of this job
+        execute_notebook(NOTEBOOKS / "run_variant.ipynb", path, {"run_spec": spec.to_json()})
+    return path

@@ -80,6 +80,7 @@ from .runner import (ExecutorParams, Job, ensure_teacher_cache, executor_of, git
                      runner_exit)
 from .train.growth import SCHEDULES
 from .student.model import NORMS
+from .analysis.stats import run_verdict
 from .train.run import run_variant
 from .train.spec import RunSpec, for_arm, make_run_spec
 from .analysis.variants import load_variants
@@ -306,6 +307,7 @@ def run_candidates(plan: SweepPlan, progress: bool = True, jobs: int = 1,
     for spec in bar:
         bar.set_postfix_str(spec.run_name)
         summary = run_variant(spec, progress=progress)
+        print(run_verdict(spec, summary), flush=True)
         rows.append(candidate_row(read_identity(run_path(plan.profile, spec.run_name)), summary))
     return rows
 
