@@ -57,16 +57,13 @@ TINY_OVERRIDES = {"data.seq_len": 16, "cache.k": 4, "train.stages": [1, 2, 3], "
 
 
 def install(monkeypatch_or_none=None):
-    """Route normgrow.data.teacher_cache.ensure_cache and open_cache to the fake cache (for tests and for the
-    kill/resume subprocess)."""
+    """Route normgrow.data.teacher_cache.ensure_cache to the fake cache (for tests and for the kill/resume subprocess)."""
     import normgrow.data.teacher_cache as teacher_cache
     cache = fake_cache()
-    fakes = {"ensure_cache": lambda profile, progress=True: cache, "open_cache": lambda profile: cache}
-    for name, fake in fakes.items():
-        if monkeypatch_or_none is None:
-            setattr(teacher_cache, name, fake)
-        else:
-            monkeypatch_or_none.setattr(teacher_cache, name, fake)
+    if monkeypatch_or_none is None:
+        teacher_cache.ensure_cache = lambda profile, progress=True: cache
+    else:
+        monkeypatch_or_none.setattr(teacher_cache, "ensure_cache", lambda profile, progress=True: cache)
     return cache
 
 

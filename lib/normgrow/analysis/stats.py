@@ -389,11 +389,12 @@ def regime_line(run_dir: Path, summary: dict, cache) -> str:
 
 
 def run_verdict(spec, summary: dict) -> str:
-    """The lines a finished run ends with (the command line's run, run_variant.ipynb, an in-process sweep): its
-    regime line, on its teacher cache, and for a smoke profile the note that its numbers are not results."""
-    from ..data.teacher_cache import open_cache
+    """The lines a run ends with, printed after run_variant (by the command line, run_variant.ipynb and an in-process
+    sweep): its regime line, on the teacher cache run_variant opened (ensure_cache reuses it), and for a smoke
+    profile the note that its numbers are not results."""
+    from ..data.teacher_cache import ensure_cache
     note = smoke_note(spec.profile.name)
-    return regime_line(spec.dir, summary, open_cache(spec.profile)) + (f"\n{note}" if note else "")
+    return regime_line(spec.dir, summary, ensure_cache(spec.profile, progress=False)) + (f"\n{note}" if note else "")
 
 
 def with_flatness(runs: pd.DataFrame, profile: str) -> pd.DataFrame:
