@@ -1,7 +1,7 @@
 """Seconds per evaluation of a grown run's student at each phase checkpoint (docs/DESIGN.md, "Evaluation"): 256, 128,
 64 and 32 validation rows of the profile's teacher cache, evenly spaced (train.evaluate.evaluate, compiled blocks in
 the CPU's autocast dtype, as a run has them; the first evaluation of each checkpoint compiles and is not timed), and
-one boundary record (diagnostics.boundary_rms on the fixed batch). One thread.
+one boundary record (student.boundary.boundary_rms on the fixed batch). One thread.
 Run: .venv/bin/python scripts/eval_timing.py PROFILE RUN (a finished grown run of outputs/runs/PROFILE/ whose
 profile's cache holds 256 validation rows, e.g. cpu grid-1-5-9-pre-grow-s0)."""
 import json
@@ -18,7 +18,8 @@ from normgrow.rundir import run_path
 from normgrow.student.model import load_student
 from normgrow.train.evaluate import autocast, evaluate
 from normgrow.train.step import compile_blocks
-from normgrow.analysis.diagnostics import DEFAULT_N, boundary_rms, make_batch
+from normgrow.data.token_classes import DEFAULT_N, group_masks, make_batch
+from normgrow.student.boundary import boundary_rms
 from normgrow.utils import resolve_dtype
 
 torch.set_num_threads(1)
@@ -43,9 +44,9 @@ for path in sorted(ck.glob("phase*.pt")):
         evaluate(model, cache.val, rows, 16, dev, dtype, vocab)
         out[n] = time.perf_counter() - t
     b = make_batch(cache.val, cache, DEFAULT_N, cache_key=cache.key)
-    batch = {"tokens": vocab.restrict(b)["tokens"], "classes": b["classes"]}
+    tokens, masks = vocab.restrict(b)["tokens"], group_masks(b["classes"])
     t = time.perf_counter()
     with autocast(dev, dtype):
-        boundary_rms(model, batch)
+        boundary_rms(model, tokens, masks)
     out["boundary"] = time.perf_counter() - t
     print(path.name, model.cfg.n_layers, {k: round(v, 3) for k, v in out.items()}, flush=True)

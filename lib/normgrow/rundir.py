@@ -78,8 +78,8 @@ GROWTH = "growth"
 """The metrics.jsonl kind of a growth event: the step it happens at (the previous phase's last), the new depth, and
 val_ce before (the previous phase's end) and after (the grown model before any update, the whole split)."""
 BOUNDARY = "boundary"
-"""The metrics.jsonl kind of the residual stream's scale at each evaluation: rms per token group (diagnostics.GROUPS)
-at every block boundary h_0 .. h_N of the model on the fixed batch (diagnostics.boundary_rms); a view for TensorBoard,
+"""The metrics.jsonl kind of the residual stream's scale at each evaluation: rms per token group (data.token_classes.GROUPS)
+at every block boundary h_0 .. h_N of the model on the fixed batch (student.boundary.boundary_rms); a view for TensorBoard,
 never read by a claim (the claims read the phase checkpoints' diagnostics.json)."""
 DIAGNOSTICS = "diagnostics.json"  # a run's cached diagnostics (<run>/), and the study's (outputs/study/<profile>/)
 CHECKPOINTS, LAST, FINAL = "checkpoints", "last.pt", "final.pt"

@@ -60,6 +60,8 @@ from .evaluate import EVAL_BATCH_TOKENS, autocast, evaluate, evaluation_plan, su
 from .growth import Phase, plan_phases
 from .optim import lr_at, make_optimizer, set_trainable
 from .step import DistillStep, NonFiniteStep, StepSetup, compile_blocks, compile_enabled, train_step
+from ..data.token_classes import DEFAULT_N, group_masks, make_batch
+from ..student.boundary import boundary_rms
 from ..student.growth_ops import GROWTH_OPS
 from ..student.model import Student, StudentConfig, save_student
 from ..ranks import Ranks, check_processes, on_ranks, progress_bar
@@ -249,19 +251,18 @@ class Run:
         return metrics | {"full_split": whole}
 
     def log_boundaries(self, step: int) -> None:
-        """A BOUNDARY record of the model now (rank 0): diagnostics.boundary_rms on the fixed batch of the first
-        DEFAULT_N validation rows, mapped to the student's vocabulary, under the run's autocast; its seconds count
-        as evaluation time."""
-        from ..analysis.diagnostics import DEFAULT_N, boundary_rms, make_batch
+        """A BOUNDARY record of the model now (rank 0): student.boundary.boundary_rms on the fixed batch of the
+        first DEFAULT_N validation rows (data.token_classes.make_batch), mapped to the student's vocabulary, under
+        the run's autocast; its seconds count as evaluation time."""
         t0 = time.perf_counter()
         if self.boundary_batch is None:
             batch = make_batch(self.cache.val, self.cache, DEFAULT_N, cache_key=self.cache.key)
             self.boundary_batch = {"tokens": self.vocab.restrict(batch)["tokens"].to(self.device),
-                                   "classes": batch["classes"].to(self.device)}
+                                   "masks": {g: m.to(self.device) for g, m in group_masks(batch["classes"]).items()}}
         was_training = self.model.training
         self.model.eval()
         with autocast(self.device, self.dtype):
-            rms = boundary_rms(self.model, self.boundary_batch)
+            rms = boundary_rms(self.model, self.boundary_batch["tokens"], self.boundary_batch["masks"])
         self.model.train(was_training)
         self.log.write({"kind": BOUNDARY, "step": step, "depth": self.model.cfg.n_layers, "rms": rms})
         self.counters["eval_s"] += time.perf_counter() - t0
