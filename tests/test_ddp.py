@@ -15,7 +15,7 @@ import torch
 
 import fakes
 from fakes import kill_mid_phase
-from normgrow import rundir
+from normgrow import identity, rundir
 from normgrow import ranks
 from normgrow.train import run as train
 from normgrow.train import step as train_step
@@ -148,10 +148,10 @@ def test_identities_recorded_before_processes_and_compile_still_match():
     current = spec("x", auto).identity()
     old = json.loads(json.dumps(current))
     del old["profile"]["train"]["processes"], old["profile"]["train"]["compile"]
-    assert rundir.identity_differences(old, current) == []
-    assert rundir.identity_differences(current, old) == []
+    assert identity.identity_differences(old, current) == []
+    assert identity.identity_differences(current, old) == []
     two = spec("x", TWO | auto).identity()
-    assert rundir.identity_differences(old, two) == ["profile.train.processes"]
+    assert identity.identity_differences(old, two) == ["profile.train.processes"]
 
 
 def test_compile_setting_resolves_per_device_and_dtype():
@@ -274,5 +274,5 @@ def test_teacher_processes_do_not_change_a_runs_identity():
     current = spec("x").identity()
     old = json.loads(json.dumps(current))
     del old["profile"]["teacher"]["processes"]
-    assert rundir.identity_differences(old, current) == []
-    assert rundir.identity_differences(spec("x", {"teacher.processes": 2}).identity(), current) == []
+    assert identity.identity_differences(old, current) == []
+    assert identity.identity_differences(spec("x", {"teacher.processes": 2}).identity(), current) == []

@@ -10,7 +10,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 import fakes
 from normgrow.train import tracking
 from normgrow.config import ParamError, load_profile
-from normgrow.rundir import GROWTH_EVAL, identity_differences, read_identity
+from normgrow.identity import identity_differences
+from normgrow.rundir import GROWTH_EVAL, read_identity
 from normgrow.analysis.stats import eval_curve
 from normgrow.train.spec import make_run_spec
 from normgrow.train.run import run_variant
@@ -90,7 +91,7 @@ def test_no_trackers_writes_no_event_file(outputs):
 def test_evaluations_after_growth_leave_the_training_bitwise_unchanged(outputs):
     """Two extra evaluations 1 and 2 steps after each growth: the same losses, gradient norms and final numbers to the
     last bit, the extra records marked growth_eval, and the regime's flatness curve the same as without them; the
-    two runs are the same run by identity (rundir.NOT_COMPARED)."""
+    two runs are the same run by identity (identity.NOT_COMPARED)."""
     plain = run("plain")
     dense = run("dense", **{"train.eval_after_growth": [1, 2]})
     a, b = records(outputs, "plain"), records(outputs, "dense")

@@ -63,7 +63,8 @@ from torch import nn
 
 from .cli import bench_parser, parse
 from .train import distill
-from .config import PARAMS_DIR, outputs_dir, read_yaml
+from .config import PARAMS_DIR, read_yaml
+from .paths import outputs_dir
 from .train.growth import plan_phases
 from .student.model import Student, StudentConfig
 from .data.batches import rows_to_batch

@@ -72,8 +72,8 @@ import yaml
 from tqdm.auto import tqdm
 
 from .cli import parse
-from .config import (PARAMS_DIR, REPO_ROOT, ParamError, is_profile_path, load_profile, profile_file, read_yaml,
-                     writable_outputs_dir)
+from .config import PARAMS_DIR, ParamError, load_profile, profile_file, read_yaml, writable_outputs_dir
+from .paths import REPO_ROOT, is_profile_path
 from .rundir import (NUMERICS_VERSION, SWEEP_RUN_PREFIX, RunDirError, machine_hours, read_finished, read_identity,
                      run_machine, run_path, runner_lock, sweep_dir)
 from .runner import (ExecutorParams, Job, ensure_teacher_cache, executor_of, git_commit, parse_seeds, plan_jobs, run_jobs,

@@ -65,8 +65,9 @@ from ..student.boundary import boundary_rms
 from ..student.growth_ops import GROWTH_OPS
 from ..student.model import Student, StudentConfig, save_student
 from ..ranks import Ranks, check_processes, on_ranks, progress_bar
+from ..identity import identity_conflict
 from ..rundir import (BOUNDARY, CHECKPOINTS, CONFIG, FINAL, GROWTH, LAST, LOCK, METRICS,
-                      PhaseSummary, RunDirError, RunLock, Summary, identity_conflict, is_finished, metrics_record,
+                      PhaseSummary, RunDirError, RunLock, Summary, is_finished, metrics_record,
                       phase_checkpoint, phase_checkpoints, read_identity, read_summary, run_path, set_aside,
                       write_summary)
 from .spec import RunSpec
