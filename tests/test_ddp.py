@@ -191,6 +191,27 @@ def test_every_evaluation_of_a_compiled_run_runs_the_compiled_blocks(outputs, mo
     assert all(all(blocks) for blocks in compiled_at_eval)
 
 
+def test_a_cpu_evaluation_of_compiled_blocks_runs_them_eager():
+    """On CPU an evaluation (and a boundary record's forward) runs the blocks eager also where training compiled them
+    (train.evaluate.eval_stance, numerics version 6): the metrics of a compiled bf16 student equal the uncompiled
+    copy's bit for bit, and the evaluation compiles no graph (the no-grad graph's trace cost ~5 s a cpu run)."""
+    from torch._dynamo.utils import counters
+    from normgrow.data.vocab import VocabMap as Vocab
+    from normgrow.train.evaluate import evaluate
+    cache = fakes.fake_cache()
+    torch.manual_seed(0)
+    cfg = StudentConfig(vocab_size=int(cache.meta["vocab_size"]), n_layers=2, d_model=32, n_heads=2, n_kv_heads=1,
+                        head_dim=16, d_ff=64, max_seq_len=16)
+    eager = Student(cfg)
+    compiled = copy.deepcopy(eager)
+    train_step.compile_blocks(compiled)
+    vocab, rows, cpu = Vocab.for_cache(cache, "full"), np.arange(8), torch.device("cpu")
+    graphs = counters["stats"]["unique_graphs"]
+    got = evaluate(compiled, cache.val, rows, 4, cpu, torch.bfloat16, vocab)
+    assert counters["stats"]["unique_graphs"] == graphs
+    assert got == evaluate(eager, cache.val, rows, 4, cpu, torch.bfloat16, vocab)
+
+
 @pytest.mark.parametrize("dtype, rel", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)], ids=["float32", "bf16"])
 def test_a_compiled_step_computes_the_eager_loss_and_gradients(dtype, rel):
     """One training step of DistillStep with its blocks compiled against the eager step from the same weights: the

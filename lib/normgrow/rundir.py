@@ -41,7 +41,7 @@ from pathlib import Path
 from .paths import ParamError, check_name, outputs_dir, profile_name
 from .utils import atomic_write_json, file_sha256, read_json
 
-NUMERICS_VERSION = 5
+NUMERICS_VERSION = 6
 """Bump when a code change changes the numbers a run produces: runs recorded with another value no longer count.
 2: every row begins with the document-start token (data.PACK_VERSION 2, one sectioning rule), the attention kernel in
 float32 on CPU, fused AdamW.
@@ -52,7 +52,9 @@ record says full_split); train.compile auto compiles on CPU only in bfloat16 (ea
 5: a whole-split evaluation takes the subset's values from its own forward (the subset's rows first, in batches of
 their own: train.evaluate.evaluate); the untrained model (step 0) and each grown model before its first update are
 evaluated on the subset, and a phase records its end's subset value (PhaseSummary.val_ce_subset), which the growth
-jump reads."""
+jump reads.
+6: on CPU every evaluation (and boundary record) runs the blocks eager, also where training compiles them
+(train.evaluate.eval_stance): evaluations move in their last bits, training does not (the same steps bit for bit)."""
 
 SWEEP_RUN_PREFIX = "sweep-"
 """Run names of the lr sweep (sweep.py) start with this; they share outputs/runs/<profile>/ with the study's runs, so

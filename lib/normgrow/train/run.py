@@ -56,7 +56,7 @@ import torch
 from ..config import ParamError
 from ..data.batches import Batches
 from ..data.corpus import loss_mask_np
-from .evaluate import EVAL_BATCH_TOKENS, autocast, evaluate, evaluation_plan, subset_rows
+from .evaluate import EVAL_BATCH_TOKENS, autocast, eval_stance, evaluate, evaluation_plan, subset_rows
 from .growth import Phase, plan_phases
 from .optim import lr_at, make_optimizer, set_trainable
 from .step import DistillStep, NonFiniteStep, StepSetup, compile_blocks, compile_enabled, train_step
@@ -262,7 +262,7 @@ class Run:
                                    "masks": {g: m.to(self.device) for g, m in group_masks(batch["classes"]).items()}}
         was_training = self.model.training
         self.model.eval()
-        with autocast(self.device, self.dtype):
+        with eval_stance(self.device), autocast(self.device, self.dtype):
             rms = boundary_rms(self.model, self.boundary_batch["tokens"], self.boundary_batch["masks"])
         self.model.train(was_training)
         self.log.write({"kind": BOUNDARY, "step": step, "depth": self.model.cfg.n_layers, "rms": rms})

@@ -7,11 +7,11 @@ What a phase's steps share (the forward, the optimiser, the parameters it trains
 once per phase by the loop: growth appends blocks and freezing changes what trains, so both change only there.
 
 Compilation (train.compile, auto = on for CUDA and for bf16 on CPU): torch.compile of each block (compile_blocks: one
-graph shared by the blocks and the depths of a run), done before the first evaluation and right after each growth, so
-every evaluation and every step of a run goes through the same compiled blocks. The fused distillation head stays
-eager: it is a custom autograd function with hand-written gradients and reused buffers, and compiled it was 2x slower
-on CPU (docs/LOG.md). Compiled code is kept in a persistent inductor cache (INDUCTOR_CACHE), so only a machine's first
-run pays the cold compilation.
+graph shared by the blocks and the depths of a run), done when a run starts and right after each growth. On CUDA the
+evaluations go through the compiled blocks too (a no-grad graph of their own); on CPU they run the blocks eager
+(evaluate.eval_stance). The fused distillation head stays eager: it is a custom autograd function with hand-written
+gradients and reused buffers, and compiled it was 2x slower on CPU (docs/LOG.md). Compiled code is kept in a
+persistent inductor cache (INDUCTOR_CACHE), so only a machine's first run pays the cold compilation.
 """
 from __future__ import annotations
 
@@ -49,9 +49,9 @@ def compile_blocks(model: Student) -> None:
     the fused head stay eager). Blocks of one placement share their code and dynamo takes a block's parameters as
     inputs, so one graph serves every block, every depth of a grown run and, from the inductor cache, every later
     run: a cpu run's first step compiles for 4 s (warm cache; 10-20 s cold), where compiling the whole body took
-    10-26 s per depth, warm. Evaluations go through the same blocks (a no-grad graph of its own). Blocks already
-    compiled are left as they are, so a phase compiles only what growth appended. A placement whose blocks differ
-    in a constant may need a graph per block, so the recompile limit is raised to 4 per block."""
+    10-26 s per depth, warm. Evaluations on CUDA go through the same blocks (a no-grad graph of their own). Blocks
+    already compiled are left as they are, so a phase compiles only what growth appended. A placement whose blocks
+    differ in a constant may need a graph per block, so the recompile limit is raised to 4 per block."""
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(INDUCTOR_CACHE))
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 4 * len(model.blocks))
     for block in model.blocks:
