@@ -56,6 +56,13 @@ jump reads.
 6: on CPU every evaluation (and boundary record) runs the blocks eager, also where training compiles them
 (train.evaluate.eval_stance): evaluations move in their last bits, training does not (the same steps bit for bit)."""
 
+SAME_TRAINING = (5, 6)
+"""The numerics versions whose training steps are this version's bit for bit (version 6 changed evaluations only): an
+lr sweep's candidate finished under any of them still counts in the choice of this version's lr and warmup
+(sweep.earlier_rows, the report's lr panel). Its final val_ce is then read with version 5's compiled evaluation,
+which differs from version 6's eager one by at most 1.4e-4 nats on the cpu profile's final checkpoints (docs/LOG.md
+2026-12-05), a tenth of the closest margin between two arms' best candidates."""
+
 SWEEP_RUN_PREFIX = "sweep-"
 """Run names of the lr sweep (sweep.py) start with this; they share outputs/runs/<profile>/ with the study's runs, so
 the report and the diagnostics skip them (their results are outputs/sweep/<profile>/)."""

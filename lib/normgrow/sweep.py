@@ -74,7 +74,7 @@ from tqdm.auto import tqdm
 from .cli import parse
 from .config import PARAMS_DIR, ParamError, load_profile, profile_file, read_yaml, writable_outputs_dir
 from .paths import REPO_ROOT, is_profile_path
-from .rundir import (NUMERICS_VERSION, SWEEP_RUN_PREFIX, RunDirError, machine_hours, read_finished, read_identity,
+from .rundir import (NUMERICS_VERSION, SAME_TRAINING, SWEEP_RUN_PREFIX, RunDirError, machine_hours, read_finished, read_identity,
                      run_machine, run_path, runner_lock, sweep_dir)
 from .runner import (ExecutorParams, Job, ensure_teacher_cache, executor_of, git_commit, parse_seeds, plan_jobs, run_jobs,
                      runner_exit)
@@ -374,10 +374,10 @@ def grid_warnings(chosen: dict[str, dict[str, dict]]) -> list[str]:
 
 def earlier_rows(plan: SweepPlan, rows: list[dict]) -> tuple[list[dict], list[dict]]:
     """(rows, dropped) of the candidates plan.out_dir's sweep.json recorded from earlier invocations that this one did
-    not run, read back from their runs: a candidate counts while its run directory holds it finished under this
-    NUMERICS_VERSION. So a sweep that extends a grid (other lrs, another schedule) adds candidates to the record and
+    not run, read back from their runs: a candidate counts while its run directory holds it finished under a
+    numerics version that trains as this one (rundir.SAME_TRAINING). So a sweep that extends a grid (other lrs, another schedule) adds candidates to the record and
     the choice, and never drops the earlier ones. A candidate that no longer counts (its run gone, or recorded under
-    another numerics version) moves to dropped as {"why", "row"} with its recorded row, and stays there in every
+    a numerics version that trains otherwise: rundir.SAME_TRAINING) moves to dropped as {"why", "row"} with its recorded row, and stays there in every
     later record until a run of its name counts again: the record keeps what an lr choice was made from."""
     path = plan.out_dir / "sweep.json"
     if not path.is_file():
@@ -395,9 +395,9 @@ def earlier_rows(plan: SweepPlan, rows: list[dict]) -> tuple[list[dict], list[di
         except RunDirError as err:
             dropped.append({"why": str(err), "row": row})
             continue
-        if identity.get("numerics") != NUMERICS_VERSION:
-            dropped.append({"why": f"recorded under numerics version {identity.get('numerics')}, not "
-                                   f"{NUMERICS_VERSION}", "row": row})
+        if identity.get("numerics") not in SAME_TRAINING:
+            dropped.append({"why": f"recorded under numerics version {identity.get('numerics')}, which trains "
+                                   f"otherwise than {NUMERICS_VERSION}", "row": row})
             continue
         kept.append(candidate_row(identity, summary.to_json()))
     counted = ran | {r["run_name"] for r in kept}
