@@ -540,13 +540,20 @@ def display_path(path: Path) -> str:
         return str(path)
 
 
-def earlier_sources(comment: str, json_path: Path) -> str:
-    """What a train.lr / warmup_steps line's comment says about arms a write to json_path does not cover: the whole
-    comment, less an earlier write of the same record (``sweep <date>: <json_path> (...)``), whose candidates the
-    record still holds and the new choice covers. Without that, every stage of a staged search chained its
-    predecessor's comment behind "other arms:"."""
-    own = re.match(rf"sweep \S+: {re.escape(display_path(json_path))} \([^)]*\)(?:; other arms: (?P<rest>.*))?$", comment)
-    return comment if own is None else own["rest"] or ""
+def earlier_sources(comment: str, json_path: Path, covered: set[str]) -> str:
+    """What a train.lr / warmup_steps line's comment says about arms a write to json_path does not cover: its
+    sources (``sweep <date>: <file> (<what> <arm> <val_ce>, ...)``, chained by "; other arms: ") less those of the same
+    record, whose candidates the record still holds and the new choice covers, and less those every arm of which the
+    write covers (``covered``: "<norm>-<schedule>"), whose choice it replaces. Without that, every stage of a staged
+    search chained its predecessor's comment behind "other arms:", and a sweep of some arms kept the scores of an
+    older sweep of the same arms. A source in another form (a hand-written note) is kept."""
+    kept = []
+    for source in comment.split("; other arms: ") if comment else []:
+        record = re.match(r"sweep \S+: (?P<file>\S+) \((?P<scores>[^)]*)\)$", source)
+        arms = set(re.findall(r"([a-z]+-(?:joint|grow|single)) -?[\d.]+", record["scores"])) if record else set()
+        if record is None or (record["file"] != display_path(json_path) and not arms <= covered):
+            kept.append(source)
+    return "; other arms: ".join(kept)
 
 
 def write_profile_arms(path: Path, result: dict, json_path: Path) -> None:
@@ -569,7 +576,8 @@ def write_profile_arms(path: Path, result: dict, json_path: Path) -> None:
         comment = f"sweep {result['date']}: {display_path(json_path)} ({what} {scores})"
         line = text.splitlines()[arm_line_span(text.splitlines(keepends=True), name, str(path))[0]]
         merged = merge_arms(name, (yaml.safe_load(text) or {})["train"].get(name), chosen)
-        former = earlier_sources(line.split("#", 1)[1].strip() if "#" in line else "", json_path)
+        covered = {f"{norm}-{schedule}" for norm, by_schedule in chosen.items() for schedule in by_schedule}
+        former = earlier_sources(line.split("#", 1)[1].strip() if "#" in line else "", json_path, covered)
         if former and any(s not in chosen.get(n, {}) for n, by in merged.items() for s in by):
             comment += "; other arms: " + former  # where the arms not swept here come from
         text = rewrite_arm_line(text, name, chosen, comment, str(path))
