@@ -9,7 +9,7 @@ import sys
 
 import pandas as pd
 
-from normgrow.config import outputs_dir
+from normgrow.paths import outputs_dir
 from normgrow.grid import trend_sentence
 from normgrow.rundir import read_finished, run_path, study_dir
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import yaml
 
-from normgrow.config import outputs_dir
+from normgrow.paths import outputs_dir
 
 
 def layout(text: str) -> tuple[int, int]:

@@ -65,10 +65,10 @@ def test_every_argument_is_described_and_the_shared_options_agree(name):
 def test_outputs_option_is_the_outputs_root(tmp_path, monkeypatch):
     """A run of python -m normgrow run --outputs DIR lands in DIR/runs/<profile>/, not under NORMGROW_OUTPUTS."""
     from normgrow import __main__ as entry
-    from normgrow.train import run
+    from normgrow import runner
     monkeypatch.setenv("NORMGROW_OUTPUTS", str(tmp_path / "elsewhere"))
     fakes.install(monkeypatch)
-    monkeypatch.setattr(run, "record_notebook", lambda spec: None)  # the kernel has no fake cache
+    monkeypatch.setattr(runner, "record_notebook", lambda spec: None)  # the kernel has no fake cache
     entry.main(["run", "--profile", "tiny", "--norm", "pre", "--schedule", "joint", "--run-name", "here",
                 "--outputs", str(tmp_path / "chosen"), "--overrides", json.dumps(fakes.TINY_OVERRIDES)])
     assert (tmp_path / "chosen" / "runs" / "tiny").is_dir()

@@ -15,9 +15,10 @@ import torch
 
 import fakes
 from fakes import kill_mid_phase
-from normgrow import rundir
+from normgrow import identity, rundir
 from normgrow import ranks
 from normgrow.train import run as train
+from normgrow.train import step as train_step
 from normgrow.config import ParamError
 from normgrow.data.vocab import VocabMap
 from normgrow.student.model import Student, StudentConfig, load_student
@@ -147,18 +148,18 @@ def test_identities_recorded_before_processes_and_compile_still_match():
     current = spec("x", auto).identity()
     old = json.loads(json.dumps(current))
     del old["profile"]["train"]["processes"], old["profile"]["train"]["compile"]
-    assert rundir.identity_differences(old, current) == []
-    assert rundir.identity_differences(current, old) == []
+    assert identity.identity_differences(old, current) == []
+    assert identity.identity_differences(current, old) == []
     two = spec("x", TWO | auto).identity()
-    assert rundir.identity_differences(old, two) == ["profile.train.processes"]
+    assert identity.identity_differences(old, two) == ["profile.train.processes"]
 
 
 def test_compile_setting_resolves_per_device_and_dtype():
     cpu, cuda, bf16, f32 = torch.device("cpu"), torch.device("cuda"), torch.bfloat16, torch.float32
-    assert train.compile_enabled("auto", cuda, f32) and not train.compile_enabled("off", cuda, bf16)
-    assert train.compile_enabled("on", cpu, f32)
-    assert train.compile_enabled("auto", cpu, bf16) and not train.compile_enabled("auto", cpu, f32)
-    assert not train.compile_enabled("auto", torch.device("mps"), bf16)
+    assert train_step.compile_enabled("auto", cuda, f32) and not train_step.compile_enabled("off", cuda, bf16)
+    assert train_step.compile_enabled("on", cpu, f32)
+    assert train_step.compile_enabled("auto", cpu, bf16) and not train_step.compile_enabled("auto", cpu, f32)
+    assert not train_step.compile_enabled("auto", torch.device("mps"), bf16)
 
 
 def test_compiled_blocks_train_like_the_eager_ones(outputs):
@@ -190,6 +191,27 @@ def test_every_evaluation_of_a_compiled_run_runs_the_compiled_blocks(outputs, mo
     assert all(all(blocks) for blocks in compiled_at_eval)
 
 
+def test_a_cpu_evaluation_of_compiled_blocks_runs_them_eager():
+    """On CPU an evaluation (and a boundary record's forward) runs the blocks eager also where training compiled them
+    (train.evaluate.eval_stance, numerics version 6): the metrics of a compiled bf16 student equal the uncompiled
+    copy's bit for bit, and the evaluation compiles no graph (the no-grad graph's trace cost ~5 s a cpu run)."""
+    from torch._dynamo.utils import counters
+    from normgrow.data.vocab import VocabMap as Vocab
+    from normgrow.train.evaluate import evaluate
+    cache = fakes.fake_cache()
+    torch.manual_seed(0)
+    cfg = StudentConfig(vocab_size=int(cache.meta["vocab_size"]), n_layers=2, d_model=32, n_heads=2, n_kv_heads=1,
+                        head_dim=16, d_ff=64, max_seq_len=16)
+    eager = Student(cfg)
+    compiled = copy.deepcopy(eager)
+    train_step.compile_blocks(compiled)
+    vocab, rows, cpu = Vocab.for_cache(cache, "full"), np.arange(8), torch.device("cpu")
+    graphs = counters["stats"]["unique_graphs"]
+    got = evaluate(compiled, cache.val, rows, 4, cpu, torch.bfloat16, vocab)
+    assert counters["stats"]["unique_graphs"] == graphs
+    assert got == evaluate(eager, cache.val, rows, 4, cpu, torch.bfloat16, vocab)
+
+
 @pytest.mark.parametrize("dtype, rel", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)], ids=["float32", "bf16"])
 def test_a_compiled_step_computes_the_eager_loss_and_gradients(dtype, rel):
     """One training step of DistillStep with its blocks compiled against the eager step from the same weights: the
@@ -206,11 +228,11 @@ def test_a_compiled_step_computes_the_eager_loss_and_gradients(dtype, rel):
                         head_dim=16, d_ff=64, max_seq_len=16)
     eager = Student(cfg)
     compiled = copy.deepcopy(eager)
-    train.compile_blocks(compiled)
+    train_step.compile_blocks(compiled)
     for model in (eager, compiled):
         model.append_blocks(1, generator=torch.Generator().manual_seed(1))
         model.blocks[0].requires_grad_(False)
-    step = train.DistillStep(compiled, params, compiled=True)
+    forward = train_step.DistillStep(compiled, params, compiled=True)
     assert all(b._compiled_call_impl is not None for b in compiled.blocks)
 
     def loss_and_grads(forward, model):
@@ -219,8 +241,8 @@ def test_a_compiled_step_computes_the_eager_loss_and_gradients(dtype, rel):
         loss.backward()
         return loss.detach(), {n: p.grad for n, p in model.named_parameters() if p.requires_grad}
 
-    want, want_grads = loss_and_grads(train.DistillStep(eager, params, compiled=False), eager)
-    got, got_grads = loss_and_grads(step, compiled)
+    want, want_grads = loss_and_grads(train_step.DistillStep(eager, params, compiled=False), eager)
+    got, got_grads = loss_and_grads(forward, compiled)
     assert got.item() == pytest.approx(want.item(), rel=rel)
     assert set(got_grads) == set(want_grads) and not any(n.startswith("blocks.0.") for n in got_grads)
     for name, g in want_grads.items():
@@ -273,5 +295,5 @@ def test_teacher_processes_do_not_change_a_runs_identity():
     current = spec("x").identity()
     old = json.loads(json.dumps(current))
     del old["profile"]["teacher"]["processes"]
-    assert rundir.identity_differences(old, current) == []
-    assert rundir.identity_differences(spec("x", {"teacher.processes": 2}).identity(), current) == []
+    assert identity.identity_differences(old, current) == []
+    assert identity.identity_differences(spec("x", {"teacher.processes": 2}).identity(), current) == []

@@ -13,6 +13,7 @@ import torch
 
 from fakes import fake_cache
 from normgrow.analysis import diagnostics as D
+from normgrow.data import token_classes as TC
 from normgrow.analysis import measured_claims as M
 from normgrow.train.spec import run_disk_estimate
 from normgrow.student.model import Student, StudentConfig, save_student
@@ -30,7 +31,7 @@ def tiny_student(norm: str, n_layers: int = 3, seed: int = 0) -> Student:
 @pytest.fixture(scope="module")
 def batch():
     cache = fake_cache(seq_len=16, n_val=6)
-    return D.make_batch(cache.val, META, n=4, cache_key=cache.key)
+    return TC.make_batch(cache.val, META, n=4, cache_key=cache.key)
 
 
 class FakeTokenizer:
@@ -48,7 +49,7 @@ class FakeTokenizer:
 
 
 def test_separator_ids_from_tokenizer():
-    sets = D.vocab_sets(FakeTokenizer())
+    sets = TC.vocab_sets(FakeTokenizer())
     assert sets["separator_ids"] == {1, 2, 3, 4, 5, 11}  # whitespace / punctuation only; U+FFFD and "" excluded
     assert sets["special_ids"] == {0} and sets["bos_id"] == 0
 
@@ -58,22 +59,22 @@ def test_token_classes_cover_every_position_once(batch):
     tokens = torch.randint(0, 12, (5, 20), generator=g)
     doc_start = torch.rand(5, 20, generator=g) < 0.1
     for source in (META, FakeTokenizer()):
-        classes = D.token_classes(tokens, doc_start, source)
+        classes = TC.token_classes(tokens, doc_start, source)
         assert classes.shape == tokens.shape and classes.dtype == torch.long
-        masks = D.group_masks(classes)
-        stacked = torch.stack([masks[c] for c in D.CLASSES]).long()
+        masks = TC.group_masks(classes)
+        stacked = torch.stack([masks[c] for c in TC.CLASSES]).long()
         assert torch.equal(stacked.sum(0), torch.ones_like(tokens))  # exactly one class each
-        assert (classes[:, 0] == D.CLASSES.index("first")).all()
-        assert (classes[doc_start] == D.CLASSES.index("first")).all()
+        assert (classes[:, 0] == TC.CLASSES.index("first")).all()
+        assert (classes[doc_start] == TC.CLASSES.index("first")).all()
         assert torch.equal(masks["structural"], ~masks["content"])
-    classes = D.token_classes(tokens, doc_start, META)
+    classes = TC.token_classes(tokens, doc_start, META)
     rest = ~doc_start
     rest[:, 0] = False
     rest &= tokens != 1
-    assert (classes[rest & (tokens == 0)] == D.CLASSES.index("special")).all()
-    assert (classes[rest & (tokens >= 3) & (tokens <= 6)] == D.CLASSES.index("separator")).all()
-    assert (classes[rest & (tokens > 6)] == D.CLASSES.index("content")).all()
-    assert sum(batch["meta"]["class_counts"][c] for c in D.CLASSES) == batch["tokens"].numel()
+    assert (classes[rest & (tokens == 0)] == TC.CLASSES.index("special")).all()
+    assert (classes[rest & (tokens >= 3) & (tokens <= 6)] == TC.CLASSES.index("separator")).all()
+    assert (classes[rest & (tokens > 6)] == TC.CLASSES.index("content")).all()
+    assert sum(batch["meta"]["class_counts"][c] for c in TC.CLASSES) == batch["tokens"].numel()
 
 
 @pytest.mark.parametrize("norm", ["pre", "post"])
@@ -88,7 +89,7 @@ def test_boundary_rms_matches_forward_hooks(norm, batch):
         h.remove()
     d = D.diagnose_model(model, batch, skip=False)
     assert len(captured) == len(d["boundaries"]) == model.cfg.n_layers + 1
-    masks = D.group_masks(batch["classes"])
+    masks = TC.group_masks(batch["classes"])
     for h, entry in zip(captured, d["boundaries"]):
         for g, m in masks.items():
             if not m.any():
@@ -188,7 +189,7 @@ def test_diagnose_run_caches_and_claims(tmp_path, batch):
     renamed = {"mine": runs["pre-grow-s0"], "theirs": runs["post-grow-s0"]}
     assert boundary(renamed, counts).sentence == c4.sentence
     rows = D.drift_rows(runs)
-    assert len(rows) == 2 * len(D.GROUPS)
+    assert len(rows) == 2 * len(TC.GROUPS)
 
     from normgrow.viz import diagplots
     study = D.study_result("fake", batch["meta"], runs)
@@ -216,7 +217,7 @@ def test_every_measured_claim_declared_has_a_judge(monkeypatch):
 def drift_runs(pre: dict, post: dict, seeds: int = 2) -> dict:
     """Runs with only what claim 4 reads: two checkpoints and the top/growth boundary RMS per group (first, last)."""
     def run(variant, ratios):
-        drift = {g: [1.0, ratios.get(g)] if ratios.get(g) is not None else [None, None] for g in D.GROUPS}
+        drift = {g: [1.0, ratios.get(g)] if ratios.get(g) is not None else [None, None] for g in TC.GROUPS}
         return {"variant": variant, "checkpoints": [{}, {}], "drift": {"top": drift, "growth": drift}}
     return {f"{v}-s{s}": run(v, r) for s in range(seeds) for v, r in (("pre-grow", pre), ("post-grow", post))}
 

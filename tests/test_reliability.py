@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from normgrow import config, rundir, runner
+from normgrow import config, paths, rundir, runner
 from normgrow.analysis import variants
 from normgrow.viz import report
 from normgrow.config import ParamError
@@ -101,13 +101,13 @@ def test_a_changed_metrics_file_is_damaged_and_an_unrecorded_one_counts(outputs,
 def test_a_relative_outputs_root_is_the_repository_s_whatever_the_cwd(monkeypatch, tmp_path, value, expected):
     monkeypatch.setenv("NORMGROW_OUTPUTS", value)
     monkeypatch.chdir(tmp_path)
-    assert config.outputs_dir().resolve() == (config.REPO_ROOT / expected).resolve()
+    assert paths.outputs_dir().resolve() == (paths.REPO_ROOT / expected).resolve()
 
 
 def test_an_empty_a_file_or_an_unwritable_outputs_root_is_refused(monkeypatch, tmp_path):
     monkeypatch.setenv("NORMGROW_OUTPUTS", "")
     with pytest.raises(ParamError, match="NORMGROW_OUTPUTS is set but empty"):
-        config.outputs_dir()
+        paths.outputs_dir()
     (tmp_path / "file").write_text("x")
     monkeypatch.setenv("NORMGROW_OUTPUTS", str(tmp_path / "file"))
     with pytest.raises(ParamError, match="is a file, not a directory"):

@@ -632,14 +632,15 @@ def test_gap_table_mde_and_seeds_to_resolve_reference(outputs, trained):
 
 def write_candidates(root, rows, numerics=None, record="sweep.json"):
     """Sweep candidates as the sweep leaves them: a finished run directory per row (norm, schedule, lr, seed,
-    val_ce; ``numerics``: the version its config.json records, default the current one) and the record
-    outputs/sweep/tiny/<record> listing them."""
+    val_ce; ``numerics``, or a row's own "numerics": the version its config.json records, default the current one)
+    and the record outputs/sweep/tiny/<record> listing them."""
     from normgrow.rundir import NUMERICS_VERSION
     for r in rows:
+        version = r.pop("numerics", None) or numerics or NUMERICS_VERSION
         r["run_name"] = f"sweep-{r['norm']}-{r['schedule']}-lr{r['lr']:g}-s{r['seed']}"
         d = write_run(root, f"{r['norm']}-{r['schedule']}", r["seed"], r["val_ce"], run_name=r["run_name"], lr=r["lr"])
         config = json.loads((d / "config.json").read_text())
-        (d / "config.json").write_text(json.dumps(config | {"numerics": numerics or NUMERICS_VERSION}))
+        (d / "config.json").write_text(json.dumps(config | {"numerics": version}))
     path = root / "sweep" / "tiny" / record
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"rows": rows, "chosen": {}, "date": "2026-12-01", "seeds": [0, 1]}))
@@ -762,8 +763,8 @@ def test_both_pages_show_the_gated_verdicts_and_the_lrs_the_runs_recorded(output
     """One study, both pages: every claim box of report.html and diagnostics.html carries the verdict the study's
     gates give (observation 4 is supported in diagnostics.json, but depth does not pay here), and the lr panel stars
     the lr each arm's runs recorded in config.json (not the sweep record's stale choice), drawing only candidates
-    trained under this numerics version."""
-    from normgrow.rundir import NUMERICS_VERSION, read_identity, run_path
+    trained as this numerics version trains (rundir.SAME_TRAINING)."""
+    from normgrow.rundir import SAME_TRAINING, read_identity, run_path
     from normgrow.viz import diagplots
     write_study(outputs, **SUPPORTED_STUDY, depth_gain=0.05)
     study = outputs / "study" / "tiny"
@@ -776,8 +777,9 @@ def test_both_pages_show_the_gated_verdicts_and_the_lrs_the_runs_recorded(output
     (study / "diagnostics.json").write_text(record)
     write_candidates(outputs, [{"norm": "post", "schedule": "grow", "lr": lr, "seed": 0, "val_ce": 5.0 + lr}
                                for lr in (1.5e-3, 3e-3)], record="post/sweep.json")
-    write_candidates(outputs, [{"norm": "post", "schedule": "grow", "lr": 1.2e-2, "seed": 0, "val_ce": 4.0}],
-                     numerics=NUMERICS_VERSION - 1)  # a candidate listed by the record, trained under numerics 2
+    write_candidates(outputs, [  # listed by the record: one trained under a version that trains otherwise, one alike
+        {"norm": "post", "schedule": "grow", "lr": 1.2e-2, "seed": 0, "val_ce": 4.0, "numerics": min(SAME_TRAINING) - 1},
+        {"norm": "post", "schedule": "grow", "lr": 6e-3, "seed": 0, "val_ce": 5.006, "numerics": min(SAME_TRAINING)}])
 
     rep = report.build_report("tiny")
     files = report.write_report(rep)
@@ -796,5 +798,5 @@ def test_both_pages_show_the_gated_verdicts_and_the_lrs_the_runs_recorded(output
     assert [list(t.x) for t in stars] == [sorted(recorded)] == [[3e-3]]
     assert list(stars[0].y) == pytest.approx([rep.stats.set_index("variant").loc["post-grow", "val_ce_mean"]])
     drawn = {float(x) for t in fig.data if t.marker.symbol != "star" for x in t.x}
-    assert drawn == {1.5e-3, 3e-3}  # the numerics-2 candidate at 1.2e-2 is left out
+    assert drawn == {1.5e-3, 3e-3, 6e-3}  # the candidate at 1.2e-2, trained otherwise, is left out
     assert "fig-lr" in files["report"].read_text()

@@ -12,7 +12,7 @@ import torch
 import yaml
 
 import fakes
-from normgrow import rundir
+from normgrow import identity, rundir
 from normgrow.train import run as train
 from normgrow.config import ParamError, load_profile
 from normgrow.rundir import RunDirError, RunLock
@@ -89,10 +89,10 @@ def test_records_written_before_the_placement_keys_still_read_and_match(outputs)
     recorded = rundir.read_identity(run_dir)
     del recorded["profile"]["student"]["mix_alpha"], recorded["profile"]["student"]["gate_ramp_steps"]
     expected = spec().identity() | {"teacher_key": recorded["teacher_key"]}
-    assert rundir.identity_differences(recorded, expected) == []
+    assert identity.identity_differences(recorded, expected) == []
     other = json.loads(json.dumps(expected))  # a pre-norm run never records another mix_alpha (train.unread_keys)
     other["profile"]["student"]["mix_alpha"] = 0.5
-    assert rundir.identity_differences(recorded, other) == ["profile.student.mix_alpha"]
+    assert identity.identity_differences(recorded, other) == ["profile.student.mix_alpha"]
 
 
 def test_one_writer_per_run_directory(outputs):
@@ -107,7 +107,8 @@ def test_one_writer_per_run_directory(outputs):
 
 
 def test_non_finite_loss_stops_the_run_naming_the_step(outputs, monkeypatch):
-    real = train.distill.distill_loss_chunked
+    from normgrow.train import distill
+    real = distill.distill_loss_chunked
     calls = {"n": 0}
 
     def poisoned(*args, **kw):
@@ -115,7 +116,7 @@ def test_non_finite_loss_stops_the_run_naming_the_step(outputs, monkeypatch):
         calls["n"] += torch.is_grad_enabled()  # training steps only (evaluation runs under no_grad)
         return (loss * float("nan"), stats) if calls["n"] == 5 and torch.is_grad_enabled() else (loss, stats)
 
-    monkeypatch.setattr(train.distill, "distill_loss_chunked", poisoned)
+    monkeypatch.setattr(distill, "distill_loss_chunked", poisoned)
     with pytest.raises(NonFiniteError, match=r"loss=nan, grad_norm=nan at step 5; the run stops unfinished"):
         run_variant(spec(), progress=False)
     run_dir = outputs / "runs" / "tiny" / "pre-grow-s0"
@@ -211,13 +212,13 @@ def test_study_refuses_a_run_made_with_other_settings(outputs, capsys):
     (single,) = study.load_study(seeds=[0], variants=["pre-single"])
     run_variant(make_run_spec(profile="tiny", schedule="single", run_name="pre-single-s0",
                               overrides=fakes.TINY_OVERRIDES | {"train.lr": 0.5}), progress=False)
-    why = rundir.directory_conflict(rundir.run_path("tiny", "pre-single-s0"), single.identity("tiny"))
+    why = identity.directory_conflict(rundir.run_path("tiny", "pre-single-s0"), single.identity("tiny"))
     assert "pre-single-s0 holds a run made with other settings (profile." in why
     other = make_run_spec(profile="tiny", schedule="single", seed=1, run_name="pre-single-s1")
     rundir.run_path("tiny", "pre-single-s1").mkdir(parents=True)
     (rundir.run_path("tiny", "pre-single-s1") / "config.json").write_text(json.dumps(other.identity()))
     (matching,) = study.load_study(seeds=[1], variants=["pre-single"])
-    assert rundir.directory_conflict(rundir.run_path("tiny", "pre-single-s1"), matching.identity("tiny")) is None
+    assert identity.directory_conflict(rundir.run_path("tiny", "pre-single-s1"), matching.identity("tiny")) is None
 
 
 def test_study_drops_repeated_runs_and_seeds(capsys):
@@ -256,14 +257,14 @@ def test_finished_run_on_another_teacher_cache_stays_a_result(outputs):
     float32) is kept; an unfinished one is refused, since resuming it would mix two caches."""
     from normgrow import study
     (single,) = study.load_study(seeds=[0], variants=["pre-single"])
-    identity = make_run_spec(profile="tiny", schedule="single", run_name="pre-single-s0").identity()
+    recorded = make_run_spec(profile="tiny", schedule="single", run_name="pre-single-s0").identity()
     run_dir = rundir.run_path("tiny", "pre-single-s0")
     run_dir.mkdir(parents=True)
-    (run_dir / "config.json").write_text(json.dumps(identity | {"teacher_key": "bf16-cache"}))
+    (run_dir / "config.json").write_text(json.dumps(recorded | {"teacher_key": "bf16-cache"}))
     expected = single.identity("tiny") | {"teacher_key": "float32-cache"}
-    assert "teacher_key" in rundir.directory_conflict(run_dir, expected)
+    assert "teacher_key" in identity.directory_conflict(run_dir, expected)
     (run_dir / "summary.json").write_text("{}")
-    assert rundir.directory_conflict(run_dir, expected) is None
+    assert identity.directory_conflict(run_dir, expected) is None
 
 
 def test_a_profile_key_absent_from_a_recorded_run_compares_as_its_default():
@@ -272,10 +273,10 @@ def test_a_profile_key_absent_from_a_recorded_run_compares_as_its_default():
     recorded = json.loads(json.dumps(expected))
     del recorded["profile"]["data"]["max_doc_chars"]  # recorded before the key existed
     del recorded["profile"]["train"]["compile"]
-    assert rundir.identity_differences(recorded, expected) == []
+    assert identity.identity_differences(recorded, expected) == []
     changed = json.loads(json.dumps(expected))
     changed["profile"]["data"]["max_doc_chars"] = 0  # a non-default value is a difference
-    assert rundir.identity_differences(recorded, changed) == ["profile.data.max_doc_chars"]
+    assert identity.identity_differences(recorded, changed) == ["profile.data.max_doc_chars"]
 
 
 def test_a_run_records_the_machine_it_trained_on_and_another_machine_still_counts(outputs, monkeypatch):
@@ -309,7 +310,7 @@ def test_a_symlinked_run_directory_is_named_as_seen_and_never_emptied_through(ou
     with pytest.raises(ParamError, match=rf"^{link} is a link to .*post-single-s0; force=True would empty"):
         run_variant(spec(force=True), progress=False)
     assert rundir.read_summary(runs / "post-single-s0").to_json() == other  # untouched
-    why = rundir.directory_conflict(rundir.run_path("tiny", "pre-grow-s0"), spec().identity())
+    why = identity.directory_conflict(rundir.run_path("tiny", "pre-grow-s0"), spec().identity())
     assert why.startswith(f"{link} holds a run made with other settings") and "remove the link" in why
     assert "delete" not in why
     (runs / "post-single-s0" / "config.json").unlink()
@@ -346,7 +347,7 @@ def test_a_profile_file_outside_the_repository_runs(outputs, tmp_path, capsys):
 def test_the_runner_and_the_run_judge_a_directory_by_one_rule(outputs):
     """A finished run whose config.json holds a key today's identity does not name (recorded by an earlier version)
     is the same run to the runner (runner.plan_jobs), to run_variant (train.run.prepare_run_dir) and to the report
-    (variants.collect_runs): all three go through rundir.identity_conflict. Before, run_variant compared every
+    (variants.collect_runs): all three go through identity.identity_conflict. Before, run_variant compared every
     recorded key and refused the directory the runner had scheduled as finished."""
     from normgrow import runner
     s = spec()

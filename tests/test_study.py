@@ -61,7 +61,8 @@ def test_rerun_trains_nothing(finished_study):
 def test_other_processes_are_refused_as_other_settings(finished_study, monkeypatch):
     """--processes 2 on runs made with one process: they are results of other settings (train.processes is part of
     a run's identity), so the study refuses them instead of counting or resuming them."""
-    from normgrow.rundir import directory_conflict, run_path
+    from normgrow.identity import directory_conflict
+    from normgrow.rundir import run_path
     from normgrow.study import load_study
     root, _, _ = finished_study
     monkeypatch.setenv("NORMGROW_OUTPUTS", str(root))

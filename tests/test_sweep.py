@@ -378,6 +378,26 @@ def test_a_warmup_sweep_writes_the_warmup_line_per_arm(outputs, tmp_path):
         sweep.sweep(plan, write=True, profiles_dir=profiles, progress=False)
 
 
+def test_a_write_drops_the_sources_of_the_arms_it_chose_again(tmp_path):
+    """A line whose comment chains two earlier records, one for pre's arms and one for mix's: a write of a new record
+    covering pre's arms keeps mix's source only (bug: the old pre-norm scores stayed behind "other arms:", read as
+    the source of arms whose values they no longer were)."""
+    profile = tmp_path / "p.yaml"
+    profile.write_text("train:\n  lr: {pre: {joint: 1.0e-3, grow: 1.0e-3, single: 1.0e-3}, mix: {joint: 2.0e-3, "
+                       "grow: 2.0e-3, single: 2.0e-3}}  # sweep 2026-12-02: a/mix.json (val_ce mix-joint 4.9000); "
+                       "other arms: sweep 2026-12-01: a/old.json (mean val_ce over seeds 0 1 pre-joint 4.8000, "
+                       "pre-grow 4.9000, pre-single 5.0000)\n  warmup_steps: 4\n")
+    arms = ("joint", "grow", "single")
+    result = {"date": "2026-12-05", "seeds": [0], "rows": [{"norm": "pre", "schedule": s, "warmup_steps": 4}
+                                                           for s in arms],
+              "chosen": {"pre": {s: {"lr": 3e-3, "warmup_steps": 4, "val_ce": 4.5} for s in arms}}}
+    record = tmp_path / "sweep.json"
+    sweep.write_profile_arms(profile, result, record)
+    assert profile.read_text().splitlines()[1].split("#", 1)[1] == (
+        f" sweep 2026-12-05: {record} (val_ce pre-joint 4.5000, pre-grow 4.5000, pre-single 4.5000); other arms: "
+        "sweep 2026-12-02: a/mix.json (val_ce mix-joint 4.9000)")
+
+
 def test_writes_of_one_record_replace_their_own_comment(tmp_path):
     """Each stage of a staged search writes the same record; its comment replaces the previous stage's, and the
     comment of the arms no stage swept stays once after "other arms:" (bug: every write chained the previous

@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 import torch
 
-from normgrow import config
+from normgrow import paths
 from normgrow.data import cache as cache_dirs, corpus as data, teacher, teacher_cache
 from normgrow.config import ParamError, TeacherParams, load_profile
 from normgrow.utils import atomic_write_json
 
-REAL_MODELS = config.REPO_ROOT / "outputs" / "teacher" / "models"
+REAL_MODELS = paths.REPO_ROOT / "outputs" / "teacher" / "models"
 WORDS = ("the lord king god man house land day people son water city light hand word heart said went came saw "
          "gave upon unto and of to in that with for not his her their is was be shall will thou thee my").split()
 
@@ -37,7 +37,7 @@ def _shared_models_dir():
 def out_root(tmp_path, monkeypatch):
     root = tmp_path / "outputs"
     monkeypatch.setenv("NORMGROW_OUTPUTS", str(root))
-    monkeypatch.setattr(config, "OUTPUTS_DIR", root)
+    monkeypatch.setattr(paths, "OUTPUTS_DIR", root)
     return root
 
 

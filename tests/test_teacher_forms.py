@@ -1,5 +1,5 @@
 """The forms of teacher.source (bundled, transformers folder, .gguf file, folder holding one .gguf, hub id) and the
-one path rule of profiles (config.resolve_profile_path): tiny teachers built by the test (tests/tiny_teachers.py),
+one path rule of profiles (paths.resolve_profile_path): tiny teachers built by the test (tests/tiny_teachers.py),
 outputs in a temp dir."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from normgrow import config
+from normgrow import paths
 from normgrow.data import corpus as data, teacher, teacher_cache
 from normgrow.config import ParamError, TeacherParams, load_profile
 from tiny_teachers import corpus_texts, save_folder_teacher, tiny_llama, train_tokenizer, write_corpus, write_gguf
@@ -164,7 +164,7 @@ def repo(tmp_path, monkeypatch, texts):
     save_folder_teacher(root / "models" / "tiny", texts)
     write_corpus(root / "corpus", texts)
     (root / "notebooks").mkdir()
-    monkeypatch.setattr(config, "REPO_ROOT", root)
+    monkeypatch.setattr(paths, "REPO_ROOT", root)
     return root
 
 
@@ -183,9 +183,9 @@ def test_relative_paths_resolve_against_the_repo_root_from_any_cwd(repo, monkeyp
 
 def test_absolute_and_home_paths_are_taken_as_given(repo, tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert config.resolve_profile_path("~/models/x") == tmp_path / "home" / "models" / "x"
-    assert config.resolve_profile_path(tmp_path / "abs") == tmp_path / "abs"
-    assert config.resolve_profile_path("models/x") == repo / "models" / "x"
+    assert paths.resolve_profile_path("~/models/x") == tmp_path / "home" / "models" / "x"
+    assert paths.resolve_profile_path(tmp_path / "abs") == tmp_path / "abs"
+    assert paths.resolve_profile_path("models/x") == repo / "models" / "x"
     monkeypatch.chdir(tmp_path)
     assert teacher.check_teacher_source(str(repo / "models" / "tiny")) == "folder"
     with pytest.raises(ParamError, match=r"repo/repo/models/tiny does not exist"):  # never read from the cwd

@@ -10,7 +10,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 import fakes
 from normgrow.train import tracking
 from normgrow.config import ParamError, load_profile
-from normgrow.rundir import GROWTH_EVAL, identity_differences, read_identity
+from normgrow.identity import identity_differences
+from normgrow.rundir import GROWTH_EVAL, read_identity
 from normgrow.analysis.stats import eval_curve
 from normgrow.train.spec import make_run_spec
 from normgrow.train.run import run_variant
@@ -90,7 +91,7 @@ def test_no_trackers_writes_no_event_file(outputs):
 def test_evaluations_after_growth_leave_the_training_bitwise_unchanged(outputs):
     """Two extra evaluations 1 and 2 steps after each growth: the same losses, gradient norms and final numbers to the
     last bit, the extra records marked growth_eval, and the regime's flatness curve the same as without them; the
-    two runs are the same run by identity (rundir.NOT_COMPARED)."""
+    two runs are the same run by identity (identity.NOT_COMPARED)."""
     plain = run("plain")
     dense = run("dense", **{"train.eval_after_growth": [1, 2]})
     a, b = records(outputs, "plain"), records(outputs, "dense")
@@ -165,9 +166,10 @@ def test_growth_events_and_the_parameters_land_in_the_run_s_own_event_file(outpu
 
 def test_every_evaluation_logs_the_boundary_scales_by_token_group(outputs):
     """A boundary record after every evaluation (step 0 included): rms per token group at each block boundary h_0 ..
-    h_depth of the model then, the whole-batch group equal to diagnostics.boundary_rms of the final checkpoint on the
+    h_depth of the model then, the whole-batch group equal to student.boundary.boundary_rms of the final checkpoint on the
     same fixed batch (up to the run's float32 arithmetic), and TensorBoard's boundary_rms/<group>/h<i> scalars."""
-    from normgrow.analysis.diagnostics import DEFAULT_N, boundary_rms, make_batch
+    from normgrow.data.token_classes import DEFAULT_N, group_masks, make_batch
+    from normgrow.student.boundary import boundary_rms
     from normgrow.config import load_profile
     from normgrow.data import teacher_cache
     from normgrow.data.vocab import VocabMap
@@ -182,6 +184,6 @@ def test_every_evaluation_logs_the_boundary_scales_by_token_group(outputs):
     model = load_student(outputs / "runs" / "tiny" / "scaled" / "checkpoints" / "final.pt").eval()
     vocab = load_profile("tiny", fakes.TINY_OVERRIDES).student.vocab
     batch["tokens"] = VocabMap.for_cache(cache, vocab).restrict(batch)["tokens"]
-    assert bounds[-1]["rms"]["all"] == pytest.approx(boundary_rms(model, batch)["all"], rel=1e-5)
+    assert bounds[-1]["rms"]["all"] == pytest.approx(boundary_rms(model, batch["tokens"], group_masks(batch["classes"]))["all"], rel=1e-5)
     got = scalars(outputs, "scaled")
     assert [v for _, v in got["boundary_rms/all/h3"]][-1] == pytest.approx(bounds[-1]["rms"]["all"][3], rel=1e-6)

@@ -399,15 +399,18 @@ def test_a_whole_split_evaluation_gives_the_subsets_values_of_an_evaluation_of_t
     assert whole["val_ce"] != pytest.approx(whole["val_ce_subset"], rel=1e-3)
 
 
-def test_a_run_says_at_its_end_whether_the_regime_gate_counts_it_trained(outputs, capsys):
+def test_a_run_says_at_its_end_whether_the_regime_gate_counts_it_trained(outputs):
     """A tiny run on the synthetic cache ends within a nat of the unigram level with a curve that did not improve:
-    its regime line is a WARNING naming both criteria, and its last line says tiny is a smoke profile; with the level
-    passed (a doctored final val_ce) only the curve is named."""
+    its verdict (what the command line, the notebook and an in-process sweep print after run_variant) is a WARNING
+    naming both criteria, then the note that tiny is a smoke profile; with the level passed (a doctored final
+    val_ce) only the curve is named."""
+    from normgrow.analysis.stats import regime_line, run_verdict
     from normgrow.config import load_profile, smoke_note
     from normgrow.data import teacher_cache
-    from normgrow.train.run import regime_line
     summary = run(norm="pre", schedule="joint")
-    *_, line, last = capsys.readouterr().out.strip().splitlines()
+    spec = make_run_spec(profile="tiny", norm="pre", schedule="joint", overrides=fakes.TINY_OVERRIDES,
+                         run_name="pre-joint-s0")
+    line, last = run_verdict(spec, summary).splitlines()
     assert last == smoke_note("tiny") and last.startswith("note: tiny is a smoke profile") and smoke_note("cpu") == ""
     assert line.startswith("WARNING: pre-joint-s0: final val_ce") and "not trained by the regime gate" in line
     assert "the unigram level" in line and "has not flattened" in line

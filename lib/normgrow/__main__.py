@@ -52,7 +52,9 @@ def _cache(args: argparse.Namespace) -> None:
 
 def _run(args: argparse.Namespace) -> None:
     from .config import writable_outputs_dir
-    from .train.run import record_notebook, run_variant
+    from .analysis.stats import run_verdict
+    from .runner import record_notebook
+    from .train.run import run_variant
     from .train.spec import make_run_spec
 
     writable_outputs_dir()
@@ -61,6 +63,7 @@ def _run(args: argparse.Namespace) -> None:
                          run_name=args.run_name, force=args.force, overrides=_overrides(args.overrides))
     summary = run_variant(spec)
     if _main_process():
+        print(run_verdict(spec, summary))
         print(f"{summary['run_name']}: val_ce {summary['val_ce']:.4f} after {summary['tokens']:,} tokens")
         notebook = record_notebook(spec)
         if notebook is not None:

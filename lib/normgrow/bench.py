@@ -13,11 +13,11 @@ under corpus --vocab-size is required, since only the cache knows which ids occu
 
 Candidates (same batch, same initial weights; every one is a full training step: forward, loss, backward,
 grad-norm clip, AdamW step, loss.item()):
-  normgrow           the study's step: train.DistillStep (the student's blocks, compiled when train.compile resolves
-                     to on here, + the fused distillation head) under train.evaluate.autocast, train.optim.make_optimizer's AdamW
-                     (blocks compiled on CUDA and for bf16 on CPU, attention kernel in float32 on CPU, fused AdamW;
-                     numerics versions 4 and 5 changed evaluations, not this step, which is version 3's).
-                     Compiled, its first call compiles, so it needs warmup >= 1
+  normgrow           the study's step: train.step.train_step (the run loop's) with train.step.DistillStep (the
+                     student's blocks, compiled when train.compile resolves to on here, + the fused distillation
+                     head) and train.optim.make_optimizer's AdamW (blocks compiled on CUDA and for bf16 on CPU,
+                     attention kernel in float32 on CPU, fused AdamW; numerics versions 4 and 5 changed evaluations,
+                     not this step, which is version 3's). Compiled, its first call compiles, so it needs warmup >= 1
   normgrow_v2        the same step under numerics version 2: the blocks eager; ratios.normgrow_vs_normgrow_v2 is
                      v2 / this version's step time (--compare times these two alone)
   normgrow_v1        the step under numerics version 1: eager, StudentConfig.attention_kernel="autocast" and
@@ -63,13 +63,14 @@ from torch import nn
 
 from .cli import bench_parser, parse
 from .train import distill
-from .config import PARAMS_DIR, outputs_dir, read_yaml
+from .config import PARAMS_DIR, read_yaml
+from .paths import outputs_dir
 from .train.growth import plan_phases
 from .student.model import Student, StudentConfig
 from .data.batches import rows_to_batch
 from .train.evaluate import autocast, evaluation_plan, subset_rows
 from .train.optim import make_optimizer
-from .train.run import DistillStep, compile_enabled, update
+from .train.step import DistillStep, StepSetup, compile_enabled, train_step
 from .train.spec import _choice, run_profile
 from .rundir import NUMERICS_VERSION
 from .analysis.variants import load_variants
@@ -207,9 +208,12 @@ class Candidate:
 
 
 def _finish(model: nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tensor, grad_clip: float) -> float:
-    """What a run's step does after the forward in one process (train.update: backward, global-norm clip over the
-    trainable parameters, optimiser step, zero_grad), then loss.item()."""
-    update(loss, [p for p in model.parameters() if p.requires_grad], optimizer, grad_clip)
+    """A baseline's step after its forward, as train_step's in one process: backward, global-norm clip over the
+    trainable parameters, optimiser step, zero_grad; then loss.item()."""
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], grad_clip)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
     return loss.item()
 
 
@@ -239,11 +243,12 @@ def build_candidates(profile, batch: BenchBatch, names, dtype: torch.dtype, teac
         model.train()
         optimizer = make_optimizer(model, tp, None, fused=fused)
         forward = DistillStep(model, P, compile_enabled(tp.compile, CPU, dtype) if compiled is None else compiled)
+        setup = StepSetup(forward, optimizer, [p for p in model.parameters() if p.requires_grad], tp.grad_clip, CPU,
+                          dtype)
+        lr, positions = optimizer.param_groups[0]["lr"], int(batch.student["mask"].sum())
 
-        def step() -> float:
-            with autocast(CPU, dtype):
-                loss, _ = forward(batch.student)
-            return _finish(model, optimizer, loss, tp.grad_clip)
+        def step() -> float:  # the run's step (train_step), on the bench's batch at the profile's peak lr
+            return train_step(setup, batch.student, lr, positions)[0]["loss"]
         return Candidate(step, model, model.cfg, "student")
 
     def hf_model(student: Student):

@@ -7,7 +7,7 @@ Choices:
     their top: a command module run as a script calls parse_early before its own imports, so ``--help`` and a usage
     error come back in well under a second, and main parses again with the same parser (no side effects: cheap).
   - Every command that reads a profile takes ``--profile`` with the default cpu, and every command takes
-    ``--outputs``: the outputs root, exactly as setting NORMGROW_OUTPUTS (config.outputs_dir's rule: a relative path
+    ``--outputs``: the outputs root, exactly as setting NORMGROW_OUTPUTS (paths.outputs_dir's rule: a relative path
     is the repository's, whatever the working directory). Each command's epilog says what it writes where.
   - Allowed values that only a heavy module knows (the placements of student/placements.py, the bench's dtypes) are
     not parser choices: the command checks them with its run's parameters and names every allowed value then.

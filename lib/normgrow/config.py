@@ -33,28 +33,10 @@ from typing import Any
 
 import yaml
 
-from .paths import OUTPUTS_DIR, PARAMS_DIR, REPO_ROOT, profile_names
+from .paths import (PARAMS_DIR, PROFILE_SUFFIXES, ParamError, is_profile_path, outputs_dir, profile_name, profile_names,
+                    resolve_profile_path)
 from .student.model import StudentParams  # the student section: declared with the model's config, which extends it
 from .train.distill import LOSSES, TAILS, DistillParams  # the distill section: the losses' parameters
-
-
-def resolve_profile_path(value: str | os.PathLike) -> Path:
-    """A path from a profile, by the one rule of the module docstring: ``~`` expanded, absolute as given, relative
-    to REPO_ROOT otherwise (never to the working directory). Symlinks are not resolved."""
-    path = Path(value).expanduser()
-    return path if path.is_absolute() else REPO_ROOT / path
-
-
-def outputs_dir() -> Path:
-    """Root of all outputs: REPO_ROOT/outputs, or NORMGROW_OUTPUTS (tests point it at a temporary directory) by the
-    one path rule (resolve_profile_path: relative to REPO_ROOT, never to the working directory, so a runner started
-    anywhere and the kernels it starts in notebooks/ name the same folder). An empty value is a ParamError."""
-    value = os.environ.get("NORMGROW_OUTPUTS")
-    if value is None:
-        return OUTPUTS_DIR
-    if not value.strip():
-        raise ParamError("NORMGROW_OUTPUTS is set but empty; unset it (outputs/ of the repository) or name a directory")
-    return resolve_profile_path(value)
 
 
 def writable_outputs_dir() -> Path:
@@ -82,10 +64,6 @@ def smoke_note(profile: str) -> str:
         return ""
     return (f"note: {profile_name(profile)} is a smoke profile: it checks that the pipeline runs end to end, and its "
             "numbers are not results (the study's profile is cpu)")
-
-
-class ParamError(ValueError):
-    """A parameter has a bad name or value. The message names the key and what is allowed."""
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -185,7 +163,7 @@ class TrainParams:
     eval_tokens: int = 0  # validation tokens per evaluation; 0 = the whole validation split
     # Extra evaluations (whole validation split) this many steps after each growth, on top of eval_every: what the
     # appended blocks do to the prefix's loss right after they enter. Not part of a run's identity (evaluation does
-    # not change the trained model; rundir.NOT_COMPARED).
+    # not change the trained model; identity.NOT_COMPARED).
     eval_after_growth: tuple = ()
     checkpoint_every: int = 50  # steps (phase ends are always checkpointed)
     dtype: str = "auto"  # autocast dtype: auto (bf16 where supported) | bfloat16 | float32
@@ -238,31 +216,6 @@ POSITIVE = {
 
 def available_profiles() -> list[str]:
     return profile_names(PARAMS_DIR)
-
-
-NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-PROFILE_SUFFIXES = (".yaml", ".yml")
-
-
-def check_name(what: str, value) -> str:
-    """value if it is a safe profile / run name, else ParamError naming the parameter."""
-    if not isinstance(value, str) or not NAME.fullmatch(value):
-        raise ParamError(f"{what}={value!r} must be 1-128 letters, digits, '.', '_' or '-', starting with a letter or "
-                         "digit (no '/', no '..', no spaces)")
-    return value
-
-
-def is_profile_path(profile) -> bool:
-    """A profile is a name (a file of params/profiles) or a path to a profile file: a value with a path separator or
-    a .yaml / .yml suffix is a path."""
-    text = os.fspath(profile) if isinstance(profile, (str, os.PathLike)) else ""
-    return "/" in text or os.sep in text or text.endswith(PROFILE_SUFFIXES)
-
-
-def profile_name(profile) -> str:
-    """The name a profile's runs and results go under (outputs/runs/<name>): a path profile's file stem, checked to be a
-    plain name; a name as given (checked where it is used)."""
-    return check_name("profile (the file's stem)", Path(profile).stem) if is_profile_path(profile) else profile
 
 
 def profile_file(profile) -> Path:

@@ -59,7 +59,8 @@ import pandas as pd
 
 from .analysis.claims import JUDGES, NOT_TESTABLE, depth_gate, gate_claims
 from .cli import parse
-from .config import NAME, PARAMS_DIR, ParamError, load_profile, read_yaml, with_processes, writable_outputs_dir
+from .config import PARAMS_DIR, ParamError, load_profile, read_yaml, with_processes, writable_outputs_dir
+from .paths import NAME
 from .train.growth import SCHEDULES
 from .student.model import NORMS
 from .rundir import (GRID_RUN_PREFIX, RunDirError, Summary, check_name, grid_dir, is_finished, machine_hours,

@@ -21,7 +21,7 @@ the resolved path lies inside outputs/, before anything is created or deleted th
 
 Identity: config.json holds everything that changes a run's numbers: the profile content after overrides (so a run
 with ``overrides: {train.lr: 0.5}`` differs from one without), the run parameters, the teacher cache key and
-NUMERICS_VERSION. A directory whose config.json differs is never resumed, counted or overwritten (identity_conflict, the one
+NUMERICS_VERSION. A directory whose config.json differs is never resumed, counted or overwritten (identity.py: identity_conflict, the one
 rule: train/run.py, runner.py, the report). Library versions (torch, python) are recorded beside it as provenance but not compared: a patch release
 does not change what a run means, and refusing every run after an upgrade would lose more than it protects.
 """
@@ -38,10 +38,10 @@ import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from .config import SECTIONS, ParamError, check_name, outputs_dir, profile_name
+from .paths import ParamError, check_name, outputs_dir, profile_name
 from .utils import atomic_write_json, file_sha256, read_json
 
-NUMERICS_VERSION = 5
+NUMERICS_VERSION = 6
 """Bump when a code change changes the numbers a run produces: runs recorded with another value no longer count.
 2: every row begins with the document-start token (data.PACK_VERSION 2, one sectioning rule), the attention kernel in
 float32 on CPU, fused AdamW.
@@ -52,7 +52,16 @@ record says full_split); train.compile auto compiles on CPU only in bfloat16 (ea
 5: a whole-split evaluation takes the subset's values from its own forward (the subset's rows first, in batches of
 their own: train.evaluate.evaluate); the untrained model (step 0) and each grown model before its first update are
 evaluated on the subset, and a phase records its end's subset value (PhaseSummary.val_ce_subset), which the growth
-jump reads."""
+jump reads.
+6: on CPU every evaluation (and boundary record) runs the blocks eager, also where training compiles them
+(train.evaluate.eval_stance): evaluations move in their last bits, training does not (the same steps bit for bit)."""
+
+SAME_TRAINING = (5, 6)
+"""The numerics versions whose training steps are this version's bit for bit (version 6 changed evaluations only): an
+lr sweep's candidate finished under any of them still counts in the choice of this version's lr and warmup
+(sweep.earlier_rows, the report's lr panel). Its final val_ce is then read with version 5's compiled evaluation,
+which differs from version 6's eager one by at most 1.4e-4 nats on the cpu profile's final checkpoints (docs/LOG.md
+2026-12-05), a tenth of the closest margin between two arms' best candidates."""
 
 SWEEP_RUN_PREFIX = "sweep-"
 """Run names of the lr sweep (sweep.py) start with this; they share outputs/runs/<profile>/ with the study's runs, so
@@ -78,8 +87,8 @@ GROWTH = "growth"
 """The metrics.jsonl kind of a growth event: the step it happens at (the previous phase's last), the new depth, and
 val_ce before (the previous phase's end) and after (the grown model before any update, the whole split)."""
 BOUNDARY = "boundary"
-"""The metrics.jsonl kind of the residual stream's scale at each evaluation: rms per token group (diagnostics.GROUPS)
-at every block boundary h_0 .. h_N of the model on the fixed batch (diagnostics.boundary_rms); a view for TensorBoard,
+"""The metrics.jsonl kind of the residual stream's scale at each evaluation: rms per token group (data.token_classes.GROUPS)
+at every block boundary h_0 .. h_N of the model on the fixed batch (student.boundary.boundary_rms); a view for TensorBoard,
 never read by a claim (the claims read the phase checkpoints' diagnostics.json)."""
 DIAGNOSTICS = "diagnostics.json"  # a run's cached diagnostics (<run>/), and the study's (outputs/study/<profile>/)
 CHECKPOINTS, LAST, FINAL = "checkpoints", "last.pt", "final.pt"
@@ -198,73 +207,6 @@ def read_identity(run_dir: Path) -> dict | None:
     except (OSError, ValueError) as err:
         raise RunDirError(f"{path} is damaged ({err}); the run's parameters are unknown: "
                           f"{set_aside(run_dir)}") from err
-
-
-def _flatten(tree: dict, prefix: str = "") -> dict:
-    out = {}
-    for key, value in tree.items():
-        if isinstance(value, dict) and value:
-            out.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
-NOT_COMPARED = ("profile.teacher.processes", "profile.teacher.sanity", "profile.train.eval_after_growth",
-                "profile.train.trackers")
-"""Recorded, but not part of what must agree: the teacher cache is the same byte for byte on any number of
-processes (teacher_cache.teacher_pass), and the cache itself is compared through its key; the sanity gate's mode
-decides whether a cache may be opened, not what a run computes; extra evaluations and trackers only observe the run
-(tests/test_train.py checks that evaluations leave the training bitwise unchanged)."""
-
-
-def _profile_defaults() -> dict:
-    """Every profile key's default (config.SECTIONS), flattened as recorded ('profile.train.compile': 'auto')."""
-    return _flatten({"profile": json.loads(json.dumps({name: dataclasses.asdict(cls())
-                                                       for name, cls in SECTIONS.items()}))})
-
-
-def identity_differences(recorded: dict, expected: dict) -> list[str]:
-    """The dotted keys (e.g. 'profile.train.lr') on which two identities differ; provenance and NOT_COMPARED are not
-    compared. A profile key absent on one side (a run recorded before the key existed) compares as the key's default:
-    the rule for adding a profile key is that its default is what runs did before it existed (one process, ``auto``
-    compilation, ``max_doc_chars`` ...), so no key needs a special case here."""
-    a, b = _flatten(recorded), _flatten(expected)
-    defaults = _profile_defaults()
-    for flat in (a, b):
-        if any(k.startswith("profile.") for k in flat):
-            for key, default in defaults.items():
-                if not any(k == key or k.startswith(key + ".") for k in flat):
-                    flat[key] = default
-    return sorted(k for k in set(a) | set(b)
-                  if k.split(".")[0] != "environment" and k not in NOT_COMPARED and a.get(k) != b.get(k))
-
-
-def identity_conflict(recorded: dict, expected: dict, finished: bool) -> list[str]:
-    """The one rule by which a directory holds a run (train.run.prepare_run_dir before it trains, runner.plan_jobs
-    before it schedules, analysis.variants.collect_runs before it counts): the dotted keys on which the recorded
-    identity differs from the expected one (identity_differences). Only the keys expected names are compared, so a
-    reader that knows part of a run (the report: its profile and numerics version) compares that part. The teacher
-    cache key, when expected names it, is compared only for an unfinished run: resuming it on another cache would mix
-    two, while a finished run made on another cache of the same profile, which differs only in the dtype ``auto``
-    resolved to on the machine that built it (committed results made with bf16, opened on a CPU without native
-    bf16), stays a result of that run."""
-    if finished:
-        expected = {k: v for k, v in expected.items() if k != "teacher_key"}
-    return identity_differences({k: v for k, v in recorded.items() if k in expected}, expected)
-
-
-def directory_conflict(run_dir: Path, expected: dict) -> str | None:
-    """Why run_dir holds a run other than the one of identity ``expected`` (identity_conflict), or None when it holds
-    none or that one. Such a directory is never counted nor resumed."""
-    recorded = read_identity(run_dir)
-    if recorded is None:
-        return None
-    differing = identity_conflict(recorded, expected, is_finished(run_dir))
-    if not differing:
-        return None
-    return (f"{run_dir} holds a run made with other settings ({', '.join(differing[:4])}); "
-            f"{set_aside(run_dir)}, and run again")
 
 
 # --------------------------------------------------------------------------------------------------------- summary

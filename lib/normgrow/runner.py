@@ -2,7 +2,7 @@
 among them) each define a list of Jobs, and everything after that happens here, the same way for all three.
 
 Order: the teacher cache is built once before any run (ensure_teacher_cache; a grid builds one per distinct data);
-plan_jobs sorts the jobs into refused (a directory holding another run: rundir.directory_conflict, the one identity
+plan_jobs sorts the jobs into refused (a directory holding another run: identity.directory_conflict, the one identity
 rule), damaged (a summary.json that does not read), finished (skipped) and pending; execute_runs trains the pending
 ones, a matched run only once its donor has finished, and each interrupted run resumes from its last checkpoint
 (train.run does that; nothing here tracks progress but the run directories). report_failures names every failed,
@@ -43,8 +43,9 @@ from tqdm.auto import tqdm
 
 from .config import ParamError, read_yaml
 from .paths import NOTEBOOKS, PARAMS_DIR, REPO_ROOT
-from .ranks import RUNNER_KERNEL
-from .rundir import (NOTEBOOK, RunDirError, directory_conflict, is_finished, read_finished, read_identity,
+from .ranks import RUNNER_KERNEL, outside_launch
+from .identity import directory_conflict
+from .rundir import (NOTEBOOK, RunDirError, is_finished, read_finished, read_identity,
                      read_metrics, run_path)
 from .train.spec import RunSpec, make_run_spec
 from .utils import descendants, execute_notebook, stop_processes
@@ -82,6 +83,11 @@ class Job:
     params: dict
     identity: dict
     depends_on: str | None = None
+
+    def spec(self, profile: str, processes: int | None) -> RunSpec:
+        """The validated run (spec.make_run_spec), made when the job starts: a matched run's donor is resolved only
+        once it has finished. Its kernel gets it whole (RunSpec.to_json), so the kernel reads no profile file."""
+        return make_run_spec(profile=profile, processes=processes, **self.params)
 
 
 # ------------------------------------------------------------------------------------------------- parameters
@@ -240,7 +246,7 @@ def ensure_teacher_cache(prof, out_dir: Path, processes: int | None = None, over
 
 def plan_jobs(profile: str, jobs: list[Job], teacher_keys: dict[str, str] | None = None
               ) -> tuple[set[str], dict[str, str], list[Job]]:
-    """(done, failed, pending) of jobs. failed: a directory holding another run (rundir.directory_conflict against
+    """(done, failed, pending) of jobs. failed: a directory holding another run (identity.directory_conflict against
     the job's identity and, when teacher_keys names it, the key of the cache it trains on) is refused, never counted
     nor resumed; a finished run whose summary.json or config.json does not read or validate (rundir.read_finished) is
     damaged: neither counted nor retrained, since its directory may hold results someone wants to look at. done: the
@@ -343,12 +349,6 @@ def _run_steps(running: dict[str, Path]) -> str:
     return ", ".join(shown)
 
 
-def run_spec(profile: str, job: Job, processes: int | None) -> RunSpec:
-    """The validated run of a job (spec.make_run_spec), made when it starts: a matched run's donor is resolved only
-    once it has finished. Its kernel gets it whole (RunSpec.to_json), so the kernel reads no profile file."""
-    return make_run_spec(profile=profile, processes=processes, **job.params)
-
-
 def _raise_keyboard_interrupt(signum, frame):
     raise KeyboardInterrupt
 
@@ -381,7 +381,7 @@ def execute_runs(profile: str, pending: list[Job], jobs: int, processes: int | N
                 elif len(futures) < jobs and (r.depends_on is None or r.depends_on in done):
                     pending.remove(r)
                     try:
-                        spec = run_spec(profile, r, processes)
+                        spec = r.spec(profile, processes)
                     except ParamError as err:
                         failed[r.name] = str(err)
                         print(f"\nFAILED {r.name}: {err}")
@@ -449,7 +449,7 @@ failed')."""
 def disk_full(err: BaseException) -> str | None:
     """Why err is a full disk, or None: an OSError of ENOSPC or EDQUOT anywhere in its chain, or any error while
     the outputs folder has under FULL_DISK_BYTES free."""
-    from .config import outputs_dir
+    from .paths import outputs_dir
     chain = err
     while chain is not None:
         if isinstance(chain, OSError) and chain.errno in (errno.ENOSPC, errno.EDQUOT):
@@ -485,3 +485,18 @@ def runner_exit(work, input_errors: tuple = ()) -> int:
             raise
         print(f"error: {why}", file=sys.stderr)
         return 1
+
+
+def record_notebook(spec: RunSpec) -> Path | None:
+    """Give a finished run its executed notebook, ``<run>/run.ipynb``, when it has none; the path written, or None.
+
+    A run started by the study runner has it already (papermill writes its output there from the first cell on); one
+    started from ``python -m normgrow run``, from JupyterLab or by papermill into another path gets it here:
+    run_variant.ipynb executed on the same parameters, which finds the run finished and draws it (seconds, no
+    training). So every run directory holds its notebook, whichever way the run was started."""
+    path = spec.dir / NOTEBOOK
+    if path.exists() or not is_finished(spec.dir):
+        return None
+    with outside_launch():  # under accelerate launch, the kernel is not one more rank of this job
+        execute_notebook(NOTEBOOKS / "run_variant.ipynb", path, {"run_spec": spec.to_json()})
+    return path

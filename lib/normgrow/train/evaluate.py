@@ -31,6 +31,15 @@ def autocast(device: torch.device, dtype: torch.dtype):
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
+def eval_stance(device: torch.device):
+    """Evaluations run eager on CPU, through the blocks' own forward even where they are compiled for training
+    (numerics version 6): there the no-grad graph's compilation costs ~5 s a run (dynamo's trace, inductor cache warm:
+    the cpu profile's first evaluation took 4.9 s, the next ones 0.3 s) and saves ~0.1 us a token (whole split at depth
+    9: 3.68 s compiled, 4.34 s eager, EVAL_BATCH_TOKENS), so a cpu run's three whole-split evaluations repay a third
+    of it (docs/LOG.md 2026-12-05). Elsewhere (CUDA) through the compiled blocks."""
+    return torch.compiler.set_stance("force_eager") if device.type == "cpu" else nullcontext()
+
+
 EVAL_BATCH_TOKENS = 4096
 """Tokens per evaluation batch (numerics version 3; before it, train.batch_size rows). With compiled blocks a
 full-validation evaluation of the cpu student at depth 9 took 3.68 s in batches of 16 x 256 tokens against 4.18 s in
@@ -64,7 +73,7 @@ def evaluate(model: Student, split, rows: np.ndarray, batch_size: int, device, d
     for in_subset, chunk in batches[ranks.rank::ranks.world]:
         batch = rows_to_batch(split, chunk, device, vocab)
         rows_ = distill.flatten_batch(batch)
-        with autocast(device, dtype):
+        with eval_stance(torch.device(device)), autocast(device, dtype):
             batch_sums, batch_count = distill.eval_sums(model.hidden(batch["tokens"]).flatten(0, 1),
                                                         model.head_weight, rows_)
         sums["val_ce"] += batch_sums["ce"]

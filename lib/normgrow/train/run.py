@@ -33,12 +33,7 @@ Choices made explicit here (see growth.py for the schedules and the token accoun
     at the points only curves draw and at those read against another point on the same rows (step 0, each grown
     model before its first update); each record says which (full_split), and a whole-split record also carries the
     subset's values, from the same forward.
-  - Compilation (train.compile, auto = on for CUDA and for bf16 on CPU, numerics version 4): torch.compile of each block
-    (compile_blocks: one graph shared by the blocks and the depths of a run), done before the first evaluation and
-    right after each growth, so every evaluation and every step of a run goes through the same compiled blocks.
-    The fused distillation head stays eager: it is a custom autograd function with hand-written gradients and
-    reused buffers, and compiled it was 2x slower on CPU (docs/LOG.md). Compiled code is kept in a persistent
-    inductor cache (INDUCTOR_CACHE), so only a machine's first run pays the cold compilation.
+  - The step itself (forward, backward, clip, finite check, AdamW step) and compilation: step.py.
 """
 from __future__ import annotations
 
@@ -57,31 +52,30 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch import nn
 
-from . import distill
-from ..config import ParamError, smoke_note
-from ..paths import NOTEBOOKS
+from ..config import ParamError
 from ..data.batches import Batches
 from ..data.corpus import loss_mask_np
-from .evaluate import EVAL_BATCH_TOKENS, autocast, evaluate, evaluation_plan, subset_rows
+from .evaluate import EVAL_BATCH_TOKENS, autocast, eval_stance, evaluate, evaluation_plan, subset_rows
 from .growth import Phase, plan_phases
 from .optim import lr_at, make_optimizer, set_trainable
+from .step import DistillStep, NonFiniteStep, StepSetup, compile_blocks, compile_enabled, train_step
+from ..data.token_classes import DEFAULT_N, group_masks, make_batch
+from ..student.boundary import boundary_rms
 from ..student.growth_ops import GROWTH_OPS
 from ..student.model import Student, StudentConfig, save_student
-from ..ranks import Ranks, check_processes, on_ranks, outside_launch, progress_bar
+from ..ranks import Ranks, check_processes, on_ranks, progress_bar
+from ..identity import identity_conflict
 from ..rundir import (BOUNDARY, CHECKPOINTS, CONFIG, FINAL, GROWTH, LAST, LOCK, METRICS,
-                      NOTEBOOK, PhaseSummary, RunDirError, RunLock, Summary, identity_conflict, is_finished, metrics_record,
+                      PhaseSummary, RunDirError, RunLock, Summary, is_finished, metrics_record,
                       phase_checkpoint, phase_checkpoints, read_identity, read_summary, run_path, set_aside,
                       write_summary)
 from .spec import RunSpec
 from .tracking import RunTrackers
-from ..utils import (atomic_write_json, dtype_name, execute_notebook, machine_description, resolve_device, resolve_dtype,
+from ..utils import (atomic_write_json, dtype_name, machine_description, resolve_device, resolve_dtype,
                      stable_hash)
 from ..data.vocab import VocabMap
 
-
-# ------------------------------------------------------------------------------------------------ optimisation
 
 # ----------------------------------------------------------------------------------------------------- the run
 
@@ -258,19 +252,18 @@ class Run:
         return metrics | {"full_split": whole}
 
     def log_boundaries(self, step: int) -> None:
-        """A BOUNDARY record of the model now (rank 0): diagnostics.boundary_rms on the fixed batch of the first
-        DEFAULT_N validation rows, mapped to the student's vocabulary, under the run's autocast; its seconds count
-        as evaluation time."""
-        from ..analysis.diagnostics import DEFAULT_N, boundary_rms, make_batch
+        """A BOUNDARY record of the model now (rank 0): student.boundary.boundary_rms on the fixed batch of the
+        first DEFAULT_N validation rows (data.token_classes.make_batch), mapped to the student's vocabulary, under
+        the run's autocast; its seconds count as evaluation time."""
         t0 = time.perf_counter()
         if self.boundary_batch is None:
             batch = make_batch(self.cache.val, self.cache, DEFAULT_N, cache_key=self.cache.key)
             self.boundary_batch = {"tokens": self.vocab.restrict(batch)["tokens"].to(self.device),
-                                   "classes": batch["classes"].to(self.device)}
+                                   "masks": {g: m.to(self.device) for g, m in group_masks(batch["classes"]).items()}}
         was_training = self.model.training
         self.model.eval()
-        with autocast(self.device, self.dtype):
-            rms = boundary_rms(self.model, self.boundary_batch)
+        with eval_stance(self.device), autocast(self.device, self.dtype):
+            rms = boundary_rms(self.model, self.boundary_batch["tokens"], self.boundary_batch["masks"])
         self.model.train(was_training)
         self.log.write({"kind": BOUNDARY, "step": step, "depth": self.model.cfg.n_layers, "rms": rms})
         self.counters["eval_s"] += time.perf_counter() - t0
@@ -327,61 +320,6 @@ def start_run(spec: RunSpec, cache, run_dir: Path, phases: list[Phase], state: d
     return run
 
 
-INDUCTOR_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "normgrow" / "inductor"
-"""Where compiled kernels are kept across processes and reboots (torch's default lies under /tmp) unless
-TORCHINDUCTOR_CACHE_DIR says otherwise: a per-user cache outside outputs/, because it depends on the machine and the
-torch build, not on a study, and every outputs folder of a machine (tests' included) shares it."""
-
-
-def compile_blocks(model: Student) -> None:
-    """torch.compile each block of the student in place (regional compilation; the embedding, the final norm and
-    the fused head stay eager). Blocks of one placement share their code and dynamo takes a block's parameters as
-    inputs, so one graph serves every block, every depth of a grown run and, from the inductor cache, every later
-    run: a cpu run's first step compiles for 4 s (warm cache; 10-20 s cold), where compiling the whole body took
-    10-26 s per depth, warm. Evaluations go through the same blocks (a no-grad graph of its own). Blocks already
-    compiled are left as they are, so a phase compiles only what growth appended. A placement whose blocks differ
-    in a constant may need a graph per block, so the recompile limit is raised to 4 per block."""
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(INDUCTOR_CACHE))
-    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 4 * len(model.blocks))
-    for block in model.blocks:
-        if getattr(block, "_compiled_call_impl", None) is None:
-            block.compile()
-
-
-class DistillStep(nn.Module):
-    """The training forward: the student's body (its blocks compiled or not, compile_blocks) and the fused
-    distillation head, as one module so that DistributedDataParallel wraps every use of the parameters (the tied
-    head included) in its forward."""
-
-    def __init__(self, model: Student, params, compiled: bool):
-        super().__init__()
-        self.model, self.params = model, params
-        if compiled:
-            compile_blocks(model)
-
-    def forward(self, batch: dict) -> tuple[torch.Tensor, dict]:
-        hidden = self.model.hidden(batch["tokens"])
-        return distill.distill_loss_chunked(hidden.flatten(0, 1), self.model.head_weight, distill.flatten_batch(batch),
-                                            self.params)
-
-
-def update(loss: torch.Tensor, trainable: list, optimizer: torch.optim.Optimizer, grad_clip: float,
-           accelerator=None, check=None) -> torch.Tensor:
-    """The end of a training step, the run loop's and the bench's: backward (accelerate's under data parallelism),
-    global-norm clip over the trainable parameters, check(grad_norm) before any parameter moves (the run's
-    finiteness check), AdamW step, zero_grad. Returns the gradient norm before clipping."""
-    if accelerator is None:
-        loss.backward()
-    else:
-        accelerator.backward(loss)
-    grad_norm = torch.nn.utils.clip_grad_norm_(trainable, grad_clip)
-    if check is not None:
-        check(grad_norm)
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    return grad_norm
-
-
 def grow_to(run: Run, phase: Phase) -> bool:
     """Append the phase's new blocks (student.new_block_init, from a generator of (seed, phase)) unless the model
     has them already (resumed inside the phase: the blocks are in the checkpoint); compiled before the evaluation
@@ -406,39 +344,6 @@ def phase_optimizer(run: Run, phase: Phase, phase_start: int, previous: torch.op
         optimizer.load_state_dict(run.resume_optimizer)
     run.resume_optimizer = None
     return optimizer
-
-
-def train_step(run: Run, phase: Phase, step_fn: nn.Module, optimizer: torch.optim.Optimizer, trainable: list,
-               lr: float) -> tuple[dict, float]:
-    """One optimiser step at lr on the step's batch: the forward under autocast (the head's matmuls too; the loss
-    math in float32), the global batch's mean loss (a rank's mean is weighted by N x its positions / the global
-    positions, exactly 1.0 in one process, so that DDP's average is its gradient), update() with the finiteness
-    check, and the counters. Returns the step's means over the global batch and its gradient norm."""
-    counters, tp = run.counters, run.spec.profile.train
-    step = counters["step"]
-    for group in optimizer.param_groups:
-        group["lr"] = lr
-    batch = run.batches(step)
-    with autocast(run.device, run.dtype):
-        loss, stats = step_fn(batch)
-    positions, global_positions = int(batch["mask"].sum()), max(run.batches.positions(step), 1)
-    means = {}
-
-    def check(grad_norm: torch.Tensor) -> None:
-        local = [loss.item(), *(float(v) for v in stats.values())]
-        if run.ranks.world > 1:
-            local = [v / global_positions for v in run.ranks.sum([v * positions for v in local])]
-        means.update(zip(["loss", *stats], local))
-        check_finite(run.spec.run_name, step + 1, {"loss": means["loss"], "grad_norm": float(grad_norm)}, run.cache,
-                     "train", run.batches.local_rows(step))
-
-    grad_norm = update(loss * (positions * run.ranks.world / global_positions), trainable, optimizer, tp.grad_clip,
-                       run.accelerator, check)
-    counters["step"] += 1
-    counters["tokens"] += run.tokens_per_step
-    counters["active_layer_tokens"] += run.tokens_per_step * phase.depth
-    counters["trainable_layer_tokens"] += run.tokens_per_step * (phase.depth - phase.first_trainable_block)
-    return means, float(grad_norm)
 
 
 def checkpoint(run: Run, phase: Phase, optimizer: torch.optim.Optimizer, phase_end_record: dict | None) -> None:
@@ -486,17 +391,25 @@ def train_phase(run: Run, phase: Phase, phase_start: int, optimizer: torch.optim
                            "val_ce_before": counters["phases"][-1]["val_ce_subset"],
                            "val_ce_after": counters["val_ce_after_growth"]})
     optimizer = phase_optimizer(run, phase, phase_start, optimizer)
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    step_fn = DistillStep(model, spec.profile.distill, run.compiled)
+    forward = DistillStep(model, spec.profile.distill, run.compiled)
     if run.accelerator is not None:  # wrapped per phase: DDP fixes its parameters (appended, frozen) when it wraps
         run.accelerator.free_memory()  # drops the previous phase's wrapper
-        step_fn = run.accelerator.prepare_model(step_fn)
+        forward = run.accelerator.prepare_model(forward)
+    setup = StepSetup(forward, optimizer, [p for p in model.parameters() if p.requires_grad], tp.grad_clip,
+                      run.device, run.dtype, run.ranks, run.accelerator)
 
     while counters["step"] < phase_end:
-        t0 = time.perf_counter()
-        lr = lr_at(counters["step"], run.phases, tp)
-        at_step(counters["step"] + 1)  # the model this step trains is the one evaluated after it
-        means, grad_norm = train_step(run, phase, step_fn, optimizer, trainable, lr)
+        t0, step = time.perf_counter(), counters["step"]
+        lr = lr_at(step, run.phases, tp)
+        at_step(step + 1)  # the model this step trains is the one evaluated after it
+        try:
+            means, grad_norm = train_step(setup, run.batches(step), lr, max(run.batches.positions(step), 1))
+        except NonFiniteStep as err:
+            check_finite(spec.run_name, step + 1, err.values, run.cache, "train", run.batches.local_rows(step))
+        counters["step"] += 1
+        counters["tokens"] += run.tokens_per_step
+        counters["active_layer_tokens"] += run.tokens_per_step * phase.depth
+        counters["trainable_layer_tokens"] += run.tokens_per_step * (phase.depth - phase.first_trainable_block)
         step_s = time.perf_counter() - t0
         evaluation = run.evaluations.get(counters["step"])
         if evaluation is not None:
@@ -565,45 +478,7 @@ def run_variant(spec: RunSpec, progress: bool = True) -> dict:
     check_processes("train.processes", tp.processes)
     cache = ensure_cache(prof, progress=progress)
     summary = on_ranks(tp.processes, device, train_ranks, spec, cache, phases, progress)
-    summary = (summary if summary is not None else read_summary(spec.dir)).to_json()
-    print(regime_line(spec.dir, summary, cache), flush=True)
-    if note := smoke_note(prof.name):
-        print(note, flush=True)
-    return summary
-
-
-def regime_line(run_dir: Path, summary: dict, cache) -> str:
-    """One line on the run by the regime gate's two criteria (stats.regime_check, applied to this run alone): its
-    final val_ce at least UNIGRAM_MARGIN below the unigram level of its cache, and its curve flattened. A run that
-    fails either says so with WARNING, in the notebook and the command line alike."""
-    from ..analysis.stats import UNIGRAM_MARGIN, eval_curve, flatness
-    from ..data.corpus import unigram_val_ce
-    unigram = unigram_val_ce(cache.train.tokens, cache.val.tokens, cache.val.doc_start, cache.meta["vocab_size"])
-    below = unigram - summary["val_ce"]
-    flat = flatness(eval_curve(run_dir), summary["val_ce"], summary["tokens"])
-    head = f"{summary['run_name']}: final val_ce {summary['val_ce']:.4f}"
-    problems = ([f"it ends {abs(below):.3f} nats {'above' if below < 0 else 'below'} the unigram level {unigram:.3f} "
-                 f"(trained needs {UNIGRAM_MARGIN:.1f} below)"] if below < UNIGRAM_MARGIN else [])
-    problems += [] if flat["flattened"] else [f"its curve has not flattened ({flat['flat_note']})"]
-    if problems:
-        return f"WARNING: {head}; not trained by the regime gate: {'; '.join(problems)}"
-    return (f"{head}, {below:.3f} nats below the unigram level {unigram:.3f}, its curve flattened (ratio "
-            f"{flat['flat_ratio']:.3f}): trained by the regime gate")
-
-
-def record_notebook(spec: RunSpec) -> Path | None:
-    """Give a finished run its executed notebook, ``<run>/run.ipynb``, when it has none; the path written, or None.
-
-    A run started by the study runner has it already (papermill writes its output there from the first cell on); one
-    started from ``python -m normgrow run``, from JupyterLab or by papermill into another path gets it here:
-    run_variant.ipynb executed on the same parameters, which finds the run finished and draws it (seconds, no
-    training). So every run directory holds its notebook, whichever way the run was started."""
-    path = spec.dir / NOTEBOOK
-    if path.exists() or not is_finished(spec.dir):
-        return None
-    with outside_launch():  # under accelerate launch, the kernel is not one more rank of this job
-        execute_notebook(NOTEBOOKS / "run_variant.ipynb", path, {"run_spec": spec.to_json()})
-    return path
+    return (summary if summary is not None else read_summary(spec.dir)).to_json()
 
 
 def train_ranks(ranks: Ranks, spec: RunSpec, cache, phases: list[Phase], progress: bool) -> Summary:
@@ -640,13 +515,3 @@ def _accelerator(device: torch.device):
     the training forward in DDP and runs the backward. Mixed precision stays ours (train.dtype's autocast)."""
     from accelerate import Accelerator
     return Accelerator(cpu=device.type == "cpu", mixed_precision="no")
-
-
-def compile_enabled(setting: str, device: torch.device, dtype: torch.dtype) -> bool:
-    """train.compile resolved: on / off as given; auto compiles on CUDA, and on CPU where the run computes in
-    bfloat16 (numerics version 4). Measured per CPU kind (docs/LOG.md): compiled blocks made the cpu profile's bf16
-    step 1.17-1.33x faster with AMX (Intel Xeon) and with AVX512-BF16 (AMD EPYC), and 0.97x in float32 on an AVX2-only
-    CPU (where train.dtype auto chooses float32), so a float32 CPU run stays eager; other devices (mps) stay eager."""
-    if setting != "auto":
-        return setting == "on"
-    return device.type == "cuda" or (device.type == "cpu" and dtype == torch.bfloat16)

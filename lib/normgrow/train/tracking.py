@@ -20,7 +20,7 @@ Choices:
     store_init_configuration writes them as a run of their own beside it, which TensorBoard lists as another run).
   - Resume: metrics.jsonl is cut back to the checkpoint's last line; TensorBoard's ``purge_step`` drops the events
     after the resumed step in the same way, so each step appears once in both.
-  - Not part of a run's identity (rundir.NOT_COMPARED): where a run is mirrored does not change what it computes.
+  - Not part of a run's identity (identity.NOT_COMPARED): where a run is mirrored does not change what it computes.
 """
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ..analysis.diagnostics import GROUPS
+from ..data.token_classes import GROUPS
 from ..analysis.measured_claims import geo_mean_of_logs
 from ..student.placements import PLACEMENTS
 from .render import (Page, claims_html, details, faint, split_variant, style_figure, table,

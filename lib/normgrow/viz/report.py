@@ -21,7 +21,7 @@ import pandas as pd
 from ..analysis.claims import (NOT_JUDGED, NOT_JUDGED_DEPTH, NOT_TESTABLE, SUPPORTED, Claim, depth_gate, evaluate_claims, gate_claims,
                                read_diagnostics)
 from .forest import forest_figure, reference_marks
-from ..rundir import (NUMERICS_VERSION, RunDirError, grids_root, machine_hours, read_finished, read_identity, run_path,
+from ..rundir import (NUMERICS_VERSION, SAME_TRAINING, RunDirError, grids_root, machine_hours, read_finished, read_identity, run_path,
                       study_dir, sweep_dir, unfinished_runs)
 from ..analysis.stats import (ALPHA, DEPTH_FIELDS, FLAT_LIMIT, FLAT_TAIL, LEVEL, REGIME_FIELDS, SEEDS_LIMIT, UNIGRAM_MARGIN,
                               baselines, crossover_table, depth_check, gap_ratio, gap_table, regime_check, runs_frame,
@@ -236,9 +236,10 @@ LR_SHOWN = 0.4  # nats above an arm's best val_ce that the lr figure shows; high
 def sweep_candidates(profile: str, norms) -> pd.DataFrame:
     """The lr sweep's candidates of the given placements, one row per run (norm, schedule, lr, seed, val_ce), from
     every sweep record that lists them (outputs/sweep/<profile>/sweep.json and <norm>/sweep.json), each read back
-    from its run directory and kept only while that run is finished under rundir.NUMERICS_VERSION, the study runs'
-    version: a record lists its rows as they were when it was written, and a name may since hold a run trained again
-    under another numerics version (or none), whose numbers are not comparable with the study's."""
+    from its run directory and kept only while that run is finished under a numerics version that trains as the
+    study runs' (rundir.SAME_TRAINING): a record lists its rows as they were when it was written, and a name may since
+    hold a run trained again under another numerics version (or none), whose numbers are not comparable with the
+    study's."""
     names = {}
     for path in [sweep_dir(profile) / "sweep.json", *(sweep_dir(profile, n) / "sweep.json" for n in norms)]:
         if path.is_file():
@@ -249,7 +250,7 @@ def sweep_candidates(profile: str, norms) -> pd.DataFrame:
             summary, identity = read_finished(run_path(profile, name))
         except RunDirError:
             continue
-        if identity.get("numerics") == NUMERICS_VERSION and summary.norm in norms:
+        if identity.get("numerics") in SAME_TRAINING and summary.norm in norms:
             train = identity["profile"]["train"]
             rows.append({"norm": summary.norm, "schedule": summary.schedule, "lr": train["lr"],
                          "warmup": train["warmup_steps"], "seed": summary.seed, "val_ce": summary.val_ce})
@@ -270,7 +271,7 @@ def study_lrs(rep: Report) -> pd.DataFrame:
 
 def lr_figure(rep: Report):
     """Final val_ce against peak lr for every arm of the study (placement x schedule) that the lr sweep measured
-    under this numerics version (sweep_candidates), one panel per schedule, a line per placement and warmup: how
+    under a numerics version that trains as this one (sweep_candidates), one panel per schedule, a line per placement and warmup: how
     sharp each arm's optimum is, and so how much of a gap between arms could be tuning. A line is the mean over the
     sweep's seeds at one warmup (solid: the warmup the study's runs trained at; dotted: the others tried), its points
     the seeds; a candidate more than LR_SHOWN above the panel's best (diverged, or on the unigram plateau) is an x on
@@ -324,7 +325,7 @@ def lr_figure(rep: Report):
         fig.update_xaxes(type="log", title_text="peak lr", row=1, col=col)
         fig.update_yaxes(range=[best - 0.03, best + LR_SHOWN + 0.03], row=1, col=col)
     fig.update_yaxes(title_text="final val_ce (nats/token)", row=1, col=1)
-    fig.update_layout(title=f"lr sweep per arm (numerics version {NUMERICS_VERSION}, seeds "
+    fig.update_layout(title=f"lr sweep per arm (trained as numerics version {NUMERICS_VERSION} trains, seeds "
                             f"{' '.join(map(str, sorted(set(rows['seed']))))}): the study runs' lr starred")
     return style_figure(fig, height=380)
 
@@ -526,8 +527,8 @@ def report_html(rep: Report, figs: dict | None = None) -> str:
         page.add("</section><section id='lr'><h2>Learning rate per arm</h2>")
         page.figure(figs["lr"], div_id="fig-lr", caption="Every arm (placement x schedule) trains at its own peak lr, "
                     "chosen by its sweep (python -m normgrow.sweep; a freeze control takes its placement's grow lr, a "
-                    "matched run its joint lr). Lines and points: the sweep's candidates trained under this numerics "
-                    "version, a line per warmup (mean over seeds; solid: the warmup the study's runs trained at, "
+                    "matched run its joint lr). Lines and points: the sweep's candidates trained as this numerics "
+                    f"version trains (versions {', '.join(map(str, SAME_TRAINING))} train alike), a line per warmup (mean over seeds; solid: the warmup the study's runs trained at, "
                     "dotted: the others tried) and each seed; stars: the lr the study's runs recorded in their "
                     f"config.json, at their mean final val_ce. Candidates more than {LR_SHOWN} nats above a panel's "
                     "best (diverged, or on the unigram plateau) are an x on its upper edge (hover for the value; "
