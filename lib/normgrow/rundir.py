@@ -61,7 +61,7 @@ SAME_TRAINING = (5, 6)
 lr sweep's candidate finished under any of them still counts in the choice of this version's lr and warmup
 (sweep.earlier_rows, the report's lr panel). Its final val_ce is then read with version 5's compiled evaluation,
 which differs from version 6's eager one by at most 1.4e-4 nats on the cpu profile's final checkpoints (docs/LOG.md
-2026-12-05), a tenth of the closest margin between two arms' best candidates."""
+2026-12-05), about a tenth of the smallest margin between an arm's optimum and a neighbour (0.0013)."""
 
 SWEEP_RUN_PREFIX = "sweep-"
 """Run names of the lr sweep (sweep.py) start with this; they share outputs/runs/<profile>/ with the study's runs, so
