@@ -62,8 +62,9 @@ def _run(args: argparse.Namespace) -> None:
                          match_active_layer_tokens=args.match_active_layer_tokens, seed=args.seed,
                          run_name=args.run_name, force=args.force, overrides=_overrides(args.overrides))
     summary = run_variant(spec)
+    verdict = run_verdict(spec, summary)  # on every process: under accelerate launch its cache opening is collective
     if _main_process():
-        print(run_verdict(spec, summary))
+        print(verdict)
         print(f"{summary['run_name']}: val_ce {summary['val_ce']:.4f} after {summary['tokens']:,} tokens")
         notebook = record_notebook(spec)
         if notebook is not None:
