@@ -191,6 +191,17 @@ def test_every_evaluation_of_a_compiled_run_runs_the_compiled_blocks(outputs, mo
     assert all(all(blocks) for blocks in compiled_at_eval)
 
 
+def eager_and_compiled(cache) -> tuple[Student, Student]:
+    """A 2-block student on the synthetic cache's vocabulary and a copy whose blocks are compiled (compile_blocks)."""
+    torch.manual_seed(0)
+    cfg = StudentConfig(vocab_size=int(cache.meta["vocab_size"]), n_layers=2, d_model=32, n_heads=2, n_kv_heads=1,
+                        head_dim=16, d_ff=64, max_seq_len=16)
+    eager = Student(cfg)
+    compiled = copy.deepcopy(eager)
+    train_step.compile_blocks(compiled)
+    return eager, compiled
+
+
 def test_a_cpu_evaluation_of_compiled_blocks_runs_them_eager():
     """On CPU an evaluation (and a boundary record's forward) runs the blocks eager also where training compiled them
     (train.evaluate.eval_stance, numerics version 6): the metrics of a compiled bf16 student equal the uncompiled
@@ -199,12 +210,7 @@ def test_a_cpu_evaluation_of_compiled_blocks_runs_them_eager():
     from normgrow.data.vocab import VocabMap as Vocab
     from normgrow.train.evaluate import evaluate
     cache = fakes.fake_cache()
-    torch.manual_seed(0)
-    cfg = StudentConfig(vocab_size=int(cache.meta["vocab_size"]), n_layers=2, d_model=32, n_heads=2, n_kv_heads=1,
-                        head_dim=16, d_ff=64, max_seq_len=16)
-    eager = Student(cfg)
-    compiled = copy.deepcopy(eager)
-    train_step.compile_blocks(compiled)
+    eager, compiled = eager_and_compiled(cache)
     vocab, rows, cpu = Vocab.for_cache(cache, "full"), np.arange(8), torch.device("cpu")
     graphs = counters["stats"]["unique_graphs"]
     got = evaluate(compiled, cache.val, rows, 4, cpu, torch.bfloat16, vocab)
@@ -223,12 +229,7 @@ def test_a_compiled_step_computes_the_eager_loss_and_gradients(dtype, rel):
     cache = fakes.fake_cache()
     batch = rows_to_batch(cache.train, np.arange(4), torch.device("cpu"), VocabMap.for_cache(cache, "full"))
     params = DistillParams()
-    torch.manual_seed(0)
-    cfg = StudentConfig(vocab_size=int(cache.meta["vocab_size"]), n_layers=2, d_model=32, n_heads=2, n_kv_heads=1,
-                        head_dim=16, d_ff=64, max_seq_len=16)
-    eager = Student(cfg)
-    compiled = copy.deepcopy(eager)
-    train_step.compile_blocks(compiled)
+    eager, compiled = eager_and_compiled(cache)
     for model in (eager, compiled):
         model.append_blocks(1, generator=torch.Generator().manual_seed(1))
         model.blocks[0].requires_grad_(False)
