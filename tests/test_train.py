@@ -417,3 +417,21 @@ def test_a_run_says_at_its_end_whether_the_regime_gate_counts_it_trained(outputs
     cache = teacher_cache.ensure_cache(load_profile("tiny", fakes.TINY_OVERRIDES))  # the synthetic cache (fakes)
     level_passed = regime_line(outputs / "runs" / "tiny" / "pre-joint-s0", {**summary, "val_ce": 0.5}, cache)
     assert "unigram" not in level_passed and "has not flattened" in level_passed
+
+
+def test_a_run_redraws_its_bar_at_the_bar_s_interval_not_at_every_step(outputs, monkeypatch):
+    """The loop's postfix (loss, tokens, tok/s) is drawn at the bar's next redraw, not forced at every step: in a
+    runner's notebook, whose bar is redrawn every 10 s, a 12-step run writes it at its start and its end (bug:
+    set_postfix redrew the bar at every step, and each executed notebook of the cpu study kept 768 redraws, 5 MB)."""
+    import io
+    import sys
+
+    import ipykernel  # noqa: F401 (a kernel's process has it loaded)
+    from normgrow import ranks
+    notebook = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", notebook)
+    monkeypatch.setenv(ranks.RUNNER_KERNEL, "1")
+    run_variant(make_run_spec(profile="tiny", norm="pre", schedule="joint", overrides=fakes.TINY_OVERRIDES,
+                              run_name="drawn"), progress=True)
+    assert notebook.getvalue().count("drawn: ") == 2, notebook.getvalue()
+

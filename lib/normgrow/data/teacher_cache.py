@@ -265,8 +265,8 @@ def teacher_pass(ranks: Ranks, params: TeacherParams, splits: list[str], tmp: Pa
                       f"{tokens_total:,} tokens on {ranks.world} process(es) (from the first batch: "
                       f"{1 / per_token:,.0f} tok/s)", flush=True)
             done += (stop - start) * L
+            bar.set_postfix(tok_s=f"{done / max(time.time() - t1, 1e-9):,.0f}", refresh=False)  # at the next redraw
             bar.update((stop - start) * L)
-            bar.set_postfix(tok_s=f"{done / max(time.time() - t1, 1e-9):,.0f}")
             atomic_write_json(tmp / PROGRESS_FILES.replace("*", str(ranks.rank)),
                               {"tokens_done": done, "tokens_total": tokens_total})
         for array in outputs:

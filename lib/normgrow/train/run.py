@@ -421,10 +421,10 @@ def train_phase(run: Run, phase: Phase, phase_start: int, optimizer: torch.optim
         run.log.write({"kind": "train", "step": counters["step"], "phase": phase.index, "depth": phase.depth,
                        "lr": lr, **means, "grad_norm": grad_norm, "tokens": counters["tokens"],
                        "active_layer_tokens": counters["active_layer_tokens"], "tok_s": run.tokens_per_step / step_s})
-        run.bar.update(1)
         run.bar.set_postfix(phase=phase.index, depth=phase.depth, tokens=f"{counters['tokens']:,}",
-                            loss=f"{means['loss']:.3f}",
-                            tok_s=f"{run.tokens_per_step / step_s:.0f}")
+                            loss=f"{means['loss']:.3f}", tok_s=f"{run.tokens_per_step / step_s:.0f}",
+                            refresh=False)  # drawn at the bar's next redraw (ranks.progress_bar's interval)
+        run.bar.update(1)
         if evaluation is not None:
             run.log.write(record)
             run.log_boundaries(counters["step"])
