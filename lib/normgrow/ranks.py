@@ -196,14 +196,13 @@ def progress_bar(**kwargs):
     0/24 for a finished run) and never reaches papermill's --log-output, where text does. On stdout in a terminal. In
     a notebook kernel that is not one of the runner's (they report their runs' progress themselves), redrawn every
     2 s on the kernel's terminal and every 10 s in the notebook (_NotebookAndTerminal). Elsewhere on stdout, redrawn
-    every 10 s at most: in a runner's kernel too, whose stdout says it is a terminal (ipykernel's stream answers
-    isatty() with True) but is the notebook, which kept every step's redraw (5 MB for a cpu run) before."""
+    every 10 s at most."""
     import tqdm.std
     kernel = "ipykernel" in sys.modules and sys.stdout is not sys.__stdout__
     terminal = _kernel_terminal() if kernel and not os.environ.get(RUNNER_KERNEL) else None
     if terminal is not None:
         return tqdm.std.tqdm(file=_NotebookAndTerminal(terminal), mininterval=2.0, **kwargs)
-    return tqdm.std.tqdm(file=sys.stdout, mininterval=0.1 if sys.stdout.isatty() and not kernel else 10.0, **kwargs)
+    return tqdm.std.tqdm(file=sys.stdout, mininterval=0.1 if sys.stdout.isatty() else 10.0, **kwargs)
 
 
 def _run_rank(cpu: bool, errors: str, fn, args) -> None:
