@@ -276,6 +276,10 @@ def test_claims_not_resolved_when_interval_includes_zero(outputs, trained):
         assert c[cid]["status"] == claims.NOT_RESOLVED, (cid, c[cid]["sentence"])
         assert c[cid]["supported"] is None and c[cid]["sentence"].startswith("Not resolved")
     assert "includes zero" in c["headline-grow"]["sentence"]
+    # a claim left open says how large an effect its seeds could have detected: the interval's half-width
+    grow = c["headline-grow"]
+    mde = (grow["evidence"]["ci_high"] - grow["evidence"]["ci_low"]) / 2
+    assert f"an effect of {mde:.3f} or more (MDE" in grow["sentence"]
     # the joint gap is resolved away from zero here: "indistinguishable" is not supported
     assert c["headline-joint"]["status"] == claims.NOT_SUPPORTED
     assert "post-norm is better" in c["headline-joint"]["sentence"]

@@ -105,7 +105,8 @@ def _directional(spec: ClaimSpec, runs: pd.DataFrame, stats: dict, label: str, v
     elif stats["n"] < 2:
         text = f"Not resolved: {where}, so the sign cannot be judged; run more seeds."
     else:
-        text = f"Not resolved at {stats['n']} seeds: {where}; the interval includes zero."
+        text = (f"Not resolved at {stats['n']} seeds: {where}; the interval includes zero, and these seeds detect an "
+                f"effect of {stats['half_width']:.3f} or more (MDE: the interval's half-width).")
     return Claim(spec.name, spec.statement, status, text, evidence, variants)
 
 

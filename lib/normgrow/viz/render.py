@@ -111,6 +111,8 @@ def style_figure(fig, height: int | None = None, legend_title: str | None = None
     log_ticks = dict(tickmode="array", tickvals=LOG_TICKS, ticktext=[f"{v:g}" for v in LOG_TICKS])
     fig.for_each_yaxis(lambda ax: ax.update(log_ticks) if ax.type == "log" else None)
     fig.for_each_xaxis(lambda ax: ax.update(log_ticks) if ax.type == "log" else None)
+    # a y label at the bottom of an axis otherwise touches the x label at its left end ('4.5' on '0')
+    fig.update_yaxes(ticklabelstandoff=6)
     fig.update_annotations(font=dict(size=12))
     return fig
 

@@ -186,8 +186,10 @@ def variants_figure(rep: Report, metric: str = "val_ce"):
                                      marker=dict(size=14, symbol="line-ew-open", color=color, line=dict(width=3)),
                                      error_y=dict(type="data", array=mine[f"{metric}_half_width"].fillna(0),
                                                   color=color)))
-        # ten variant names side by side overlap level at a laptop's width: slanted, each label has its own room
-        fig.update_xaxes(categoryorder="array", categoryarray=order, tickangle=-30)
+        # ten variant names side by side overlap at a laptop's width, level or slanted (a slanted label's box spans
+        # its neighbour's): level, one word of the name per line
+        fig.update_xaxes(categoryorder="array", categoryarray=order, tickangle=0, tickmode="array", tickvals=order,
+                         ticktext=[v.replace("-", "<br>") for v in order])
     fig.update_layout(yaxis_title=f"{metric} (nats/token)",
                       title=f"final {metric} per variant: mean, {round(rep.level * 100)}% CI, seeds")
     return style_figure(fig, height=400)
