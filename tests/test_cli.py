@@ -13,7 +13,7 @@ from normgrow import cli
 from tiny_study import REPO, study_env
 
 COMMANDS = [["normgrow"], ["normgrow", "run"], ["normgrow", "cache"], ["normgrow", "export"], ["normgrow.study"],
-            ["normgrow.sweep"], ["normgrow.grid"], ["normgrow.bench"]]
+            ["normgrow.sweep"], ["normgrow.grid"], ["normgrow.bench"], ["normgrow.results"]]
 HEAVY = ("torch", "pandas", "transformers")
 # runs a command as `python -m` does, then prints which heavy modules it had imported when it exited
 PROBE = """import runpy, sys

@@ -1,6 +1,6 @@
 """The command line of every command: ``python -m normgrow`` (export, cache, run), ``normgrow.study``,
-``normgrow.sweep``, ``normgrow.grid`` and ``normgrow.bench``, one parser each (PARSERS), built from the standard
-library alone.
+``normgrow.sweep``, ``normgrow.grid``, ``normgrow.bench`` and ``normgrow.results``, one parser each (PARSERS),
+built from the standard library alone.
 
 Choices:
   - The parsers live here, not in the command modules, because those import torch (through config and utils) at
@@ -202,8 +202,17 @@ def bench_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def results_parser() -> argparse.ArgumentParser:
+    parser = _parser("python -m normgrow.results", "One of docs/RESULTS.md's tables, as Markdown, from the committed "
+                     "records of a profile: its study (outputs/study/<profile>/) or a grid of it.", "nothing (stdout)")
+    parser.add_argument("table", help="the table: study (the study's variants, seeds, gaps, phase ends, depth gate "
+                        "and claims) or a grid's (the module's docstring lists them; an unknown name is an error "
+                        "naming them)")
+    return parser
+
+
 PARSERS = {"normgrow": normgrow_parser, "study": study_parser, "sweep": sweep_parser, "grid": grid_parser,
-           "bench": bench_parser}
+           "bench": bench_parser, "results": results_parser}
 
 
 def parse(command: str, argv: list[str] | None = None) -> argparse.Namespace:

@@ -1,0 +1,139 @@
+"""docs/RESULTS.md's tables, as Markdown, from the committed records: ``python -m normgrow.results --profile cpu
+study`` (outputs/study/<profile>/), ``ladder`` and ``ladder-runs`` (outputs/grid/<profile>/ladder/), ``shapes``
+(outputs/grid/<profile>/shapes/). Prints to stdout; RESULTS.md holds each table as printed, and
+tests/test_results_doc.py checks that it still does for every record committed outside the archive.
+
+Each table is a function of the record's files alone (no run is read again but ladder-runs', whose final val_ce per
+seed only summary.json holds), so a table is current exactly when its record is.
+"""
+from __future__ import annotations
+
+if __name__ == "__main__":  # --help and usage errors before the imports below load pandas (cli.py)
+    from .cli import parse_early
+    parse_early("results")
+
+import sys
+
+import pandas as pd
+
+from .rundir import grid_dir, read_finished, run_path, study_dir
+
+
+def _num(x, digits: int = 3) -> str:
+    return "" if pd.isna(x) else f"{x:.{digits}f}"
+
+
+def _ci(mean, low, high, digits: int = 3, sign: bool = False) -> str:
+    """'mean [low, high]', or the mean alone where there is no interval (fewer than two seeds)."""
+    s = "+" if sign else ""
+    return f"{mean:{s}.{digits}f} [{low:{s}.{digits}f}, {high:{s}.{digits}f}]" if pd.notna(low) else f"{mean:{s}.{digits}f}"
+
+
+def _table(header: list[str], rows: list[list]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows])
+
+
+def study_tables(profile: str) -> str:
+    """The study's tables: each variant (mean and 95% interval of val_ce and val_kd_ce, the regime gate's numbers,
+    tokens, wall time), each run's final val_ce by seed, the paired gaps with the reference's values, the phase-end
+    gaps of the grown students, the depth gate, and each claim as claims.csv words it."""
+    d = study_dir(profile)
+    stats, runs = pd.read_csv(d / "variant_stats.csv"), pd.read_csv(d / "summary.csv")
+    regime = pd.read_csv(d / "regime.csv").set_index("variant")
+    variants = _table(
+        ["variant", "seeds", "val_ce mean [95% CI]", "val_kd_ce mean [95% CI]", "below unigram (mean)",
+         "flat ratio (max)", "trained", "tokens", "active-layer tokens", "wall s (mean)"],
+        [[r["variant"], r["n_seeds"], _ci(r["val_ce_mean"], r["val_ce_ci_low"], r["val_ce_ci_high"]),
+          _ci(r["val_kd_ce_mean"], r["val_kd_ce_ci_low"], r["val_kd_ce_ci_high"]),
+          _num(regime.loc[r["variant"], "margin_below_unigram"]), _num(regime.loc[r["variant"], "max_flat_ratio"]),
+          "yes" if regime.loc[r["variant"], "trained"] else "no", f"{r['tokens_mean']:,.0f}",
+          f"{r['active_layer_tokens_mean']:,.0f}", f"{r['wall_s_mean']:.0f}"] for _, r in stats.iterrows()])
+    seeds = sorted(runs["seed"].unique())
+    by_seed = _table(["variant"] + [f"seed {s}" for s in seeds],
+                     [[v] + [_num(dict(zip(g["seed"], g["val_ce"])).get(s), 4) for s in seeds]
+                      for v, g in runs.groupby("variant")])
+    gaps = pd.read_csv(d / "gaps.csv")
+    gaps = _table(["paired gap (val_ce)", "n", "mean [95% CI]", "MDE", "reference"],
+                  [[r["comparison"], r["n"], _ci(r["mean"], r["ci_low"], r["ci_high"], 4, True), _num(r["mde"]),
+                    "" if pd.isna(r["reference_text"]) else r["reference_text"]]
+                   for _, r in gaps[gaps["metric"] == "val_ce"].iterrows()])
+    crossover = _table(["stage end", "depth", "pre-grow", "post-grow", "pre - post [95% CI]", "leader"],
+                       [[r["stage"], r["depth"], _num(r["pre-grow_mean"]), _num(r["post-grow_mean"]),
+                         _ci(r["gap_mean"], r["gap_ci_low"], r["gap_ci_high"], 4, True), r["leader"]]
+                        for _, r in pd.read_csv(d / "crossover.csv").iterrows()])
+    depth = _table(["placement", "single - joint (nats)", "needs >=", "depth pays"],
+                   [[r["norm"], _num(r["depth_gain"], 4), _num(r["margin"], 4), "yes" if r["pays"] else "no"]
+                    for _, r in pd.read_csv(d / "depth.csv").iterrows()])
+    claims = _table(["claim", "status", "reading"],
+                    [[r["claim"], r["status"], r["sentence"].replace("|", "/")]
+                     for _, r in pd.read_csv(d / "claims.csv").iterrows()])
+    return "\n\n".join([variants, by_seed, gaps, crossover, depth, claims])
+
+
+def ladder_table(profile: str) -> str:
+    """A row per rung of the regime ladder (grid.csv): its regime and each placement's depth gain (single - joint,
+    paired by seed, 95% interval), the runs finished of those planned, and whether depth pays."""
+    frame = pd.read_csv(grid_dir(profile, "ladder") / "grid.csv")
+    rows = []
+    for _, r in frame.iterrows():
+        gains = [_ci(r[f"depth_gain_{s}"], r[f"depth_gain_{s}_ci_low"], r[f"depth_gain_{s}_ci_high"], sign=True)
+                 if pd.notna(r[f"depth_gain_{s}"]) else "" for s in "ab"]
+        rows.append([r["setting"], f"{int(r['unique_tokens']):,}", f"{int(r['run_tokens']):,}", int(r["d_model"]),
+                     r["warmup_steps"], _num(r["joint_tflop"], 1), *gains,
+                     f"{int(r['runs_finished'])} of {int(r['runs_needed'])}",
+                     "yes" if r["depth_pays"] is True or r["depth_pays"] == "True" else "no"])
+    return _table(["rung", "unique tokens", "tokens per run", "d_model", "warmup", "TFLOP (joint run)",
+                   "depth gain pre", "depth gain post", "runs done", "depth pays"], rows)
+
+
+def ladder_runs_table(profile: str) -> str:
+    """The final val_ce (summary.json) of every finished ladder run: a row per rung, a column per arm and seed."""
+    cells = pd.read_csv(grid_dir(profile, "ladder") / "runs.csv")
+    cells = cells[cells["status"] == "finished"]
+    cells = cells.assign(val_ce=[read_finished(run_path(profile, n))[0].val_ce for n in cells["run_name"]],
+                         arm=cells["norm"] + "-" + cells["schedule"] + " s" + cells["seed"].astype(str))
+    table = cells.pivot(index="setting", columns="arm", values="val_ce")
+    arms = sorted(table.columns, key=lambda a: (a.split("-")[0] != "pre", a))
+    return _table(["rung", *arms], [[setting, *(_num(table.loc[setting, a], 4) for a in arms)]
+                                    for setting in dict.fromkeys(cells["setting"])])
+
+
+def shapes_table(profile: str) -> str:
+    """A row per curriculum shape (grid.csv's depth gains, curriculum.csv's grown students): the depth gain, each
+    grown student's final val_ce and its gap to its own single block, the phase-end gaps and leaders."""
+    folder = grid_dir(profile, "shapes")
+    gains = pd.read_csv(folder / "grid.csv").set_index("setting")
+    rows = []
+    for _, r in pd.read_csv(folder / "curriculum.csv").iterrows():
+        g = gains.loc[r["setting"]]
+        rows.append([r["stages"], r["n_seeds"],
+                     *(_ci(g[f"depth_gain_{s}"], g[f"depth_gain_{s}_ci_low"], g[f"depth_gain_{s}_ci_high"], sign=True)
+                       for s in "ab"),
+                     _num(r["grow_a"]), _num(r["grow_b"]),
+                     *(_ci(r[f"grow_vs_single_{s}"], r[f"grow_vs_single_{s}_ci_low"],
+                           r[f"grow_vs_single_{s}_ci_high"], sign=True) for s in "ab"),
+                     r["phase_gaps"], r["phase_leaders"]])
+    return _table(["stages", "seeds", "depth gain pre", "depth gain post", "grown pre", "grown post",
+                   "grown - single pre", "grown - single post", "pre - post at each phase end", "leader"], rows)
+
+
+TABLES = {"study": study_tables, "ladder": ladder_table, "ladder-runs": ladder_runs_table, "shapes": shapes_table}
+
+
+def record_of(table: str, profile: str):
+    """The folder a table reads: the study's, or the grid's its name begins with."""
+    return study_dir(profile) if table == "study" else grid_dir(profile, table.split("-")[0])
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .cli import parse
+    args = parse("results", argv)
+    if args.table not in TABLES:
+        raise SystemExit(f"python -m normgrow.results: no table {args.table!r}; the tables: {', '.join(TABLES)}")
+    print(TABLES[args.table](args.profile))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
