@@ -1,11 +1,12 @@
-"""scripts/run_time_shares.py on committed records: a grid's finished runs are each counted once, under a setting
+"""python -m normgrow.results time-shares on committed records: a grid's finished runs are each counted once, under a setting
 that reads them, and every run's parts add up to its wall time."""
 import csv
 import json
 from pathlib import Path
 
 import pytest
-from repo_scripts import load_script
+
+from normgrow import results
 
 ROOT = Path(__file__).resolve().parents[1]
 LADDER = ROOT / "outputs" / "grid" / "cpu" / "ladder" / "runs.csv"
@@ -13,8 +14,7 @@ LADDER = ROOT / "outputs" / "grid" / "cpu" / "ladder" / "runs.csv"
 
 def test_a_grid_s_finished_runs_are_each_counted_once(monkeypatch, capsys):
     monkeypatch.delenv("NORMGROW_OUTPUTS", raising=False)  # the repository's committed outputs
-    script = load_script("run_time_shares")
-    rows = script.grid_shares("cpu", "ladder")
+    rows = results.grid_time_shares("cpu", "ladder")
     with LADDER.open() as f:
         finished = {r["run_name"]: r for r in csv.DictReader(f) if r["status"] == "finished"}
     walls = {name: json.loads((ROOT / "outputs" / "runs" / "cpu" / name / "summary.json").read_text())["wall_s"]
@@ -25,8 +25,8 @@ def test_a_grid_s_finished_runs_are_each_counted_once(monkeypatch, capsys):
         setting, schedule = name.split(" ")
         members = [n for n, r in finished.items() if (r["setting"], r["schedule"]) == (setting, schedule)]
         assert t["runs"] == len(members)
-        assert sum(t[k] for k in script.PARTS) == pytest.approx(t["wall_s"], rel=1e-9)
+        assert sum(t[k] for k in results.TIME_PARTS) == pytest.approx(t["wall_s"], rel=1e-9)
         assert 0 < t["eval_s"] < t["steps_s"]
-    script.main(["cpu", "--grid", "ladder"])
+    results.main(["--profile", "cpu", "time-shares", "--grid", "ladder"])
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2 + len(rows) + 1 and lines[-1].startswith("| all | ")

@@ -208,6 +208,10 @@ def results_parser() -> argparse.ArgumentParser:
     parser.add_argument("table", help="the table: study (the study's variants, seeds, gaps, phase ends, depth gate "
                         "and claims) or a grid's (the module's docstring lists them; an unknown name is an error "
                         "naming them)")
+    parser.add_argument("--grid", metavar="NAME", help="time-shares: a grid of params/grids/ (its record's finished "
+                        "runs) instead of the study")
+    parser.add_argument("--against", metavar="DIR", help="compare: another training's study folder (an "
+                        "outputs/study/<profile> of another outputs root), set beside the profile's")
     return parser
 
 

@@ -1,10 +1,9 @@
 """docs/RESULTS.md's tables, as Markdown, from the committed records: ``python -m normgrow.results --profile cpu
 study`` (outputs/study/<profile>/), ``ladder`` and ``ladder-runs`` (outputs/grid/<profile>/ladder/), ``shapes``
-(outputs/grid/<profile>/shapes/). Prints to stdout; RESULTS.md holds each table as printed, and
-tests/test_results_doc.py checks that it still does for every record committed outside the archive.
-
-Each table is a function of the record's files alone (no run is read again but ladder-runs', whose final val_ce per
-seed only summary.json holds), so a table is current exactly when its record is.
+(outputs/grid/<profile>/shapes/), ``time-shares`` (where the study's runs spent their wall time; ``--grid NAME``: a
+grid's runs). Prints to stdout; RESULTS.md holds each of TABLES as printed, and tests/test_results_doc.py checks that
+it still does for every record committed outside the archive. ``compare --against DIR``: the profile's study against
+another training of it (another CPU, numerics version or torch), for the log.
 """
 from __future__ import annotations
 
@@ -13,10 +12,12 @@ if __name__ == "__main__":  # --help and usage errors before the imports below l
     parse_early("results")
 
 import sys
+from collections import defaultdict
+from pathlib import Path
 
 import pandas as pd
 
-from .rundir import grid_dir, read_finished, run_path, study_dir
+from .rundir import Summary, grid_dir, read_finished, read_metrics, run_path, study_dir
 
 
 def _num(x, digits: int = 3) -> str:
@@ -118,20 +119,122 @@ def shapes_table(profile: str) -> str:
                    "grown - single pre", "grown - single post", "pre - post at each phase end", "leader"], rows)
 
 
-TABLES = {"study": study_tables, "ladder": ladder_table, "ladder-runs": ladder_runs_table, "shapes": shapes_table}
+TIME_PARTS = ("steps_s", "eval_s", "checkpoint_s", "other_s")
+"""A run's wall time in parts: its training steps (metrics.jsonl's train records: tokens per step / tok_s), its
+evaluations and checkpoints (summary.json's eval_s and checkpoint_s), and the rest (step-0 set-up, compilation, data).
+Start-up before a run's clock starts (the kernel, imports, the cache key) is not in wall_s."""
+
+
+def _add_run(totals: dict, profile: str, summary: Summary) -> None:
+    """One run's wall time and its TIME_PARTS added to totals (a run without eval_s, before numerics 3, is skipped)."""
+    if summary.eval_s is None:
+        return
+    tokens_per_step = summary.tokens / summary.steps
+    train = [r for r in read_metrics(run_path(profile, summary.run_name)) if r["kind"] == "train"]
+    steps_s = sum(tokens_per_step / r["tok_s"] for r in train)
+    totals["runs"] += 1
+    totals["wall_s"] += summary.wall_s
+    totals["steps_s"] += steps_s
+    totals["eval_s"] += summary.eval_s
+    totals["checkpoint_s"] += summary.checkpoint_s
+    totals["other_s"] += summary.wall_s - steps_s - summary.eval_s - summary.checkpoint_s
+
+
+def study_time_shares(profile: str) -> dict[str, dict[str, float]]:
+    """{variant: {runs, wall_s, and each of TIME_PARTS}} summed over the study's runs of each variant (the runs the
+    report counts, assigned by their recorded parameters)."""
+    from .analysis.variants import collect_runs
+    totals: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for (variant, _), summary in collect_runs(profile).assigned.items():
+        _add_run(totals[variant], profile, summary)
+    return {v: dict(t) for v, t in sorted(totals.items())}
+
+
+def grid_time_shares(profile: str, grid: str) -> dict[str, dict[str, float]]:
+    """{"<setting> <schedule>": the same sums} over the grid's finished runs; a run that serves several settings
+    (the study's own, or one shared by identity) is counted under the first setting that reads it."""
+    from .grid import load_grid, plan_grid, read_cells
+    plan = plan_grid(profile, load_grid(grid))
+    runs = read_cells(plan)
+    totals: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    counted = set()
+    for cell in plan.cells:
+        run = runs[cell.run_name]
+        if run.status != "finished" or cell.run_name in counted:
+            continue
+        counted.add(cell.run_name)
+        _add_run(totals[f"{cell.setting} {cell.schedule}"], profile, run.summary)
+    return {k: dict(t) for k, t in totals.items()}
+
+
+def time_shares_table(profile: str, grid: str | None = None) -> str:
+    """Each variant's (or grid setting's) mean wall seconds and the TIME_PARTS' shares of its wall time, and all runs'."""
+    rows = grid_time_shares(profile, grid) if grid else study_time_shares(profile)
+    whole: dict[str, float] = defaultdict(float)
+    for t in rows.values():
+        for k, v in t.items():
+            whole[k] += v
+    return _table([("setting schedule" if grid else "variant"), "runs", "wall s (mean)", "steps", "evaluations",
+                   "checkpoints", "other"],
+                  [[name, f"{t['runs']:.0f}", f"{t['wall_s'] / t['runs']:.1f}",
+                    *(f"{100 * t[k] / t['wall_s']:.1f}%" for k in TIME_PARTS)]
+                   for name, t in [*rows.items(), *([("all", whole)] if whole else [])]])
+
+
+def compare_studies(a_dir: Path, b_dir: Path) -> str:
+    """Two trainings of one study side by side, from the two folders' summary.csv and gaps.csv: how far each run's
+    final val_ce moved, each variant's mean, and each gap with its interval. Runs are joined by name; a run in one
+    folder only is listed, never dropped silently."""
+    a, b = (pd.read_csv(d / "summary.csv") for d in (a_dir, b_dir))
+    runs = a.merge(b, on="run_name", how="outer", suffixes=("_a", "_b"), indicator=True)
+    lines = [f"a: {a_dir}", f"b: {b_dir}", ""]
+    for side, label in (("left_only", "a"), ("right_only", "b")):
+        only = sorted(runs.loc[runs["_merge"] == side, "run_name"])
+        if only:
+            lines.append(f"runs in {label} only: {', '.join(only)}")
+    both = runs[runs["_merge"] == "both"].copy()
+    both["d"] = both["val_ce_b"] - both["val_ce_a"]
+    d = both["d"].abs()
+    lines += [f"{len(both)} runs in both: final val_ce b - a, |median| {d.median():.4f}, |max| {d.max():.4f} "
+              f"({both.loc[d.idxmax(), 'run_name']})", ""]
+    lines.append(_table(["variant", "runs", "mean a", "mean b", "b - a"],
+                        [[variant, len(g), f"{g['val_ce_a'].mean():.3f}", f"{g['val_ce_b'].mean():.3f}",
+                          f"{g['val_ce_b'].mean() - g['val_ce_a'].mean():+.3f}"]
+                         for variant, g in both.groupby("variant_a")]))
+    gaps = pd.read_csv(a_dir / "gaps.csv").merge(pd.read_csv(b_dir / "gaps.csv"), on=["gap", "metric"],
+                                                 suffixes=("_a", "_b"))
+    lines += ["", _table(["gap", "metric", "a [95% CI]", "b [95% CI]", "b - a"],
+                         [[g["gap"], g["metric"],
+                           *(f"{g[f'mean_{s}']:+.3f} [{g[f'ci_low_{s}']:+.3f}, {g[f'ci_high_{s}']:+.3f}]" for s in "ab"),
+                           f"{g['mean_b'] - g['mean_a']:+.3f}"] for _, g in gaps.iterrows()])]
+    return "\n".join(lines)
+
+
+TABLES = {"study": study_tables, "ladder": ladder_table, "ladder-runs": ladder_runs_table, "shapes": shapes_table,
+          "time-shares": time_shares_table}
 
 
 def record_of(table: str, profile: str):
     """The folder a table reads: the study's, or the grid's its name begins with."""
-    return study_dir(profile) if table == "study" else grid_dir(profile, table.split("-")[0])
+    return study_dir(profile) if table in ("study", "time-shares") else grid_dir(profile, table.split("-")[0])
 
 
 def main(argv: list[str] | None = None) -> int:
     from .cli import parse
     args = parse("results", argv)
-    if args.table not in TABLES:
-        raise SystemExit(f"python -m normgrow.results: no table {args.table!r}; the tables: {', '.join(TABLES)}")
-    print(TABLES[args.table](args.profile))
+    if args.table not in (*TABLES, "compare"):
+        raise SystemExit(f"python -m normgrow.results: no table {args.table!r}; the tables: {', '.join(TABLES)}, "
+                         "compare")
+    if (args.against is not None) != (args.table == "compare"):
+        raise SystemExit("python -m normgrow.results: --against DIR goes with compare, and only with it")
+    if args.grid is not None and args.table != "time-shares":
+        raise SystemExit("python -m normgrow.results: --grid goes with time-shares only")
+    if args.table == "compare":
+        print(compare_studies(study_dir(args.profile), Path(args.against)))
+    elif args.table == "time-shares":
+        print(time_shares_table(args.profile, args.grid))
+    else:
+        print(TABLES[args.table](args.profile))
     return 0
 
 
