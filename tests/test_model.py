@@ -27,24 +27,45 @@ def test_config_validation():
         StudentConfig(vocab_size=V, n_layers=1, d_model=32, n_heads=4, n_kv_heads=3, head_dim=8, d_ff=48)
 
 
-def test_every_field_of_the_profile_s_student_section_reaches_the_model():
-    """The model's config extends the profile's student section (one declaration): each of its fields, set to a
-    value other than its default in a profile, is the model's. Before, StudentConfig copied the fields it also
-    declared, so a field declared on one side only (or renamed on one) silently took the default."""
+def test_every_model_key_of_the_profile_s_student_section_reaches_the_model():
+    """The model's config extends the model's part of the profile's student section (ModelParams, one declaration):
+    each of its fields, set to a value other than its default in a profile, is the model's. Before, StudentConfig
+    copied the fields it also declared, so a field declared on one side only (or renamed on one) silently took the
+    default. The section's other keys (read by the training loop) are not the model's."""
     import dataclasses
-    from normgrow.config import load_profile
+    from normgrow.config import StudentParams, load_profile
+    from normgrow.student.model import ModelParams
     student = load_profile("tiny").student
+    model_keys = [f.name for f in dataclasses.fields(ModelParams)]
     changed = {f.name: (not f.default if isinstance(f.default, bool) else
                         f.default * 2 if isinstance(f.default, (int, float)) else f"not-{f.default}")
-               for f in dataclasses.fields(student)}
+               for f in dataclasses.fields(ModelParams)}
     changed |= {"n_heads": 2, "n_kv_heads": 1, "head_dim": 8, "mix_alpha": 0.5}  # a valid shape, not the default
-    assert all(changed[f.name] != f.default for f in dataclasses.fields(student))
+    assert all(changed[f.name] != f.default for f in dataclasses.fields(ModelParams))
     cfg = StudentConfig.from_params(dataclasses.replace(student, **changed), vocab_size=V, n_layers=2)
     assert {name: getattr(cfg, name) for name in changed} == changed
+    training_keys = {f.name for f in dataclasses.fields(StudentParams)} - set(model_keys)
+    assert training_keys == {"new_block_init", "gate_ramp_steps", "vocab"}
+    assert not training_keys & {f.name for f in dataclasses.fields(StudentConfig)}
     grown = Student(StudentConfig.from_params(student, vocab_size=V, n_layers=1))
     before = grown.cfg
     grown.append_blocks(2)
     assert grown.cfg.n_layers == 3 and before.n_layers == 1  # a grown model gets a new config; the old one stays
+
+
+def test_a_checkpoint_saved_with_the_section_s_training_keys_loads(tmp_path):
+    """A checkpoint whose config holds new_block_init, gate_ramp_steps and vocab (saved while the model's config
+    carried the whole student section) loads into the same model."""
+    from normgrow.student.model import load_checkpoint, save_student
+    model = make()
+    path = tmp_path / "old.pt"
+    save_student(path, model)
+    ckpt = torch.load(path, weights_only=True)
+    ckpt["config"] |= {"new_block_init": "random", "gate_ramp_steps": 64, "vocab": "full"}
+    torch.save(ckpt, path)
+    loaded, _ = load_checkpoint(path)
+    assert loaded.cfg == model.cfg
+    assert all(torch.equal(a, b) for a, b in zip(loaded.state_dict().values(), model.state_dict().values()))
 
 
 def test_init_and_shapes():

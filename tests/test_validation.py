@@ -343,3 +343,26 @@ def test_executor_flags_override_the_file():
     chosen = executor_of(args)
     assert (chosen.slurm.partition, chosen.slurm.in_flight, chosen.slurm.cpus_per_run) == ("gpu", 3, 4)
     assert chosen.slurm.time_limit_min == load_executor().slurm.time_limit_min
+
+
+def test_each_profile_key_is_declared_once_and_its_rule_is_what_the_checks_read():
+    """config.RULES holds every key of every section, from the field that declares it (settings.setting); the
+    identity's keys not compared and a run's unread growth keys come from those declarations, and every key with
+    allowed values refuses another value, naming them."""
+    import dataclasses
+    from normgrow import identity
+    from normgrow.train.spec import unread_keys
+    keys = [f"{name}.{f.name}" for name, cls in config.SECTIONS.items() for f in dataclasses.fields(cls)]
+    assert list(config.RULES) == keys and len(set(keys)) == len(keys)
+    assert set(identity.NOT_COMPARED) == {"profile.teacher.processes", "profile.teacher.sanity",
+                                          "profile.train.eval_after_growth", "profile.train.trackers"}
+    grows_only = {"student.new_block_init", "train.optimizer_on_grow", "train.lr_schedule"}
+    assert {k for k, r in config.RULES.items() if r.grows_only} == grows_only
+    assert grows_only <= set(unread_keys(load_profile("tiny"), "pre", "joint"))
+    assert not grows_only & set(unread_keys(load_profile("tiny"), "pre", "grow"))
+    for key, rule in config.RULES.items():
+        allowed = rule.allowed()
+        if allowed is None:
+            continue
+        with pytest.raises(config.ParamError, match=f"allowed values: {', '.join(allowed)}"):
+            load_profile("tiny", {key: "not-a-value"})

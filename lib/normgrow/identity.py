@@ -9,7 +9,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from .config import SECTIONS
+from .config import RULES, SECTIONS
 from .rundir import is_finished, read_identity, set_aside
 
 
@@ -23,12 +23,9 @@ def _flatten(tree: dict, prefix: str = "") -> dict:
     return out
 
 
-NOT_COMPARED = ("profile.teacher.processes", "profile.teacher.sanity", "profile.train.eval_after_growth",
-                "profile.train.trackers")
-"""Recorded, but not part of what must agree: the teacher cache is the same byte for byte on any number of
-processes (teacher_cache.teacher_pass), and the cache itself is compared through its key; the sanity gate's mode
-decides whether a cache may be opened, not what a run computes; extra evaluations and trackers only observe the run
-(tests/test_train.py checks that evaluations leave the training bitwise unchanged)."""
+NOT_COMPARED = tuple(f"profile.{key}" for key, rule in RULES.items() if not rule.compared)
+"""Recorded, but not part of what must agree: the profile keys declared so (settings.Rule.compared; each says why
+beside its field: the teacher pass's processes and sanity mode, extra evaluations, trackers)."""
 
 
 def _profile_defaults() -> dict:

@@ -27,7 +27,7 @@ from torch import Tensor
 
 from .corpus import occurring_ids
 
-VOCABS = ("full", "corpus")  # allowed values of student.vocab (config.choices refers here)
+VOCABS = ("full", "corpus")  # allowed values of student.vocab (config.StudentParams refers here)
 
 
 def corpus_ids(cache) -> np.ndarray:

@@ -58,40 +58,39 @@ from torch import Tensor, nn
 
 from .growth_ops import GROWTH_OPS
 from .placements import PLACEMENTS
+from ..settings import setting
 from ..utils import disk_full_errors
 
 NORMS = tuple(PLACEMENTS)
 ATTENTION_KERNELS = ("auto", "autocast")
 
 
+def _positive(v) -> bool:
+    return v > 0
+
+
 @dataclass(frozen=True)
-class StudentParams:
-    """A profile's student section (config.SECTIONS): what every run of the profile shares. Declared here, once:
-    StudentConfig extends it with what a run decides, so the model reads these fields under the names the profile
-    gives them (a field renamed here is renamed for both; nothing is copied field by field)."""
-    d_model: int = 128
-    n_heads: int = 4
-    n_kv_heads: int = 2
-    head_dim: int = 32
-    d_ff: int = 384
+class ModelParams:
+    """The model's part of a profile's student section (config.StudentParams extends it with the keys the training
+    loop reads). Declared here, once, with each key's rule (settings.setting): StudentConfig extends it with what a
+    run decides, so the model reads these fields under the names the profile gives them."""
+    d_model: int = setting(128, positive=True)
+    n_heads: int = setting(4, positive=True)
+    n_kv_heads: int = setting(2, positive=True)
+    head_dim: int = setting(32, positive=True)
+    d_ff: int = setting(384, positive=True)
     tie_embeddings: bool = True
-    rope_theta: float = 10000.0
-    rms_eps: float = 1e-6
-    init_std: float = 0.02
-    new_block_init: str = "random"  # a growth operator of growth_ops.GROWTH_OPS: random | copy_last | zero_out | gated
-    mix_alpha: float = 0.25  # norm mix (Mix-LN): post-norm in the first floor(mix_alpha * final depth) blocks
-    gate_ramp_steps: int = 64  # new_block_init gated (MSG): updates over which the new blocks' mask ramps from 0 to 1
-    # full: the teacher's whole vocabulary. corpus: only the token ids that occur in the cached corpus (train and
-    # validation); teacher top-k mass on other ids joins the tail bucket (see vocab.py). The head is most of a
-    # small student's FLOPs, and most of a 49k vocabulary never occurs in a few MB of text.
-    vocab: str = "full"
+    rope_theta: float = setting(10000.0, range=("> 0", _positive))
+    rms_eps: float = setting(1e-6, range=("> 0", _positive))
+    init_std: float = setting(0.02, range=("> 0", _positive))
+    # norm mix (Mix-LN): post-norm in the first floor(mix_alpha * final depth) blocks
+    mix_alpha: float = setting(0.25, range=("in [0, 1]", lambda v: 0 <= v <= 1))
 
 
 @dataclass(frozen=True, kw_only=True)
-class StudentConfig(StudentParams):
-    """A student: the profile's student section (StudentParams; the model ignores new_block_init, gate_ramp_steps
-    and vocab, which the training loop reads) plus what the run decides. Frozen: a grown model gets a new config
-    (Student.append_blocks), so no caller's config changes under it."""
+class StudentConfig(ModelParams):
+    """A student: the model's part of the profile's student section (ModelParams) plus what the run decides.
+    Frozen: a grown model gets a new config (Student.append_blocks), so no caller's config changes under it."""
     vocab_size: int
     n_layers: int
     norm: str = "pre"  # a name of placements.PLACEMENTS (NORMS)
@@ -120,10 +119,16 @@ class StudentConfig(StudentParams):
             raise ValueError(f"StudentConfig.head_dim={self.head_dim} must be even (RoPE rotates pairs)")
 
     @classmethod
-    def from_params(cls, student: StudentParams, **fields_from_run) -> "StudentConfig":
-        """The config of a profile's student section plus what the run decides (vocab_size, n_layers, norm,
-        max_seq_len, ...)."""
-        return cls(**dataclasses.asdict(student) | fields_from_run)
+    def from_params(cls, student: ModelParams, **fields_from_run) -> "StudentConfig":
+        """The config of a profile's student section (its ModelParams fields) plus what the run decides
+        (vocab_size, n_layers, norm, max_seq_len, ...)."""
+        return cls(**{f.name: getattr(student, f.name) for f in dataclasses.fields(ModelParams)} | fields_from_run)
+
+    @classmethod
+    def from_saved(cls, saved: dict) -> "StudentConfig":
+        """The config a checkpoint saved; one saved before ModelParams left out the section's training keys
+        (new_block_init, gate_ramp_steps, vocab) holds those too, and they are dropped."""
+        return cls(**{k: v for k, v in saved.items() if k in {f.name for f in dataclasses.fields(cls)}})
 
 
 class RMSNorm(nn.Module):
@@ -333,7 +338,7 @@ def resolve_checkpoint(path) -> Path:
 def load_checkpoint(path, map_location="cpu") -> tuple[Student, dict]:
     """(student, extra): the model saved by save_student and the extra entries saved with it."""
     ckpt = torch.load(resolve_checkpoint(path), map_location=map_location, weights_only=True)
-    model = Student(StudentConfig(**ckpt.pop("config")))
+    model = Student(StudentConfig.from_saved(ckpt.pop("config")))
     model.load_state_dict(ckpt.pop("model"))
     return model, ckpt
 

@@ -35,17 +35,21 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..settings import setting
+
 TAILS = ("bucket", "renormalize")
 LOSSES = ("ce", "kl")
 
 
 @dataclass(frozen=True)
 class DistillParams:
-    """A profile's distill section (config.Profile): the loss and its mix."""
-    loss: str = "ce"  # ce (soft-target cross-entropy) | kl (forward KL; same gradient, reported without H(p))
-    temperature: float = 1.0
-    tail: str = "bucket"  # bucket (tail mass is one extra class) | renormalize (top-k only)
-    ce_weight: float = 0.0  # weight of next-token CE in the mix; KD gets 1 - ce_weight
+    """A profile's distill section (config.Profile): the loss and its mix, each key with its rule (settings.py)."""
+    # ce (soft-target cross-entropy) | kl (forward KL; same gradient, reported without H(p))
+    loss: str = setting("ce", choices=LOSSES)
+    temperature: float = setting(1.0, positive=True)
+    tail: str = setting("bucket", choices=TAILS)  # bucket (tail mass is one extra class) | renormalize (top-k only)
+    # weight of next-token CE in the mix; KD gets 1 - ce_weight
+    ce_weight: float = setting(0.0, range=("in [0, 1]", lambda v: 0 <= v <= 1))
 
 
 def _check_tail(tail: str) -> None:

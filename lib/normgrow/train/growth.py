@@ -27,9 +27,6 @@ from dataclasses import dataclass
 
 SCHEDULES = ("joint", "grow", "single")
 GROWS = ("grow",)  # the schedules with more than one phase: only their runs append blocks
-GROWTH_KEYS = ("student.new_block_init", "train.optimizer_on_grow", "train.lr_schedule")
-"""Profile keys read only by a run that grows: how new blocks start, what AdamW keeps, and whether warmup and cosine
-restart at each growth (in a one-phase run per_stage and global give the same lr at every step, train.lr_at)."""
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from ..student.model import Student
 from .growth import Phase
 
 LR_SCHEDULES: dict[str, Callable] = {}
-"""train.lr_schedule's allowed values (config.choices reads them here): name -> f(step, phases, params) -> lr."""
+"""train.lr_schedule's allowed values (its declaration in config.TrainParams reads them here): name -> f(step, phases, params) -> lr."""
 
 
 def lr_schedule(name: str):

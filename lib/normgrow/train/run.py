@@ -289,7 +289,7 @@ def start_run(spec: RunSpec, cache, run_dir: Path, phases: list[Phase], state: d
                                                   placement_depth=tp.stages[-1]))  # placements.py: final depth
         counters = _new_counters()
     else:
-        model = Student(StudentConfig(**state["config"]))
+        model = Student(StudentConfig.from_saved(state["config"]))
         model.load_state_dict(state["model"])
         counters = copy.deepcopy(state["counters"])
         if ranks.main:

@@ -13,8 +13,8 @@ from pathlib import Path
 import psutil
 import torch
 
-from ..config import ParamError, Profile, check_seed, load_profile, profile_from_dict, with_processes
-from .growth import GROWS, GROWTH_KEYS, SCHEDULES
+from ..config import RULES, ParamError, Profile, check_seed, load_profile, profile_from_dict, with_processes
+from .growth import GROWS, SCHEDULES
 from ..student.growth_ops import GROWTH_OPS
 from ..student.model import NORMS, Student, StudentConfig
 from ..student.placements import PLACEMENTS
@@ -114,7 +114,7 @@ def _check_keys(where: str, mapping: dict, allowed, kind: str) -> None:
 
 
 def for_arm(key: str, value, norm: str, schedule: str):
-    """The value of a per-arm key (config.PER_ARM: train.lr, train.warmup_steps) for a run: one value; one per
+    """The value of a per-arm key (settings.Rule.per_arm: train.lr, train.warmup_steps) for a run: one value; one per
     placement ({pre: X, post: Y}); or one per placement and schedule ({pre: {joint: X, grow: Y, single: Z}, post:
     {...}}), since a placement's best lr and warmup differ between the joint and the grown schedule (python -m
     normgrow.sweep measures each). A mapping needs the run's placement and schedule only (a profile tuned for pre and
@@ -139,14 +139,14 @@ def for_arm(key: str, value, norm: str, schedule: str):
 
 
 def unread_keys(prof: Profile, norm: str, schedule: str) -> list[str]:
-    """The dotted profile keys a run of this placement and schedule never reads: the growth keys (growth.GROWTH_KEYS)
-    and the growth operator's own (GrowthOp.reads) when the schedule does not grow, and every other placement's
-    own keys (Placement.reads)."""
+    """The dotted profile keys a run of this placement and schedule never reads: those declared for growing runs only
+    (settings.Rule.grows_only) and the growth operator's own (GrowthOp.reads) when the schedule does not grow, and
+    every other placement's own keys (Placement.reads)."""
     unread = [k for name, cls in PLACEMENTS.items() if name != norm for k in cls.reads]
     op = GROWTH_OPS[prof.student.new_block_init]
     unread += [k for other in GROWTH_OPS.values() if other is not op or schedule not in GROWS for k in other.reads]
     if schedule not in GROWS:
-        unread += GROWTH_KEYS
+        unread += [key for key, rule in RULES.items() if rule.grows_only]
     return list(dict.fromkeys(unread))
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from ..rundir import BOUNDARY, GROWTH
 
 TRACKERS = ("tensorboard", "wandb", "trackio")
-"""Allowed values of train.trackers (config.choices)."""
+"""Allowed values of train.trackers (checked by config._check_cross: a list of them)."""
 TENSORBOARD_DIR = "tensorboard"  # <run>/tensorboard/
 _PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb", "trackio": "trackio"}
 
