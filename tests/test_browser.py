@@ -152,8 +152,8 @@ def test_grid_page_fits_and_names_its_colours(browser, tmp_path):
     """The ladder's page of the committed cpu runs (grid.grid_report_html, written to tmp_path: the committed page is
     not touched): it fits the window, its depth figure draws without a console warning, and its legend names both
     placements."""
-    from normgrow import grid
-    plan = grid.plan_grid("cpu", grid.load_grid("ladder"))
+    from normgrow import grid, grid_plan
+    plan = grid_plan.plan_grid("cpu", grid_plan.load_grid("ladder"))
     runs = grid.read_cells(plan)
     frame = grid.grid_frame(plan, runs)
     path = tmp_path / "grid.html"

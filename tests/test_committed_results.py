@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from normgrow import grid
+from normgrow import grid, grid_plan
 from normgrow.analysis import diagnostics
 from normgrow.viz import report
 
@@ -54,7 +54,7 @@ def test_a_committed_grid_recomputes_to_its_committed_table(where, monkeypatch):
     monkeypatch.delenv("NORMGROW_OUTPUTS", raising=False)
     frame = pd.read_csv(committed / "grid.csv").set_index("setting")
     monkeypatch.setattr(grid, "setting_unigram", lambda plan, setting: frame.loc[setting.name, "unigram_val_ce"])
-    plan = grid.plan_grid(profile, grid.load_grid(name), json.loads((committed / "grid.json").read_text())["seeds"])
+    plan = grid_plan.plan_grid(profile, grid_plan.load_grid(name), json.loads((committed / "grid.json").read_text())["seeds"])
     runs = grid.read_cells(plan)
     assert grid.grid_frame(plan, runs).to_csv(index=False) == (committed / "grid.csv").read_text()
     if (committed / "curriculum.csv").is_file():  # grids with grown runs: how the grown students fared

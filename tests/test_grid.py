@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 import fakes
-from normgrow import grid
+from normgrow import grid, grid_plan
 from normgrow.analysis.claims import NOT_JUDGED, NOT_TESTABLE
 from normgrow.analysis.variants import load_reference
 from normgrow.config import ParamError, load_profile
@@ -28,7 +28,7 @@ def write_grid(folder, name: str, text: str) -> None:
 
 @pytest.fixture
 def grids(tmp_path, monkeypatch):
-    monkeypatch.setattr(grid, "GRIDS_DIR", tmp_path / "grids")
+    monkeypatch.setattr(grid_plan, "GRIDS_DIR", tmp_path / "grids")
     return tmp_path / "grids"
 
 
@@ -68,7 +68,7 @@ settings:
 
 def test_plan_shares_every_run_a_setting_does_not_change(grids):
     write_grid(grids, "g", GRID)
-    plan = grid.plan_grid("cpu", grid.load_grid("g"))
+    plan = grid_plan.plan_grid("cpu", grid_plan.load_grid("g"))
     # this setting's warmups name no Mix-LN arm: it cannot run, and says which key lacks what
     assert plan.not_run.keys() == {"mix"} and "gives no warmup for norm='mix'" in plan.not_run["mix"]
     cells = {(c.setting, c.norm, c.schedule, c.seed): c for c in plan.cells}
@@ -86,16 +86,16 @@ def test_plan_shares_every_run_a_setting_does_not_change(grids):
     assert len(plan.jobs) == 12 + 4 + 4  # the study's 12 core runs and the 8 grown runs two settings change
     assert plan.jobs["grid-copy_last-pre-grow-s0"].params["overrides"] == {"student.new_block_init": "copy_last"}
     with pytest.raises(ParamError, match="setting 'mix': train.warmup_steps=.* gives no warmup for norm='mix'"):
-        grid.plan_grid("cpu", grid.load_grid("g"), only=["mix"])
+        grid_plan.plan_grid("cpu", grid_plan.load_grid("g"), only=["mix"])
     with pytest.raises(ParamError, match="'nope' is not a setting of grid 'g'; allowed values: default, copy_last"):
-        grid.plan_grid("cpu", grid.load_grid("g"), only=["nope"])
+        grid_plan.plan_grid("cpu", grid_plan.load_grid("g"), only=["nope"])
 
 
 def test_two_settings_that_make_the_same_run_share_it(grids):
     write_grid(grids, "g", GRID.split("  - {name: copy_last")[0]
                + "  - {name: a, overrides: {train.optimizer_on_grow: keep}}\n"
                + "  - {name: b, overrides: {train.optimizer_on_grow: keep}, about: same run}\n")
-    plan = grid.plan_grid("cpu", grid.load_grid("g"))
+    plan = grid_plan.plan_grid("cpu", grid_plan.load_grid("g"))
     by = {(c.setting, c.norm, c.schedule, c.seed): c.run_name for c in plan.cells}
     assert by[("b", "post", "grow", 1)] == by[("a", "post", "grow", 1)] == "grid-a-post-grow-s1"
 
@@ -116,13 +116,13 @@ def test_two_settings_that_make_the_same_run_share_it(grids):
 def test_bad_grid_files_name_the_key(grids, text, needle):
     write_grid(grids, "bad", text)
     with pytest.raises(ParamError, match=needle.replace("[", r"\[").replace("]", r"\]")):
-        grid.load_grid("bad")
+        grid_plan.load_grid("bad")
 
 
 def test_lr_scale_multiplies_every_arms_lr(grids):
     write_grid(grids, "g", "placements: [pre, post]\nseeds: [0]\nschedules: [joint, single]\nsettings:\n"
                            "  - {name: base}\n  - {name: half, lr_scale: 0.5, tuning_of: {single: joint}}\n")
-    plan = grid.plan_grid("cpu", grid.load_grid("g"))
+    plan = grid_plan.plan_grid("cpu", grid_plan.load_grid("g"))
     lr = {(c.setting, c.norm, c.schedule): c.lr for c in plan.cells}
     for norm in ("pre", "post"):
         assert lr[("half", norm, "joint")] == pytest.approx(0.5 * lr[("base", norm, "joint")], rel=1e-12)
@@ -138,7 +138,7 @@ def test_tuning_of_trains_an_arm_at_another_arms_lr_and_warmup(grids):
     freeze control takes its grow arm's; the other arms keep their own."""
     write_grid(grids, "g", "placements: [pre, post]\nseeds: [0]\nsettings:\n  - {name: base}\n"
                            "  - {name: joint_tuned, tuning_of: {grow: joint}}\n")
-    plan = grid.plan_grid("cpu", grid.load_grid("g"))
+    plan = grid_plan.plan_grid("cpu", grid_plan.load_grid("g"))
     cell = {(c.setting, c.norm, c.schedule): c for c in plan.cells}
     train = load_profile("cpu").train
     for norm in ("pre", "post"):
@@ -160,7 +160,7 @@ def test_a_grid_pins_its_lrs_and_warmup_so_a_later_tuning_leaves_its_runs_standi
     write_grid(grids, "g", "placements: [pre, post]\nseeds: [0]\nschedules: [joint, single]\n" + pinned +
                "settings:\n  - {name: base}\n  - {name: wide, lr_scale: 0.5, overrides: {train.warmup_steps: 96}}\n")
     def planned(**kw):
-        plan = grid.plan_grid("cpu", grid.load_grid("g"), **kw)
+        plan = grid_plan.plan_grid("cpu", grid_plan.load_grid("g"), **kw)
         return {(c.setting, c.norm, c.schedule): {k: v for k, v in plan.jobs[c.run_name].identity.items()
                                                   if k != "run_name"} for c in plan.cells}
     today, retuned = planned(), planned(overrides={"train.lr": 1.0e-3, "train.warmup_steps": 7})
@@ -172,22 +172,22 @@ def test_a_grid_pins_its_lrs_and_warmup_so_a_later_tuning_leaves_its_runs_standi
     write_grid(grids, "g", "placements: [pre, post]\nseeds: [0]\nsettings:\n"
                            "  - {name: base, overrides: {train.lr: 1.0e-3}}\n")
     with pytest.raises(ParamError, match="other than train.lr"):
-        grid.load_grid("g")
+        grid_plan.load_grid("g")
     write_grid(grids, "g", "placements: [pre, post]\nseeds: [0]\noverrides: [train.lr]\nsettings:\n  - {name: a}\n")
     with pytest.raises(ParamError, match="overrides=.* must be a mapping"):
-        grid.load_grid("g")
+        grid_plan.load_grid("g")
 
 
 def test_unknown_grid_lists_the_grids(grids):
     write_grid(grids, "g", GRID)
     with pytest.raises(ParamError, match="grid='h' has no file .*allowed values: g"):
-        grid.load_grid("h")
+        grid_plan.load_grid("h")
 
 
 @pytest.mark.slow  # trains several runs or starts a process (over 10 s): not in make test-fast
 def test_tiny_grid_trained_and_judged(grids, outputs, monkeypatch):
     write_grid(grids, "g", GRID.split("  - {name: mix")[0])
-    plan = grid.plan_grid("tiny", grid.load_grid("g"), overrides=OVERRIDES)
+    plan = grid_plan.plan_grid("tiny", grid_plan.load_grid("g"), overrides=OVERRIDES)
     for job in plan.jobs.values():  # the runner executes these through run_variant.ipynb; here in-process
         run_variant(make_run_spec(profile="tiny", **job.params), progress=False)
     reads = []  # the record reads each finished run once, though settings share runs
@@ -229,7 +229,7 @@ def test_tiny_grid_trained_and_judged(grids, outputs, monkeypatch):
 
 def test_a_setting_without_finished_runs_is_not_testable(grids, outputs):
     write_grid(grids, "g", GRID)
-    plan = grid.plan_grid("tiny", grid.load_grid("g"), only=["copy_last"], overrides=OVERRIDES)
+    plan = grid_plan.plan_grid("tiny", grid_plan.load_grid("g"), only=["copy_last"], overrides=OVERRIDES)
     row = grid.judge_setting(plan, plan.grid.settings[1], load_reference(), unigram=10.0,
                              cell_runs=grid.read_cells(plan))
     assert row["grow_verdict"] == NOT_TESTABLE and row["gate"].startswith("no finished runs of pre-joint")
@@ -241,7 +241,7 @@ def test_the_record_covers_every_setting_whichever_were_asked_for(grids, outputs
     write_grid(grids, "g", GRID)
     assert grid.main(["--profile", "tiny", "--grid", "g", "--settings", "copy_last", "--report-only"]) == 0
     frame = pd.read_csv(outputs / "grid" / "tiny" / "g" / "grid.csv")
-    assert list(frame["setting"]) == [s.name for s in grid.load_grid("g").settings]
+    assert list(frame["setting"]) == [s.name for s in grid_plan.load_grid("g").settings]
     assert grid.main(["--profile", "tiny", "--grid", "g", "--settings", "nowhere", "--report-only"]) == 2
 
 
@@ -268,7 +268,7 @@ def test_a_ladder_grid_of_joint_and_single_arms_measures_the_depth_gain_per_rung
                                 "  - {name: short, about: the profile}\n"
                                 "  - {name: long, overrides: {train.stage_tokens: [256, 256, 256], "
                                 "train.warmup_steps: 3}, about: twice the tokens}\n")
-    plan = grid.plan_grid("tiny", grid.load_grid("ladder"), overrides=OVERRIDES)
+    plan = grid_plan.plan_grid("tiny", grid_plan.load_grid("ladder"), overrides=OVERRIDES)
     assert {c.schedule for c in plan.cells} == {"joint", "single"} and len(plan.jobs) == 16
     for job in plan.jobs.values():
         run_variant(make_run_spec(profile="tiny", **job.params), progress=False)
@@ -307,7 +307,7 @@ def test_a_grid_of_curriculum_shapes_reads_how_the_grown_students_fared(grids, o
                                 "  - {name: 1-2-3, about: a block a stage}\n"
                                 "  - {name: 1-3, overrides: {train.stages: [1, 3], train.stage_tokens: [128, 256]}, "
                                 "about: two stages}\n")
-    plan = grid.plan_grid("tiny", grid.load_grid("shapes"), overrides=OVERRIDES)
+    plan = grid_plan.plan_grid("tiny", grid_plan.load_grid("shapes"), overrides=OVERRIDES)
     assert len(plan.jobs) == 24 and all(name.startswith("grid-") for name in plan.jobs)
     for job in plan.jobs.values():
         run_variant(make_run_spec(profile="tiny", **job.params), progress=False)
@@ -384,6 +384,6 @@ def test_a_settings_warmup_is_one_number_or_each_arms(grids):
     write_grid(grids, "g", "placements: [pre, post]\nseeds: [0]\nschedules: [joint, single]\nsettings:\n"
                            "  - {name: same, overrides: {train.warmup_steps: 48}}\n"
                            "  - {name: per_arm, overrides: {train.warmup_steps: {pre: 4, post: 8}}}\n")
-    plan = grid.plan_grid("cpu", grid.load_grid("g"))
+    plan = grid_plan.plan_grid("cpu", grid_plan.load_grid("g"))
     for setting, expected in (("same", 48), ("per_arm", "pre-joint 4 pre-single 4 post-joint 8 post-single 8")):
         assert grid.setting_warmups([c for c in plan.cells if c.setting == setting]) == expected

@@ -1,25 +1,14 @@
 """The robustness map: ``python -m normgrow.grid --profile cpu --grid robustness`` (make grid).
 
-Where does the headline hold? A grid (params/grids/<name>.yaml) is a list of settings, each a name, a sentence, and
-what it changes against the profile: dotted profile ``overrides`` (a growth operator, AdamW handling at growth, the
-lr schedule, the width), the pair of ``placements`` it compares (a - b, default the grid's), and ``tuning_of``, which
-trains a schedule at the lr and warmup the profile gives another (``{grow: joint}``: the grown runs at the joint arm's
-tuning, the protocol a per-arm sweep replaces; as a freeze control takes its grow arm's and a matched run its joint
-arm's, spec.for_arm), and ``lr_scale``, which multiplies every arm's lr (a width transfer: the lrs
-were swept at the profile's width; the ladder's width-128 rungs halve them, as muP's Adam rule 1/width does for the
-hidden weights). Per setting the core variants (joint, grow, single of both placements) run for
-every seed; every arm takes its lr from the profile's train.lr (per placement and schedule, from
-``python -m normgrow.sweep``), so a setting whose placement has no lr there needs that sweep first. A grid file's
-own ``overrides`` go under every setting's, and only there may train.lr be given: the regime ladder pins the lrs and
-warmup it trained at, so that a later sweep's ``--write`` into the profile leaves its runs standing.
+Where does the headline hold? A grid (params/grids/<name>.yaml: its settings, what each changes against the profile,
+and the plan of its runs, shared by identity with the study's and between settings, are grid_plan.py's) is trained
+here and judged per setting. Per setting the core variants (joint, grow, single of both placements) run for every
+seed; every arm takes its lr from the profile's train.lr (per placement and schedule, from
+``python -m normgrow.sweep``), so a setting whose placement has no lr there needs that sweep first.
 
 Choices:
-  - A run is one set of recorded parameters (spec.RunSpec.identity without its name), trained once. A run keeps at
-    their defaults the settings it never reads (spec.unread_keys: a joint run does not read the growth operator),
-    so runs that a setting does not change are the same identity as the default's and are shared: with the study's
-    own run (``pre-joint-s0``) when the study has that variant, else between settings (the first setting in the file
-    that needs it names it: ``grid-<setting>-<norm>-<schedule>-s<seed>``). A directory that holds other settings
-    is refused, never counted; the study's report does not count ``grid-`` runs.
+  - A directory that holds other settings is refused, never counted; the study's report does not count ``grid-``
+    runs.
   - Execution is the runner's (runner.py, as for the study): resumable, ``jobs`` at a time (params/study.yaml), one
     teacher cache per distinct data. A setting that cannot run (a placement without an lr) is reported, and the others go on.
   - Judged per setting by the study's own claim declarations (params/reference.yaml, SETTING_CLAIMS): headline-grow
@@ -51,7 +40,7 @@ import dataclasses
 import math
 import shlex
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
@@ -59,205 +48,15 @@ import pandas as pd
 
 from .analysis.claims import JUDGES, NOT_TESTABLE, depth_gate, gate_claims
 from .cli import parse
-from .config import PARAMS_DIR, ParamError, load_profile, read_yaml, with_processes, writable_outputs_dir
-from .paths import NAME
-from .train.growth import SCHEDULES
-from .student.model import NORMS
-from .rundir import (GRID_RUN_PREFIX, RunDirError, Summary, check_name, grid_dir, is_finished, machine_hours,
-                     read_finished, run_machine, run_path, runner_lock, seeded_name)
+from .config import ParamError, load_profile, with_processes, writable_outputs_dir
+from .rundir import (RunDirError, Summary, grid_dir, is_finished, machine_hours,
+                     read_finished, run_machine, run_path, runner_lock)
 from .analysis.stats import LEVEL, depth_trend, mean_ci, paired_differences, regime_check, runs_frame, with_flatness, depth_check, baselines
-from .runner import (ExecutorParams, Job, default_jobs, ensure_teacher_cache, executor_of, git_commit, parse_seeds,
+from .runner import (ExecutorParams, default_jobs, ensure_teacher_cache, executor_of, git_commit, parse_seeds,
                      report_failures, run_jobs, runner_exit)
-from .train.spec import for_arm, make_run_spec
-from .utils import atomic_write_json, atomic_write_text, stable_hash
+from .utils import atomic_write_json, atomic_write_text
 from .analysis.variants import Reference, StudyRuns, Variant, load_reference, load_variants
-
-GRIDS_DIR = PARAMS_DIR / "grids"
-GRID_KEYS = ("placements", "seeds", "settings")
-OPTIONAL_GRID_KEYS = ("schedules", "overrides", "share_study_runs")
-SETTING_KEYS = ("name", "about", "overrides", "placements", "tuning_of", "lr_scale")
-CORE = ("joint", "grow", "single")  # the variants of every setting, per placement
-
-
-@dataclass(frozen=True)
-class Setting:
-    name: str
-    about: str
-    placements: tuple[str, str]  # (a, b): gaps are a - b
-    overrides: dict = field(default_factory=dict)
-    tuning_of: dict = field(default_factory=dict)  # schedule -> the schedule whose lr and warmup it trains at
-    lr_scale: float = 1.0  # every arm's lr times this (a width transfer: the lrs were swept at the profile's width)
-
-
-@dataclass(frozen=True)
-class Grid:
-    name: str
-    seeds: tuple[int, ...]
-    settings: tuple[Setting, ...]
-    schedules: tuple[str, ...] = CORE  # the schedules each setting trains per placement (joint and single always)
-    share_study_runs: bool = True  # False: every run is the grid's own (grid-...), none the study's (load_grid)
-
-
-def _pair(value, where: str) -> tuple[str, str]:
-    if not (isinstance(value, (list, tuple)) and len(value) == 2 and all(v in NORMS for v in value)
-            and value[0] != value[1]):
-        raise ParamError(f"{where}={value!r} must be two different placements of {', '.join(NORMS)}, e.g. [pre, post]")
-    return tuple(value)
-
-
-def load_grid(name: str) -> Grid:
-    """params/grids/<name>.yaml, validated: GRID_KEYS and maybe OPTIONAL_GRID_KEYS (schedules: those of CORE each
-    setting trains, joint and single among them, since the depth gate reads both; default all three; overrides:
-    dotted profile keys under every setting's own, the only place train.lr may be given: a grid that pins the lrs
-    and warmups it trained at keeps its runs when a sweep later writes others into the profile; share_study_runs,
-    default true: false names every run the grid's own, so that a record made to choose the study's protocol
-    still reads its runs after the study has moved to another and its run names hold other runs); every
-    setting's keys of SETTING_KEYS, a unique name usable in run names, placements a pair of placements, tuning_of
-    schedule -> schedule. Overrides are validated per run by make_run_spec (plan_grid), which names the key."""
-    path = GRIDS_DIR / f"{check_name('grid', name)}.yaml"
-    if not path.is_file():
-        grids = sorted(p.stem for p in GRIDS_DIR.glob("*.yaml"))
-        raise ParamError(f"grid={name!r} has no file {path}; allowed values: {', '.join(grids) or 'none'}")
-    raw = read_yaml(path) or {}
-    if not isinstance(raw, dict) or not set(GRID_KEYS) <= set(raw) <= set(GRID_KEYS + OPTIONAL_GRID_KEYS):
-        raise ParamError(f"{path}: needs the keys {', '.join(GRID_KEYS)} and may have {', '.join(OPTIONAL_GRID_KEYS)}")
-    schedules = raw.get("schedules", list(CORE))
-    if not (isinstance(schedules, list) and set(schedules) <= set(CORE) and {"joint", "single"} <= set(schedules)):
-        raise ParamError(f"{path}: schedules={schedules!r} must be a list of {', '.join(CORE)} holding joint and single")
-    placements = _pair(raw["placements"], f"{path}: placements")
-    seeds = raw["seeds"]
-    if not (isinstance(seeds, list) and seeds and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
-                                                      for s in seeds)):
-        raise ParamError(f"{path}: seeds={seeds!r} must be a non-empty list of integers >= 0")
-    share = raw.get("share_study_runs", True)
-    if not isinstance(share, bool):
-        raise ParamError(f"{path}: share_study_runs={share!r} must be true or false")
-    pinned = raw.get("overrides") or {}
-    if not isinstance(pinned, dict):
-        raise ParamError(f"{path}: overrides={pinned!r} must be a mapping of dotted profile keys")
-    if not isinstance(raw["settings"], list) or not raw["settings"]:
-        raise ParamError(f"{path}: settings must be a non-empty list of mappings with keys {', '.join(SETTING_KEYS)}")
-    settings = []
-    for i, item in enumerate(raw["settings"]):
-        where = f"{path}: settings[{i}]"
-        if not isinstance(item, dict) or "name" not in item or set(item) - set(SETTING_KEYS):
-            raise ParamError(f"{where} must be a mapping with a name and keys of {', '.join(SETTING_KEYS)}")
-        name_ = str(item["name"])
-        if not NAME.fullmatch(name_) or len(name_) > 40:
-            raise ParamError(f"{where}: name={name_!r} must be 1-40 letters, digits, '.', '_' or '-'")
-        tuning_of = item.get("tuning_of") or {}
-        if not isinstance(tuning_of, dict) or any(k not in SCHEDULES or v not in SCHEDULES
-                                                  for k, v in tuning_of.items()):
-            raise ParamError(f"{where}: tuning_of={tuning_of!r} must map schedules to schedules "
-                             f"({', '.join(SCHEDULES)})")
-        lr_scale = item.get("lr_scale", 1.0)
-        if isinstance(lr_scale, bool) or not isinstance(lr_scale, (int, float)) or not 0 < lr_scale <= 100:
-            raise ParamError(f"{where}: lr_scale={lr_scale!r} must be a number in (0, 100]")
-        overrides = item.get("overrides") or {}
-        if not isinstance(overrides, dict) or "train.lr" in overrides:
-            raise ParamError(f"{where}: overrides must be a mapping of dotted profile keys other than train.lr "
-                             "(every arm trains at its swept lr; tuning_of chooses another arm's)")
-        settings.append(Setting(name_, str(item.get("about", "")),
-                                _pair(item["placements"], f"{where}: placements") if "placements" in item
-                                else placements, {**pinned, **overrides}, dict(tuning_of), float(lr_scale)))
-    names = [s.name for s in settings]
-    if len(set(names)) != len(names):
-        raise ParamError(f"{path}: setting names must be unique (got {', '.join(names)})")
-    return Grid(name, tuple(dict.fromkeys(seeds)), tuple(settings), tuple(s for s in CORE if s in schedules), share)
-
-
-# ------------------------------------------------------------------------------------------------------ the plan
-
-@dataclass(frozen=True)
-class Cell:
-    setting: str
-    norm: str
-    schedule: str
-    seed: int
-    run_name: str
-    lr: float
-    warmup_steps: int
-
-
-@dataclass(frozen=True)
-class GridPlan:
-    profile: str
-    grid: Grid
-    cells: tuple[Cell, ...]
-    jobs: dict[str, Job]  # run name -> its job (each run once, whichever cells share it)
-    not_run: dict[str, str]  # setting -> why it cannot run
-    overrides: dict = field(default_factory=dict)  # dotted profile keys of every run (plan_grid's overrides)
-
-
-def run_overrides(profile: str, setting: Setting, norm: str, schedule: str, base: dict | None = None) -> dict:
-    """base (overrides of every run) and the setting's overrides for one arm, with ``train.lr`` and
-    ``train.warmup_steps`` pinned where tuning_of sends the arm to another schedule's of the same placement, and
-    ``train.lr`` where lr_scale multiplies it."""
-    overrides = {**(base or {}), **setting.overrides}
-    if schedule not in setting.tuning_of and setting.lr_scale == 1.0:
-        return overrides
-    train = load_profile(profile, overrides).train
-    tuned_as = setting.tuning_of.get(schedule, schedule)
-    pinned = {"train.lr": for_arm("train.lr", train.lr, norm, tuned_as) * setting.lr_scale}
-    if schedule in setting.tuning_of:
-        pinned["train.warmup_steps"] = for_arm("train.warmup_steps", train.warmup_steps, norm, tuned_as)
-    return {**overrides, **pinned}
-
-
-def check_settings(grid: Grid, only: list[str] | None) -> None:
-    """A ParamError naming the first of ``only`` that is not a setting of the grid, with the allowed values."""
-    unknown = sorted(set(only or ()) - {s.name for s in grid.settings})
-    if unknown:
-        raise ParamError(f"--settings {unknown[0]!r} is not a setting of grid {grid.name!r}; allowed values: "
-                         f"{', '.join(s.name for s in grid.settings)}")
-
-
-def plan_grid(profile: str, grid: Grid, seeds: list[int] | None = None, only: list[str] | None = None,
-              processes: int | None = None, overrides: dict | None = None) -> GridPlan:
-    """Every cell (setting x placement x core schedule x seed) and the run it reads, sharing runs by identity (module
-    docstring). A setting of ``only`` that cannot run is a ParamError; without ``only`` it is listed in not_run.
-    overrides: dotted profile keys of every run, the study's runs included (tests shrink the tiny profile onto a
-    synthetic cache with them)."""
-    check_settings(grid, only)
-    variants = load_variants()
-    study_variant = {(v.norm, v.schedule): v.name for v in variants.values()
-                     if not v.freeze_prefix and v.match_active_layer_tokens is None}
-    seeds = list(dict.fromkeys(seeds if seeds is not None else grid.seeds))
-    cells, jobs, not_run, by_identity = [], {}, {}, {}
-    for setting in grid.settings:
-        if only and setting.name not in only:
-            continue
-        try:
-            planned = []
-            for norm in setting.placements:
-                for schedule in grid.schedules:
-                    arm = run_overrides(profile, setting, norm, schedule, overrides)
-                    for seed in seeds:
-                        spec = make_run_spec(profile=profile, norm=norm, schedule=schedule, seed=seed,
-                                             run_name="x", overrides=arm, processes=processes)
-                        planned.append((norm, schedule, seed, arm, spec))
-        except ParamError as err:
-            if only:
-                raise ParamError(f"setting {setting.name!r}: {err}") from None
-            not_run[setting.name] = str(err)
-            continue
-        for norm, schedule, seed, arm, spec in planned:
-            identity = {k: v for k, v in spec.identity().items() if k != "run_name"}
-            key = stable_hash(identity)
-            if key not in by_identity:
-                study = study_variant.get((norm, schedule)) if grid.share_study_runs else None
-                default = (make_run_spec(profile=profile, norm=norm, schedule=schedule, seed=seed, run_name="x",
-                                         overrides=overrides, processes=processes).identity() if study else None)
-                shared = study is not None and {k: v for k, v in default.items() if k != "run_name"} == identity
-                name = seeded_name(study, seed) if shared else f"{GRID_RUN_PREFIX}{setting.name}-{norm}-{schedule}-s{seed}"
-                by_identity[key] = name
-                params = {"seed": seed, "run_name": name, "norm": norm, "schedule": schedule}
-                jobs[name] = Job(name, {**params, "overrides": overrides or {}} if shared else
-                                 {**params, "overrides": arm}, {**identity, "run_name": name})
-            cells.append(Cell(setting.name, norm, schedule, seed, by_identity[key], spec.profile.train.lr,
-                          spec.profile.train.warmup_steps))
-    return GridPlan(profile, grid, tuple(cells), jobs, not_run, dict(overrides or {}))
-
+from .grid_plan import CORE, Cell, GridPlan, Setting, check_settings, load_grid, plan_grid
 
 # -------------------------------------------------------------------------------------------------- the verdicts
 

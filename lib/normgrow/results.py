@@ -153,7 +153,8 @@ def study_time_shares(profile: str) -> dict[str, dict[str, float]]:
 def grid_time_shares(profile: str, grid: str) -> dict[str, dict[str, float]]:
     """{"<setting> <schedule>": the same sums} over the grid's finished runs; a run that serves several settings
     (the study's own, or one shared by identity) is counted under the first setting that reads it."""
-    from .grid import load_grid, plan_grid, read_cells
+    from .grid import read_cells
+    from .grid_plan import load_grid, plan_grid
     plan = plan_grid(profile, load_grid(grid))
     runs = read_cells(plan)
     totals: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))

@@ -154,7 +154,7 @@ def run_profile(profile: str, norm: str, schedule: str, overrides: dict | None =
     """The profile a run trains with: the file, the overrides, train.lr and train.warmup_steps resolved for the run's
     placement and schedule, and every key the run never reads (unread_keys) at its default. So a run records only settings that
     can change its numbers, and a setting that cannot (a growth operator for a joint run) leaves its identity as it
-    is: the grid (grid.py) then shares that run between settings instead of training it twice."""
+    is: the grid's plan (grid_plan.py) then shares that run between settings instead of training it twice."""
     prof = load_profile(profile, overrides)
     sections = {"train": {name: for_arm(f"train.{name}", getattr(prof.train, name), norm, schedule)
                           for name in ("lr", "warmup_steps")}}
