@@ -14,7 +14,7 @@ import pytest
 from normgrow import config
 from normgrow.analysis import claims, stats
 from normgrow.analysis import variants
-from normgrow.viz import report
+from normgrow.viz import report, report_figures
 from normgrow.rundir import unfinished_runs
 from normgrow.analysis.variants import collect_runs, load_gaps
 from synthetic_runs import write_metrics, write_run
@@ -249,7 +249,7 @@ def test_crossover_table_detects_the_switch(outputs, trained):
     c = claims_by_id(rep)["obs2-crossover"]
     assert c["status"] == claims.SUPPORTED and c["supported"] is True
     assert "stage 1" in c["sentence"] or "stage 2" in c["sentence"]
-    fig = report.crossover_figure(rep)
+    fig = report_figures.crossover_figure(rep)
     assert len(fig.data) == 3
 
 
@@ -653,14 +653,14 @@ def write_candidates(root, rows, numerics=None, record="sweep.json"):
 def test_lr_figure_shows_every_arm_of_the_sweep(outputs, trained):
     write_study(outputs, grow_gaps=[0.03, 0.035, 0.04], joint_gaps=[0.001, -0.001, 0.0005])
     rep = report.build_report("tiny")
-    assert report.lr_figure(rep) is None  # no sweep: no figure, and the page has no lr section
+    assert report_figures.lr_figure(rep) is None  # no sweep: no figure, and the page has no lr section
     assert "fig-lr" not in report.report_html(rep)
     rows = [{"norm": n, "schedule": s, "lr": lr, "seed": seed, "val_ce": 5.0 + abs(lr - best) * 100 + 0.01 * seed}
             for n, best in (("pre", 1e-2), ("post", 5e-3)) for s in ("joint", "grow")
             for lr in (2.5e-3, 5e-3, 1e-2, 2e-2) for seed in (0, 1)]
     rows[-1]["val_ce"] = 9.0  # a diverged point: drawn on the panel's edge, its value kept for the hover
     write_candidates(outputs, rows)
-    fig = report.lr_figure(rep)
+    fig = report_figures.lr_figure(rep)
     lines = [t for t in fig.data if t.mode == "lines"]
     stars = [t for t in fig.data if t.mode == "markers" and t.marker.symbol == "star"]
     seeds = [t for t in fig.data if t.mode == "markers" and t.marker.symbol == "circle"]
@@ -668,10 +668,10 @@ def test_lr_figure_shows_every_arm_of_the_sweep(outputs, trained):
     # 2 placements x 2 schedules, each at the one warmup its runs trained at: a solid line, the runs' lr, seeds
     assert len(lines) == len(stars) == len(seeds) == 4 and all(t.line.dash == "solid" for t in lines)
     best = min(r["val_ce"] for r in rows if r["schedule"] == "joint")
-    mean = [min(5.0 + abs(lr - 1e-2) * 100 + 0.005, best + report.LR_SHOWN) for lr in (2.5e-3, 5e-3, 1e-2, 2e-2)]
+    mean = [min(5.0 + abs(lr - 1e-2) * 100 + 0.005, best + report_figures.LR_SHOWN) for lr in (2.5e-3, 5e-3, 1e-2, 2e-2)]
     assert list(lines[0].y) == pytest.approx(mean)  # the mean of the two seeds, clipped to the panel's edge
-    assert max(max(t.y) for t in seeds) <= 5.0 + report.LR_SHOWN  # on the scale: circles; off it: an x on the edge
-    assert all(y == pytest.approx(5.0 + report.LR_SHOWN) for t in off for y in t.y)
+    assert max(max(t.y) for t in seeds) <= 5.0 + report_figures.LR_SHOWN  # on the scale: circles; off it: an x on the edge
+    assert all(y == pytest.approx(5.0 + report_figures.LR_SHOWN) for t in off for y in t.y)
     assert sum(len(t.x) for t in seeds + off) == len(rows) and 9.0 in [v[0] for t in off for v in t.customdata]
     assert [float(t.x[0]) for t in stars] == [3e-3] * 4  # the tiny profile's lr, which every run recorded
     assert "seeds 0 1" in fig.layout.title.text
@@ -796,7 +796,7 @@ def test_both_pages_show_the_gated_verdicts_and_the_lrs_the_runs_recorded(output
     assert dict(PAGE_VERDICT.findall(diag_page.read_text())) == {k: gated[k] for k in ("obs4-boundary",
                                                                                          "obs5-identity")}
 
-    fig = report.lr_figure(rep)
+    fig = report_figures.lr_figure(rep)
     recorded = {read_identity(run_path("tiny", f"post-grow-s{s}"))["profile"]["train"]["lr"] for s in range(3)}
     stars = [t for t in fig.data if t.marker.symbol == "star"]
     assert [list(t.x) for t in stars] == [sorted(recorded)] == [[3e-3]]
