@@ -1,6 +1,9 @@
 """Training-throughput benchmark: the study's training step against its earlier numerics versions and transformers
 baselines, in one process.
 
+Kept as one module: one command, whose candidates (this version's step, earlier ones, transformers baselines) must be
+timed in one process to be compared.
+
     python -m normgrow.bench --profile cpu          (make bench)
     python -m normgrow.bench --profile cpu --compare   (this numerics version's step against the previous one's)
 

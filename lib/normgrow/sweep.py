@@ -2,6 +2,8 @@
 ``python -m normgrow.sweep --profile cpu [--schedules joint grow single] [--warmups 48 96 192] [--write]``
 (make sweep).
 
+Kept as one module: one command, from the candidates it plans to the choice it writes into the profile.
+
 Why: pre- and post-norm may want different peak learning rates (post-norm classically a lower one), and a
 placement's best lr differs between the joint and the grown schedule; one shared lr could hand one arm a handicap
 that the study would then read as a placement or curriculum effect. The sweep measures, per (placement, schedule),

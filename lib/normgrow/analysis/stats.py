@@ -2,6 +2,9 @@
 variants, the phase-wise crossover, the training-regime check (is a variant clearly trained?) and the depth check
 (does depth pay at this scale?).
 
+Kept as one module: the statistics every verdict reads (intervals, paired gaps, TOST, gates, trends), each a small
+function of a runs table.
+
 A variant's mean over seeds has a two-sided Student-t confidence interval (95% by default); a gap ``a - b`` is
 computed per seed on the seeds both variants finished (paired) and summarised the same way. Fewer than two paired
 seeds give no interval (NaN). Every finished seed counts, whatever params/study.yaml lists (variants.collect_runs).

@@ -1,5 +1,8 @@
 """One run of the study: a student distilled from the cached teacher under a depth schedule.
 
+Kept as one module: one run from its directory to its summary (phases, growth, evaluations, checkpoints, resume); the
+step is train/step.py, the schedules optim.py, the evaluations evaluate.py.
+
 Entry point: ``run_variant(spec)`` (what notebooks/run_variant.ipynb calls, on a spec.make_run_spec that validated
 every parameter before any heavy work or output directory): it trains, evaluates, checkpoints and writes
 outputs/runs/<profile>/<run>/{config.json, metrics.jsonl, summary.json, checkpoints/}.
