@@ -30,13 +30,13 @@ study: $(STAMP)
 	$(PY) -m normgrow.study --profile $$profile
 
 test: $(STAMP)
-	$(VENV)/bin/ruff check lib tests scripts
+	$(VENV)/bin/ruff check lib tests
 	$(PY) -m pytest -q --durations=15
 
 # The edit-test loop: every test not marked integration (bundled teacher) or slow (processes, model conversions,
 # several runs trained).
 test-fast: $(STAMP)
-	$(VENV)/bin/ruff check lib tests scripts
+	$(VENV)/bin/ruff check lib tests
 	$(PY) -m pytest -q -m "not integration and not slow"
 
 bench: $(STAMP)
