@@ -346,7 +346,7 @@ def test_a_profile_file_outside_the_repository_runs(outputs, tmp_path, capsys):
 
 def test_the_runner_and_the_run_judge_a_directory_by_one_rule(outputs):
     """A finished run whose config.json holds a key today's identity does not name (recorded by an earlier version)
-    is the same run to the runner (runner.plan_jobs), to run_variant (train.run.prepare_run_dir) and to the report
+    is the same run to the runner (runner.plan_jobs), to run_variant (train.resume.prepare_run_dir) and to the report
     (variants.collect_runs): all three go through identity.identity_conflict. Before, run_variant compared every
     recorded key and refused the directory the runner had scheduled as finished."""
     from normgrow import runner

@@ -164,7 +164,7 @@ def test_finished_run_with_other_parameters_is_refused(outputs):
 
 def test_unfinished_run_with_other_parameters_is_refused(outputs):
     spec = make_run_spec(profile="tiny", norm="pre", schedule="grow", run_name="mine", overrides=fakes.TINY_OVERRIDES)
-    from normgrow.train.run import prepare_run_dir
+    from normgrow.train.resume import prepare_run_dir
     prepare_run_dir(spec, "fake")
     with pytest.raises(ParamError, match="different parameters"):
         run(norm="post", schedule="grow", run_name="mine")

@@ -1,7 +1,7 @@
 """A run's identity and the one rule by which a directory holds a run: its config.json (rundir.read_identity) agrees
 with the identity expected (spec.RunSpec.identity, plus the teacher cache's key) on every key but provenance and
 NOT_COMPARED, a key a run recorded before it existed comparing as its default (config.SECTIONS). Read by the training
-loop before it trains (train.run.prepare_run_dir), the runner before it schedules (runner.plan_jobs) and the analysis
+loop before it trains (train.resume.prepare_run_dir), the runner before it schedules (runner.plan_jobs) and the analysis
 before it counts (analysis.variants.collect_runs)."""
 from __future__ import annotations
 

@@ -230,7 +230,7 @@ def ensure_teacher_cache(prof, out_dir: Path, processes: int | None = None, over
     """(key, job) of the teacher cache of prof (the profile with the dotted overrides it was loaded with). A complete
     cache: (its key, None). Else it is built by notebooks/00_teacher.ipynb, executed into out_dir/notebook: here and
     now under the local executor, (its key, None); under slurm as one job the runs wait for, (None, the job's id): its
-    key exists once the job has run, and the runs' kernels check it (train.run.prepare_run_dir)."""
+    key exists once the job has run, and the runs' kernels check it (train.resume.prepare_run_dir)."""
     from .data.teacher_cache import open_cache
     try:
         key = open_cache(prof).key

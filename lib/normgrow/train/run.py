@@ -1,8 +1,5 @@
 """One run of the study: a student distilled from the cached teacher under a depth schedule.
 
-Kept as one module: one run from its directory to its summary (phases, growth, evaluations, checkpoints, resume); the
-step is train/step.py, the schedules optim.py, the evaluations evaluate.py.
-
 Entry point: ``run_variant(spec)`` (what notebooks/run_variant.ipynb calls, on a spec.make_run_spec that validated
 every parameter before any heavy work or output directory): it trains, evaluates, checkpoints and writes
 outputs/runs/<profile>/<run>/{config.json, metrics.jsonl, summary.json, checkpoints/}.
@@ -42,13 +39,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import json
 import math
 import os
-import platform
-import shutil
 import time
-from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,58 +49,29 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..config import ParamError
 from ..data.batches import Batches
 from ..data.corpus import loss_mask_np
 from .evaluate import EVAL_BATCH_TOKENS, autocast, eval_stance, evaluate, evaluation_plan, subset_rows
 from .growth import Phase, plan_phases
 from .optim import lr_at, make_optimizer, set_trainable
+from .resume import MetricsLog, load_resume_state, new_counters, prepare_run_dir
 from .step import DistillStep, NonFiniteStep, StepSetup, compile_blocks, compile_enabled, train_step
 from ..data.token_classes import DEFAULT_N, group_masks, make_batch
 from ..student.boundary import boundary_rms
 from ..student.growth_ops import GROWTH_OPS
 from ..student.model import Student, StudentConfig, save_student
 from ..ranks import Ranks, check_processes, on_ranks, progress_bar
-from ..identity import identity_conflict
-from ..rundir import (BOUNDARY, CHECKPOINTS, CONFIG, FINAL, GROWTH, LAST, LOCK, METRICS,
-                      PhaseSummary, RunDirError, RunLock, Summary, is_finished, metrics_record,
-                      phase_checkpoint, phase_checkpoints, read_identity, read_summary, run_path, set_aside,
-                      write_summary)
+from ..rundir import (BOUNDARY, CHECKPOINTS, FINAL, GROWTH, LAST, METRICS,
+                      PhaseSummary, RunLock, Summary, metrics_record,
+                      phase_checkpoint, read_summary, run_path, write_summary)
 from .spec import RunSpec
 from .tracking import RunTrackers
-from ..utils import (atomic_write_json, dtype_name, machine_description, resolve_device, resolve_dtype,
+from ..utils import (dtype_name, resolve_device, resolve_dtype,
                      stable_hash)
 from ..data.vocab import VocabMap
 
 
 # ----------------------------------------------------------------------------------------------------- the run
-
-class MetricsLog:
-    """metrics.jsonl, append-only; truncated to a checkpoint's line count on resume, and refused (RunDirError) when it
-    holds fewer lines than that count. Each record is mirrored to the run's trackers (tracking.py), which are cut
-    back to the resumed step in the same way."""
-
-    def __init__(self, path: Path, keep_lines: int, open_trackers: Callable[[], RunTrackers] | None = None):
-        lines = path.read_text().splitlines(keepends=True) if path.exists() else []
-        if len(lines) < keep_lines:  # resuming would finish the run with a hole in its curve
-            raise RunDirError(f"{path} holds {len(lines)} records where the run's checkpoint counted {keep_lines}: "
-                              "records were lost (the file removed or cut short). Restore the file to resume the "
-                              f"run, or {set_aside(path.parent)} to train it again")
-        path.write_text("".join(lines[:keep_lines]))
-        self.path, self.lines = path, keep_lines
-        self.trackers = open_trackers() if open_trackers is not None else None  # after the check: they hold state
-
-    def write(self, record: dict) -> None:
-        with self.path.open("a") as f:
-            f.write(json.dumps(record, sort_keys=True, allow_nan=False) + "\n")
-        self.lines += 1
-        if self.trackers is not None:
-            self.trackers.log(record)
-
-    def close(self) -> None:
-        if self.trackers is not None:
-            self.trackers.finish()
-
 
 class NonFiniteError(RuntimeError):
     """A loss, gradient norm or validation metric is NaN or infinite: the run stops unfinished."""
@@ -133,74 +97,6 @@ def check_finite(run_name: str, step: int, values: dict, cache=None, split: str 
 
 def _grow_generator(seed: int, phase: int) -> torch.Generator:
     return torch.Generator().manual_seed(int(stable_hash({"seed": seed, "phase": phase}, 8), 16))
-
-
-def prepare_run_dir(spec: RunSpec, teacher_key: str) -> tuple[Path, Summary | None]:
-    """Create or validate the run directory (the caller holds its lock). Returns (dir, summary if finished).
-
-    A directory holding a run (finished or not) with another identity is never reused nor overwritten; force=True
-    empties only a directory inside outputs/runs/<profile>/ (run_path checks), keeping its LOCK, and never through a
-    symlink (the directory it points to may be another run's)."""
-    run_dir = spec.dir
-    if spec.force and run_dir.is_symlink():
-        raise ParamError(f"{run_dir} is a link to {os.readlink(run_dir)}; force=True would empty the directory it "
-                         f"points to. To train this run afresh, {set_aside(run_dir)}")
-    if spec.force:
-        for child in run_dir.iterdir():
-            if child.name != LOCK:
-                shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
-    identity = spec.identity() | {"teacher_key": teacher_key}
-    existing = read_identity(run_dir)
-    differing = identity_conflict(existing, identity, is_finished(run_dir)) if existing is not None else []
-    if differing:
-        state = "a finished" if is_finished(run_dir) else "an unfinished"
-        discard = set_aside(run_dir) if run_dir.is_symlink() else "pass force=True to discard it"
-        raise ParamError(f"{run_dir} holds {state} run with different parameters ({', '.join(differing[:6])}); "
-                         f"{discard}, or choose another run_name")
-    if is_finished(run_dir):
-        return run_dir, read_summary(run_dir)
-    (run_dir / CHECKPOINTS).mkdir(parents=True, exist_ok=True)
-    environment = {"torch": torch.__version__, "python": platform.python_version(), **machine_description()}
-    atomic_write_json(run_dir / CONFIG, identity | {"environment": environment})
-    return run_dir, None
-
-
-def _new_counters() -> dict:
-    return {"step": 0, "tokens": 0, "active_layer_tokens": 0, "trainable_layer_tokens": 0, "wall_s": 0.0,
-            "eval_s": 0.0, "checkpoint_s": 0.0, "metrics_lines": 0, "phases": [], "val_ce_after_growth": None}
-
-
-def load_resume_state(run_dir: Path, optimizer_on_grow: str) -> dict | None:
-    """What a restarted run continues from: checkpoints/last.pt, or, when that file is damaged, the latest readable
-    phase checkpoint (the damaged file is kept as last.pt.damaged and the fallback is printed). A phase checkpoint
-    carries the run's counters but no optimiser state; the next phase builds a fresh optimiser anyway when
-    train.optimizer_on_grow is reset, so the result is the same as from last.pt at that step. Under 'keep' it would
-    not be, so that case stops with the way forward. None: start from scratch."""
-    last = run_dir / CHECKPOINTS / LAST
-    damaged = None
-    if last.exists():
-        try:
-            return torch.load(last, map_location="cpu", weights_only=False)
-        except Exception as err:  # torch raises RuntimeError / EOFError / pickle errors for a damaged zip
-            damaged = last.with_name(LAST + ".damaged")
-            os.replace(last, damaged)
-            print(f"{last} is damaged ({type(err).__name__}: {str(err).splitlines()[0][:120]}); kept as {damaged}")
-    checkpoints = phase_checkpoints(run_dir)
-    for phase, depth, path in reversed(checkpoints):
-        try:
-            state = torch.load(path, map_location="cpu", weights_only=False)
-        except Exception as err:
-            print(f"{path} is damaged ({type(err).__name__}); trying an earlier phase checkpoint")
-            continue
-        if "counters" not in state or (optimizer_on_grow != "reset" and phase < checkpoints[-1][0]):
-            break
-        print(f"resuming {run_dir.name} from its phase checkpoint {path.name} (step {state['counters']['step']})")
-        return state | {"optimizer": None}
-    if damaged is None:
-        return None  # killed before its first resume checkpoint: nothing to continue from
-    raise RunDirError(f"{last} is damaged (kept as {damaged}) and no phase checkpoint of {run_dir} can replace it "
-                      "(none readable with the run's counters, or train.optimizer_on_grow=keep needs the lost "
-                      "optimiser state); rerun with force=True to train the run again from scratch")
 
 
 @dataclass
@@ -290,7 +186,7 @@ def start_run(spec: RunSpec, cache, run_dir: Path, phases: list[Phase], state: d
         model = Student(StudentConfig.from_params(prof.student, vocab_size=vocab.size, n_layers=phases[0].depth,
                                                   norm=spec.norm, max_seq_len=max(prof.data.seq_len, 16),
                                                   placement_depth=tp.stages[-1]))  # placements.py: final depth
-        counters = _new_counters()
+        counters = new_counters()
     else:
         model = Student(StudentConfig.from_saved(state["config"]))
         model.load_state_dict(state["model"])
