@@ -35,7 +35,7 @@ PLAIN = Rule()
 
 
 def setting(default: Any, **rule: Any) -> Any:
-    """A dataclass field with this default and Rule(**rule); a list or tuple default is shared safely (frozen)."""
+    """A dataclass field with this default and Rule(**rule) (a sequence default is a tuple: immutable, shared safely)."""
     return field(default=default, metadata={"rule": Rule(**rule)})
 
 
