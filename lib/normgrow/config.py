@@ -37,7 +37,7 @@ import yaml
 
 from .paths import (PARAMS_DIR, PROFILE_SUFFIXES, ParamError, is_profile_path, outputs_dir, profile_name, profile_names,
                     resolve_profile_path)
-from .settings import Rule, rule_of, setting
+from .settings import NON_NEGATIVE, POSITIVE, UNIT_INTERVAL, Rule, rule_of, setting
 from .student.model import ModelParams  # the student section's model keys: declared with the model's config
 from .train.distill import DistillParams  # the distill section: the losses' parameters
 
@@ -138,10 +138,10 @@ class TeacherParams:
     # utils.resolve_dtype) | bfloat16 | float16 | float32. The resolved dtype is part of the cache key.
     dtype: str = setting("auto", choices=_teacher_dtypes)
     device: str = setting("auto", device=True)  # auto | cpu | cuda | cuda:N
-    batch_size: int = setting(8, positive=True)  # sequences per teacher forward in the cache pass
+    batch_size: int = setting(8, range=POSITIVE)  # sequences per teacher forward in the cache pass
     # Processes of the cache pass (teacher_cache.py, "Sharded pass"): each computes its share of the batches; the
     # cache is byte-identical to the one-process cache. Not part of the cache key nor of a run's identity.
-    processes: int = setting(1, positive=True, compared=False)
+    processes: int = setting(1, range=POSITIVE, compared=False)
     # What a cache whose teacher fails the sanity gate (teacher_cache.py, "Sanity gate") does: enforce (every open
     # raises, naming the failed check) | warn (opens and prints the failure at every open; the report does not show
     # it yet). Not part of the cache key: switching to warn reuses the cache already built. Not part of a run's
@@ -156,9 +156,9 @@ class DataParams:
     #   {files: [PATH, ...], text_field: text}                       local .txt / .jsonl / .json files (paths and
     #                                                                globs relative to the repository root)
     source: Any = "bundled"
-    seq_len: int = setting(256, positive=True)
-    train_tokens: int = setting(1_000_000, positive=True)
-    val_tokens: int = setting(65_536, positive=True)
+    seq_len: int = setting(256, range=POSITIVE)
+    train_tokens: int = setting(1_000_000, range=POSITIVE)
+    val_tokens: int = setting(65_536, range=POSITIVE)
     # fraction of documents assigned to validation (by a hash of the document id)
     val_fraction: float = setting(0.05, range=("in (0, 1)", lambda v: 0 < v < 1))
     split_seed: int = 0  # a seed (check_seed)
@@ -169,46 +169,46 @@ class DataParams:
 
 @dataclass(frozen=True)
 class CacheParams:
-    k: int = setting(32, positive=True)
+    k: int = setting(32, range=POSITIVE)
 
 
 @dataclass(frozen=True)
 class TrainParams:
     stages: tuple = (3, 6, 9)  # depth after each curriculum stage; joint runs train stages[-1] from step 0
     stage_tokens: tuple = (65_536, 65_536, 65_536)  # tokens trained in each stage
-    batch_size: int = setting(16, positive=True)  # sequences per step
+    batch_size: int = setting(16, range=POSITIVE)  # sequences per step
     # Peak learning rate: one float for every placement, or {pre: X, post: Y, ...} (post-norm wants a lower one;
     # `python -m normgrow.sweep` measures it), which needs only the placements the profile runs. make_run_spec
     # resolves it for the run's norm (spec.for_arm).
     lr: Any = setting(3e-3, per_arm=(float, "> 0 and finite", lambda v: math.isfinite(v) and v > 0,
                                      "{pre: 3.0e-3, post: 1.0e-3}"))
-    min_lr_ratio: float = setting(0.1, range=("in [0, 1]", lambda v: 0 <= v <= 1))
+    min_lr_ratio: float = setting(0.1, range=UNIT_INTERVAL)
     # Linear warmup steps per phase: an integer, or per placement (and schedule) like lr, since warmup decides
     # whether an arm trains as much as its lr does (post-norm needs more); `python -m normgrow.sweep --warmups`
     # measures it. make_run_spec resolves it for the run's arm.
     warmup_steps: Any = setting(10, per_arm=(int, ">= 0", lambda v: v >= 0, "{pre: 48, post: 192}"))
-    weight_decay: float = setting(0.1, range=(">= 0", lambda v: v >= 0))
+    weight_decay: float = setting(0.1, range=NON_NEGATIVE)
     betas: tuple = (0.9, 0.95)
-    grad_clip: float = setting(1.0, range=("> 0", lambda v: v > 0))
+    grad_clip: float = setting(1.0, range=POSITIVE)
     # per_stage (warmup + cosine restarted at each growth) | global (train/optim.py). Read only by a run that grows:
     # in a one-phase run per_stage and global give the same lr at every step (train.optim.lr_at).
     lr_schedule: str = setting("per_stage", choices=_lr_schedules, grows_only=True)
     # reset (fresh AdamW state) | keep (old params keep their moments); read only by a run that grows
     optimizer_on_grow: str = setting("reset", choices=("reset", "keep"), grows_only=True)
-    eval_every: int = setting(50, positive=True)  # steps
+    eval_every: int = setting(50, range=POSITIVE)  # steps
     # validation tokens per evaluation; 0 = the whole validation split
     eval_tokens: int = setting(0, range=(">= 0 (0 = the whole validation split)", lambda v: v >= 0))
     # Extra evaluations (whole validation split) this many steps after each growth, on top of eval_every: what the
     # appended blocks do to the prefix's loss right after they enter. Not part of a run's identity: evaluations
     # leave the training bitwise unchanged (tests/test_train.py).
     eval_after_growth: tuple = setting((), compared=False)
-    checkpoint_every: int = setting(50, positive=True)  # steps (phase ends are always checkpointed)
+    checkpoint_every: int = setting(50, range=POSITIVE)  # steps (phase ends are always checkpointed)
     # autocast dtype: auto (bf16 where supported) | bfloat16 | float32
     dtype: str = setting("auto", choices=_train_dtypes)
     device: str = setting("auto", device=True)
     # Data-parallel processes of one run (train/run.py, "Data parallel"): each trains on its rows of the same global batch
     # of batch_size sequences. 1 = no process group at all.
-    processes: int = setting(1, positive=True)
+    processes: int = setting(1, range=POSITIVE)
     # torch.compile of the student's blocks: auto (on for CUDA; on CPU only where measured faster, train/step.py) | on | off
     compile: str = setting("auto", choices=("auto", "on", "off"))
     # Trackers that mirror metrics.jsonl (tracking.py): tensorboard (event files in <run>/tensorboard/), wandb
@@ -224,7 +224,7 @@ class StudentParams(ModelParams):
     # | zero_out | gated); read only by a run that grows
     new_block_init: str = setting("random", choices=_growth_ops, grows_only=True)
     # new_block_init gated (MSG): updates over which the new blocks' mask ramps from 0 to 1 (growth_ops.Gated)
-    gate_ramp_steps: int = setting(64, positive=True)
+    gate_ramp_steps: int = setting(64, range=POSITIVE)
     # full: the teacher's whole vocabulary. corpus: only the token ids that occur in the cached corpus (train and
     # validation); teacher top-k mass on other ids joins the tail bucket (data/vocab.py). The head is most of a
     # small student's FLOPs, and most of a 49k vocabulary never occurs in a few MB of text.
@@ -315,8 +315,6 @@ def _build(cls, raw: Any, prefix: str):
         allowed_values = rule.allowed()
         if allowed_values is not None and value not in allowed_values:
             raise ParamError(f"{key}={value!r} is not allowed; allowed values: {', '.join(allowed_values)}")
-        if rule.positive and value <= 0:
-            raise ParamError(f"{key}={value!r} must be > 0")
         values[name] = value
     return cls(**values)
 
@@ -436,7 +434,7 @@ def _check_finite(key: str, value: Any) -> None:
 
 
 def _check_values(p: Profile) -> None:
-    """Per-value checks beyond type, allowed values and > 0: finiteness, ranges, device names, Adam betas."""
+    """Per-value checks beyond type and allowed values: finiteness, ranges, device names, Adam betas."""
     for key, rule in RULES.items():
         section, name = key.split(".")
         value = getattr(getattr(p, section), name)

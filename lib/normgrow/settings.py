@@ -17,7 +17,6 @@ from typing import Any, Callable
 class Rule:
     # allowed values: a tuple, or a function returning them (a registry imported on first use)
     choices: tuple | Callable[[], tuple] | None = None
-    positive: bool = False  # > 0
     # (the allowed range as an error says it, its test); every float is also checked finite
     range: tuple[str, Callable[[Any], bool]] | None = None
     # one value, or one per placement (and schedule): (the value's type, its range as an error says it, its test, an
@@ -32,6 +31,10 @@ class Rule:
 
 
 PLAIN = Rule()
+POSITIVE = ("> 0", lambda v: v > 0)
+NON_NEGATIVE = (">= 0", lambda v: v >= 0)
+UNIT_INTERVAL = ("in [0, 1]", lambda v: 0 <= v <= 1)
+"""The ranges several keys share (Rule.range)."""
 
 
 def setting(default: Any, **rule: Any) -> Any:

@@ -58,15 +58,11 @@ from torch import Tensor, nn
 
 from .growth_ops import GROWTH_OPS
 from .placements import PLACEMENTS
-from ..settings import setting
+from ..settings import POSITIVE, UNIT_INTERVAL, setting
 from ..utils import disk_full_errors
 
 NORMS = tuple(PLACEMENTS)
 ATTENTION_KERNELS = ("auto", "autocast")
-
-
-def _positive(v) -> bool:
-    return v > 0
 
 
 @dataclass(frozen=True)
@@ -74,17 +70,17 @@ class ModelParams:
     """The model's part of a profile's student section (config.StudentParams extends it with the keys the training
     loop reads). Declared here, once, with each key's rule (settings.setting): StudentConfig extends it with what a
     run decides, so the model reads these fields under the names the profile gives them."""
-    d_model: int = setting(128, positive=True)
-    n_heads: int = setting(4, positive=True)
-    n_kv_heads: int = setting(2, positive=True)
-    head_dim: int = setting(32, positive=True)
-    d_ff: int = setting(384, positive=True)
+    d_model: int = setting(128, range=POSITIVE)
+    n_heads: int = setting(4, range=POSITIVE)
+    n_kv_heads: int = setting(2, range=POSITIVE)
+    head_dim: int = setting(32, range=POSITIVE)
+    d_ff: int = setting(384, range=POSITIVE)
     tie_embeddings: bool = True
-    rope_theta: float = setting(10000.0, range=("> 0", _positive))
-    rms_eps: float = setting(1e-6, range=("> 0", _positive))
-    init_std: float = setting(0.02, range=("> 0", _positive))
+    rope_theta: float = setting(10000.0, range=POSITIVE)
+    rms_eps: float = setting(1e-6, range=POSITIVE)
+    init_std: float = setting(0.02, range=POSITIVE)
     # norm mix (Mix-LN): post-norm in the first floor(mix_alpha * final depth) blocks
-    mix_alpha: float = setting(0.25, range=("in [0, 1]", lambda v: 0 <= v <= 1))
+    mix_alpha: float = setting(0.25, range=UNIT_INTERVAL)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..settings import setting
+from ..settings import POSITIVE, UNIT_INTERVAL, setting
 
 TAILS = ("bucket", "renormalize")
 LOSSES = ("ce", "kl")
@@ -46,10 +46,10 @@ class DistillParams:
     """A profile's distill section (config.Profile): the loss and its mix, each key with its rule (settings.py)."""
     # ce (soft-target cross-entropy) | kl (forward KL; same gradient, reported without H(p))
     loss: str = setting("ce", choices=LOSSES)
-    temperature: float = setting(1.0, positive=True)
+    temperature: float = setting(1.0, range=POSITIVE)
     tail: str = setting("bucket", choices=TAILS)  # bucket (tail mass is one extra class) | renormalize (top-k only)
     # weight of next-token CE in the mix; KD gets 1 - ce_weight
-    ce_weight: float = setting(0.0, range=("in [0, 1]", lambda v: 0 <= v <= 1))
+    ce_weight: float = setting(0.0, range=UNIT_INTERVAL)
 
 
 def _check_tail(tail: str) -> None:

@@ -156,8 +156,11 @@ def run_profile(profile: str, norm: str, schedule: str, overrides: dict | None =
     can change its numbers, and a setting that cannot (a growth operator for a joint run) leaves its identity as it
     is: the grid's plan (grid_plan.py) then shares that run between settings instead of training it twice."""
     prof = load_profile(profile, overrides)
-    sections = {"train": {name: for_arm(f"train.{name}", getattr(prof.train, name), norm, schedule)
-                          for name in ("lr", "warmup_steps")}}
+    sections = {}
+    for key, rule in RULES.items():  # the per-arm keys (train.lr, train.warmup_steps), resolved for this arm
+        if rule.per_arm:
+            section, name = key.split(".")
+            sections.setdefault(section, {})[name] = for_arm(key, getattr(getattr(prof, section), name), norm, schedule)
     for key in unread_keys(prof, norm, schedule):
         section, name = key.split(".")
         sections.setdefault(section, {})[name] = getattr(type(getattr(prof, section))(), name)
