@@ -17,17 +17,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from .analysis.formats import interval
 from .rundir import Summary, grid_dir, read_finished, read_metrics, run_path, study_dir
 
 
 def _num(x, digits: int = 3) -> str:
     return "" if pd.isna(x) else f"{x:.{digits}f}"
-
-
-def _ci(mean, low, high, digits: int = 3, sign: bool = False) -> str:
-    """'mean [low, high]', or the mean alone where there is no interval (fewer than two seeds)."""
-    s = "+" if sign else ""
-    return f"{mean:{s}.{digits}f} [{low:{s}.{digits}f}, {high:{s}.{digits}f}]" if pd.notna(low) else f"{mean:{s}.{digits}f}"
 
 
 def _table(header: list[str], rows: list[list]) -> str:
@@ -45,8 +40,8 @@ def study_tables(profile: str) -> str:
     variants = _table(
         ["variant", "seeds", "val_ce mean [95% CI]", "val_kd_ce mean [95% CI]", "below unigram (mean)",
          "flat ratio (max)", "trained", "tokens", "active-layer tokens", "wall s (mean)"],
-        [[r["variant"], r["n_seeds"], _ci(r["val_ce_mean"], r["val_ce_ci_low"], r["val_ce_ci_high"]),
-          _ci(r["val_kd_ce_mean"], r["val_kd_ce_ci_low"], r["val_kd_ce_ci_high"]),
+        [[r["variant"], r["n_seeds"], interval(r["val_ce_mean"], r["val_ce_ci_low"], r["val_ce_ci_high"]),
+          interval(r["val_kd_ce_mean"], r["val_kd_ce_ci_low"], r["val_kd_ce_ci_high"]),
           _num(regime.loc[r["variant"], "margin_below_unigram"]), _num(regime.loc[r["variant"], "max_flat_ratio"]),
           "yes" if regime.loc[r["variant"], "trained"] else "no", f"{r['tokens_mean']:,.0f}",
           f"{r['active_layer_tokens_mean']:,.0f}", f"{r['wall_s_mean']:.0f}"] for _, r in stats.iterrows()])
@@ -56,12 +51,12 @@ def study_tables(profile: str) -> str:
                       for v, g in runs.groupby("variant")])
     gaps = pd.read_csv(d / "gaps.csv")
     gaps = _table(["paired gap (val_ce)", "n", "mean [95% CI]", "MDE", "reference"],
-                  [[r["comparison"], r["n"], _ci(r["mean"], r["ci_low"], r["ci_high"], 4, True), _num(r["mde"]),
+                  [[r["comparison"], r["n"], interval(r["mean"], r["ci_low"], r["ci_high"], 4, True), _num(r["mde"]),
                     "" if pd.isna(r["reference_text"]) else r["reference_text"]]
                    for _, r in gaps[gaps["metric"] == "val_ce"].iterrows()])
     crossover = _table(["stage end", "depth", "pre-grow", "post-grow", "pre - post [95% CI]", "leader"],
                        [[r["stage"], r["depth"], _num(r["pre-grow_mean"]), _num(r["post-grow_mean"]),
-                         _ci(r["gap_mean"], r["gap_ci_low"], r["gap_ci_high"], 4, True), r["leader"]]
+                         interval(r["gap_mean"], r["gap_ci_low"], r["gap_ci_high"], 4, True), r["leader"]]
                         for _, r in pd.read_csv(d / "crossover.csv").iterrows()])
     depth = _table(["placement", "single - joint (nats)", "needs >=", "depth pays"],
                    [[r["norm"], _num(r["depth_gain"], 4), _num(r["margin"], 4), "yes" if r["pays"] else "no"]
@@ -78,7 +73,7 @@ def ladder_table(profile: str) -> str:
     frame = pd.read_csv(grid_dir(profile, "ladder") / "grid.csv")
     rows = []
     for _, r in frame.iterrows():
-        gains = [_ci(r[f"depth_gain_{s}"], r[f"depth_gain_{s}_ci_low"], r[f"depth_gain_{s}_ci_high"], sign=True)
+        gains = [interval(r[f"depth_gain_{s}"], r[f"depth_gain_{s}_ci_low"], r[f"depth_gain_{s}_ci_high"], sign=True)
                  if pd.notna(r[f"depth_gain_{s}"]) else "" for s in "ab"]
         rows.append([r["setting"], f"{int(r['unique_tokens']):,}", f"{int(r['run_tokens']):,}", int(r["d_model"]),
                      r["warmup_steps"], _num(r["joint_tflop"], 1), *gains,
@@ -109,10 +104,10 @@ def shapes_table(profile: str) -> str:
     for _, r in pd.read_csv(folder / "curriculum.csv").iterrows():
         g = gains.loc[r["setting"]]
         rows.append([r["stages"], r["n_seeds"],
-                     *(_ci(g[f"depth_gain_{s}"], g[f"depth_gain_{s}_ci_low"], g[f"depth_gain_{s}_ci_high"], sign=True)
+                     *(interval(g[f"depth_gain_{s}"], g[f"depth_gain_{s}_ci_low"], g[f"depth_gain_{s}_ci_high"], sign=True)
                        for s in "ab"),
                      _num(r["grow_a"]), _num(r["grow_b"]),
-                     *(_ci(r[f"grow_vs_single_{s}"], r[f"grow_vs_single_{s}_ci_low"],
+                     *(interval(r[f"grow_vs_single_{s}"], r[f"grow_vs_single_{s}_ci_low"],
                            r[f"grow_vs_single_{s}_ci_high"], sign=True) for s in "ab"),
                      r["phase_gaps"], r["phase_leaders"]])
     return _table(["stages", "seeds", "depth gain pre", "depth gain post", "grown pre", "grown post",
@@ -206,7 +201,7 @@ def compare_studies(a_dir: Path, b_dir: Path) -> str:
                                                  suffixes=("_a", "_b"))
     lines += ["", _table(["gap", "metric", "a [95% CI]", "b [95% CI]", "b - a"],
                          [[g["gap"], g["metric"],
-                           *(f"{g[f'mean_{s}']:+.3f} [{g[f'ci_low_{s}']:+.3f}, {g[f'ci_high_{s}']:+.3f}]" for s in "ab"),
+                           *(interval(g[f"mean_{s}"], g[f"ci_low_{s}"], g[f"ci_high_{s}"], sign=True) for s in "ab"),
                            f"{g['mean_b'] - g['mean_a']:+.3f}"] for _, g in gaps.iterrows()])]
     return "\n".join(lines)
 

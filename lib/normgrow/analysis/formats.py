@@ -40,13 +40,15 @@ def cell(x, column: str = "") -> str:
     return str(x)
 
 
-def interval(mean, low, high, digits: int = 3) -> str:
-    """'4.921 [4.904, 4.938]'; the mean alone when the interval is undefined (one seed); '' without a mean."""
+def interval(mean, low, high, digits: int = 3, sign: bool = False) -> str:
+    """'4.921 [4.904, 4.938]' (sign: '+0.083 [+0.064, +0.102]'); the mean alone when the interval is undefined (one
+    seed); '' without a mean."""
     if mean is None or not np.isfinite(mean):
         return ""
+    f = f"{'+' if sign else ''}.{digits}f"
     if low is None or high is None or not (np.isfinite(low) and np.isfinite(high)):
-        return f"{mean:.{digits}f}"
-    return f"{mean:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
+        return f"{mean:{f}}"
+    return f"{mean:{f}} [{low:{f}}, {high:{f}}]"
 
 
 def signed(x: float, digits: int = 4) -> str:

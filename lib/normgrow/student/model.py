@@ -124,7 +124,8 @@ class StudentConfig(ModelParams):
     def from_saved(cls, saved: dict) -> "StudentConfig":
         """The config a checkpoint saved; one saved before ModelParams left out the section's training keys
         (new_block_init, gate_ramp_steps, vocab) holds those too, and they are dropped."""
-        return cls(**{k: v for k, v in saved.items() if k in {f.name for f in dataclasses.fields(cls)}})
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in saved.items() if k in names})
 
 
 class RMSNorm(nn.Module):
