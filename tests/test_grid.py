@@ -245,6 +245,16 @@ def test_the_record_covers_every_setting_whichever_were_asked_for(grids, outputs
     assert grid.main(["--profile", "tiny", "--grid", "g", "--settings", "nowhere", "--report-only"]) == 2
 
 
+def test_a_gap_from_one_seed_reads_as_its_mean_alone(grids, outputs):
+    """One paired seed has no interval: the page prints the gap's mean, never '[nan, nan]'."""
+    write_grid(grids, "g", GRID)
+    plan = grid_plan.plan_grid("tiny", grid_plan.load_grid("g"), overrides=OVERRIDES)
+    frame = grid.grid_frame(plan, grid.read_cells(plan))
+    frame.loc[0, ["grow_gap", "grow_ci_low", "grow_ci_high", "n_seeds"]] = [0.0123, math.nan, math.nan, 1]
+    page = grid.grid_report_html(plan, frame, {})
+    assert ">+0.0123</td>" in page and "nan]" not in page
+
+
 def test_a_setting_is_judged_by_the_claim_declarations_on_its_own_pair(monkeypatch):
     """The grid's verdicts are those of params/reference.yaml's headline-grow and headline-ratio with their gaps
     re-pointed at the setting's placements; a declaration whose gap is not between two core variants is refused by

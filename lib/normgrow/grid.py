@@ -48,6 +48,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from .analysis import formats
 from .analysis.claims import JUDGES, NOT_TESTABLE, depth_gate, gate_claims
 from .cli import parse
 from .config import ParamError, load_profile, with_processes, writable_outputs_dir
@@ -388,7 +389,7 @@ def grid_report_html(plan: GridPlan, frame: pd.DataFrame, machines: dict[str, di
              "is the ungated reading.</p>")
     if "grow" in plan.grid.schedules:
         page.figure(forest_figure(frame, ref), div_id="fig-forest")
-    interval = lambda table_, mean, ci: [f"{m:+.4f} [{lo:+.4f}, {hi:+.4f}]" if pd.notna(m) else "" for m, lo, hi in
+    interval = lambda table_, mean, ci: [formats.interval(m, lo, hi, digits=4, sign=True) for m, lo, hi in
                                          zip(table_[mean], table_[f"{ci}_ci_low"], table_[f"{ci}_ci_high"])]
     if items:
         from .viz.curriculum import curriculum_svg
