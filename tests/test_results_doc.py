@@ -58,3 +58,24 @@ def test_an_unknown_table_is_an_error_naming_the_tables(capsys):
     with pytest.raises(SystemExit) as exit_:
         results.main(["nonsense"])
     assert "study, ladder, ladder-runs, shapes" in str(exit_.value)
+
+
+def test_the_tuning_table_reads_each_optimum_and_its_nearest_neighbours(tmp_path, monkeypatch):
+    """Means over seeds; the neighbours are the nearest lr on each side at the optimum's warmup and the nearest
+    warmup on each side at its lr, whatever else was tried; a side never tried says so."""
+    import json
+    folder = tmp_path / "sweep" / PROFILE
+    folder.mkdir(parents=True)
+    grid = {(1e-3, 10): 5.0, (2e-3, 10): 4.0, (4e-3, 10): 4.5, (8e-3, 10): 4.1, (2e-3, 20): 4.2, (4e-3, 20): 3.0}
+    rows = [{"norm": "pre", "schedule": "joint", "lr": lr, "warmup_steps": wu, "seed": seed, "val_ce": ce + d}
+            for (lr, wu), ce in grid.items() for seed, d in ((0, -0.1), (1, 0.1))]
+    record = {"norms": ["pre"], "schedules": ["joint"], "rows": rows,
+              "chosen": {"pre": {"joint": {"lr": 2e-3, "warmup_steps": 10, "val_ce": 4.0}}}}
+    (folder / "sweep.json").write_text(json.dumps(record))
+    monkeypatch.setenv("NORMGROW_OUTPUTS", str(tmp_path))
+    assert results.tuning_table(PROFILE).splitlines()[-1] == \
+        "| pre-joint | 2.00e-3 | 10 | 4.0000 | lr 1.00e-3 5.0000, 4.00e-3 4.5000; warmup 20 4.2000 |"
+    record["chosen"]["pre"]["joint"] = {"lr": 1e-3, "warmup_steps": 10, "val_ce": 5.0}
+    (folder / "sweep.json").write_text(json.dumps(record))
+    assert results.tuning_table(PROFILE).splitlines()[-1] == \
+        "| pre-joint | 1.00e-3 | 10 | 5.0000 | lr 2.00e-3 4.0000; warmup none tried |"

@@ -1,9 +1,10 @@
 """docs/RESULTS.md's tables, as Markdown, from the committed records: ``python -m normgrow.results --profile cpu
 study`` (outputs/study/<profile>/), ``ladder`` and ``ladder-runs`` (outputs/grid/<profile>/ladder/), ``shapes``
-(outputs/grid/<profile>/shapes/), ``time-shares`` (where the study's runs spent their wall time; ``--grid NAME``: a
-grid's runs). Prints to stdout; RESULTS.md holds each of TABLES as printed, and tests/test_results_doc.py checks that
-it still does for every record committed outside the archive. ``compare --against DIR``: the profile's study against
-another training of it (another CPU, numerics version or torch), for the log.
+(outputs/grid/<profile>/shapes/), ``tuning`` (each sweep record's optima and their neighbours), ``time-shares``
+(where the study's runs spent their wall time; ``--grid NAME``: a grid's runs). Prints to stdout; RESULTS.md holds
+each of TABLES as printed, and tests/test_results_doc.py checks that it still does for every record committed outside
+the archive. ``compare --against DIR``: the profile's study against another training of it (another CPU, numerics
+version or torch), for the log.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ if __name__ == "__main__":  # --help and usage errors before the imports below l
     from .cli import parse_early
     parse_early("results")
 
+import json
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -18,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from .analysis.formats import interval
-from .rundir import Summary, grid_dir, read_finished, read_metrics, run_path, study_dir
+from .rundir import Summary, grid_dir, read_finished, read_metrics, run_path, study_dir, sweep_dir
 
 
 def _num(x, digits: int = 3) -> str:
@@ -114,6 +116,37 @@ def shapes_table(profile: str) -> str:
                    "grown - single pre", "grown - single post", "pre - post at each phase end", "leader"], rows)
 
 
+def _lr(x: float) -> str:
+    """1.69704e-2 -> '1.70e-2'."""
+    mantissa, exponent = f"{x:.2e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
+
+
+def tuning_table(profile: str) -> str:
+    """A row per arm of each sweep record of the profile (outputs/sweep/<profile>/sweep.json, then each placements'
+    folder's): the lr and warmup it chose, their mean final val_ce over the seeds, and the nearest candidates on each
+    side in lr (at its warmup) and in warmup (at its lr) with theirs: the bracket behind each optimum."""
+    root = sweep_dir(profile)
+    rows = []
+    for path in [root / "sweep.json", *sorted(root.glob("*/sweep.json"))]:
+        record = json.loads(path.read_text())
+        means = pd.DataFrame(record["rows"]).groupby(["norm", "schedule", "lr", "warmup_steps"])["val_ce"].mean()
+        for norm in record["norms"]:
+            for schedule in record["schedules"]:
+                chosen = record["chosen"][norm][schedule]
+                arm = means.loc[(norm, schedule)]
+                lr, warmup = chosen["lr"], chosen["warmup_steps"]
+                same_warmup = arm.xs(warmup, level="warmup_steps")
+                same_lr = arm.xs(lr, level="lr")
+                side = lambda values, key, fmt: ", ".join(
+                    f"{fmt(k)} {values[k]:.4f}" for k in (max(values.index[values.index < key], default=None),
+                                                          min(values.index[values.index > key], default=None))
+                    if k is not None) or "none tried"
+                rows.append([f"{norm}-{schedule}", _lr(lr), warmup, f"{chosen['val_ce']:.4f}",
+                             f"lr {side(same_warmup, lr, _lr)}; warmup {side(same_lr, warmup, str)}"])
+    return _table(["arm", "lr", "warmup (steps a phase)", "mean val_ce", "the neighbours (mean val_ce)"], rows)
+
+
 TIME_PARTS = ("steps_s", "eval_s", "checkpoint_s", "other_s")
 """A run's wall time in parts: its training steps (metrics.jsonl's train records: tokens per step / tok_s), its
 evaluations and checkpoints (summary.json's eval_s and checkpoint_s), and the rest (step-0 set-up, compilation, data).
@@ -207,11 +240,13 @@ def compare_studies(a_dir: Path, b_dir: Path) -> str:
 
 
 TABLES = {"study": study_tables, "ladder": ladder_table, "ladder-runs": ladder_runs_table, "shapes": shapes_table,
-          "time-shares": time_shares_table}
+          "tuning": tuning_table, "time-shares": time_shares_table}
 
 
 def record_of(table: str, profile: str):
-    """The folder a table reads: the study's, or the grid's its name begins with."""
+    """The folder a table reads: the study's, the sweeps', or the grid's its name begins with."""
+    if table == "tuning":
+        return sweep_dir(profile)
     return study_dir(profile) if table in ("study", "time-shares") else grid_dir(profile, table.split("-")[0])
 
 
