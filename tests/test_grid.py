@@ -245,6 +245,7 @@ def test_the_record_covers_every_setting_whichever_were_asked_for(grids, outputs
     assert grid.main(["--profile", "tiny", "--grid", "g", "--settings", "nowhere", "--report-only"]) == 2
 
 
+@pytest.mark.slow  # plans and reads a grid on the synthetic cache (about 30 s): not in make test-fast
 def test_a_gap_from_one_seed_reads_as_its_mean_alone(grids, outputs):
     """One paired seed has no interval: the page prints the gap's mean, never '[nan, nan]'."""
     write_grid(grids, "g", GRID)
