@@ -122,6 +122,13 @@ def _lr(x: float) -> str:
     return f"{mantissa}e{int(exponent)}"
 
 
+def _neighbours(means: pd.Series, value, fmt) -> str:
+    """The nearest candidates below and above value (means indexed by lr or warmup), each with its mean val_ce."""
+    below = max(means.index[means.index < value], default=None)
+    above = min(means.index[means.index > value], default=None)
+    return ", ".join(f"{fmt(k)} {means[k]:.4f}" for k in (below, above) if k is not None) or "none tried"
+
+
 def tuning_table(profile: str) -> str:
     """A row per arm of each sweep record of the profile (outputs/sweep/<profile>/sweep.json, then each placements'
     folder's): the lr and warmup it chose, their mean final val_ce over the seeds, and the nearest candidates on each
@@ -138,12 +145,8 @@ def tuning_table(profile: str) -> str:
                 lr, warmup = chosen["lr"], chosen["warmup_steps"]
                 same_warmup = arm.xs(warmup, level="warmup_steps")
                 same_lr = arm.xs(lr, level="lr")
-                side = lambda values, key, fmt: ", ".join(
-                    f"{fmt(k)} {values[k]:.4f}" for k in (max(values.index[values.index < key], default=None),
-                                                          min(values.index[values.index > key], default=None))
-                    if k is not None) or "none tried"
                 rows.append([f"{norm}-{schedule}", _lr(lr), warmup, f"{chosen['val_ce']:.4f}",
-                             f"lr {side(same_warmup, lr, _lr)}; warmup {side(same_lr, warmup, str)}"])
+                             f"lr {_neighbours(same_warmup, lr, _lr)}; warmup {_neighbours(same_lr, warmup, str)}"])
     return _table(["arm", "lr", "warmup (steps a phase)", "mean val_ce", "the neighbours (mean val_ce)"], rows)
 
 
