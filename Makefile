@@ -29,9 +29,13 @@ study: $(STAMP)
 	else echo "make study: profile $$profile (PROFILE)"; fi; \
 	$(PY) -m normgrow.study --profile $$profile
 
+# Two pytest workers (pytest-xdist), a test file each at a time (a file's module fixtures, the SLURM cluster and the
+# browser, start once), each process one thread: most of the suite is single-threaded start-up (kernels, imports,
+# jobs), and two processes of two threads each on 2 cores spin each other down. The tiny teacher cache and the
+# reduced tiny study are built once a session and shared by the workers (tests/conftest.py).
 test: $(STAMP)
 	$(VENV)/bin/ruff check lib tests
-	$(PY) -m pytest -q --durations=15
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile --durations=15
 
 # The edit-test loop: every test not marked integration (bundled teacher) or slow (processes, model conversions,
 # several runs trained).

@@ -6,34 +6,54 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))  # tests/fakes.py
 
 
+def session_dir(tmp_path_factory) -> Path:
+    """A folder of this test session that every pytest-xdist worker sees (`make test` runs two): the parent of a
+    worker's base temporary folder, or the base folder itself without workers (its parent would hold earlier
+    sessions' folders too)."""
+    import os
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
 @pytest.fixture(scope="session")
 def share_cache(tmp_path_factory) -> Path:
     """An outputs root holding a complete tiny teacher cache, which the studies of the tests symlink instead of each
-    building one: the repository's outputs/ when its tiny cache is complete, else a temporary one built here once
-    (``python -m normgrow cache --profile tiny``, about a minute)."""
-    import os
+    building one: the repository's outputs/ when its tiny cache is complete, else a temporary one built once per
+    session, by whichever worker asks first, while the others wait (``python -m normgrow cache --profile tiny``,
+    about a minute)."""
     import subprocess
+    from filelock import FileLock
     from tiny_study import REPO, repo_tiny_cache_complete, study_env
     if repo_tiny_cache_complete():
         return REPO / "outputs"
-    root = tmp_path_factory.mktemp("tiny-cache") / "outputs"
-    root.mkdir()
-    subprocess.run([sys.executable, "-m", "normgrow", "cache", "--profile", "tiny"], cwd=REPO, env=study_env(root),
-                   check=True, stdout=subprocess.DEVNULL, timeout=900)
-    assert os.path.isdir(root / "teacher")
+    shared = session_dir(tmp_path_factory)
+    root = shared / "tiny-cache" / "outputs"
+    with FileLock(shared / "tiny-cache.lock"):
+        if not (root / "BUILT").is_file():
+            root.mkdir(parents=True, exist_ok=True)
+            subprocess.run([sys.executable, "-m", "normgrow", "cache", "--profile", "tiny"], cwd=REPO,
+                           env=study_env(root), check=True, stdout=subprocess.DEVNULL, timeout=900)
+            (root / "BUILT").touch()
     return root
 
 
 @pytest.fixture(scope="session")
 def finished_study(tmp_path_factory, share_cache):
     """The uninterrupted reduced tiny study (tiny_study.py) (post-grow and post-joint-matched, seed 0, with its
-    diagnostics and summary notebooks) on the shared tiny cache: (outputs root, summary.csv frame, seconds). Session-scoped so that
-    test_study.py and test_browser.py share one study run (about a minute) instead of running two."""
+    diagnostics and summary notebooks) on the shared tiny cache: (outputs root, summary.csv frame). One study a
+    session (about a minute), run by whichever worker asks first while the others wait, shared by test_study.py,
+    test_browser.py, test_slurm.py and others, which only read it."""
+    from filelock import FileLock
     from tiny_study import check_ok, make_outputs, read_summary, run_study
-    root = make_outputs(tmp_path_factory.mktemp("study") / "outputs", share_cache)
-    proc, seconds = run_study(root)
-    check_ok(proc)
-    return root, read_summary(root), seconds
+    shared = session_dir(tmp_path_factory)
+    root = shared / "finished-study" / "outputs"
+    with FileLock(shared / "finished-study.lock"):
+        if not (root / "FINISHED").is_file():
+            if root.exists():
+                pytest.fail(f"{root}: a study that did not finish in another worker")
+            check_ok(run_study(make_outputs(root, share_cache)))
+            (root / "FINISHED").touch()
+    return root, read_summary(root)
 
 
 @pytest.fixture

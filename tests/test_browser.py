@@ -95,7 +95,7 @@ def check_page(seen: dict, min_figures: int) -> None:
 
 @needs_chromium
 def test_report_page_offline(browser, finished_study):
-    root, summary, _ = finished_study
+    root, summary = finished_study
     seen = open_offline(browser, root / "study" / "tiny" / "report.html", "report_tiny.png")
     check_page(seen, min_figures=5)  # learning curves, grown against joint, variants, gaps, crossover
     page = seen["page"]
@@ -126,7 +126,7 @@ def test_report_page_offline(browser, finished_study):
 
 @needs_chromium
 def test_diagnostics_page_offline(browser, finished_study):
-    root, _, _ = finished_study
+    root, _ = finished_study
     seen = open_offline(browser, root / "study" / "tiny" / "diagnostics.html", "diagnostics_tiny.png")
     check_page(seen, min_figures=6)
     page = seen["page"]
@@ -140,7 +140,7 @@ def test_diagnostics_page_offline(browser, finished_study):
 @needs_chromium
 def test_exported_run_notebook_draws_offline(browser, finished_study, tmp_path):
     from normgrow.viz.render import export_notebook
-    root, _, _ = finished_study
+    root, _ = finished_study
     out = export_notebook(root / "runs" / "tiny" / "post-grow-s0" / "run.ipynb", tmp_path / "run.html")
     seen = open_offline(browser, out, "run_variant_post-grow-s0.png")
     check_page(seen, min_figures=1)

@@ -58,7 +58,7 @@ def test_executed_notebook_keeps_figures_in_exported_html(finished_study, tmp_pa
     """The study executed run_variant.ipynb for post-grow-s0: its figure carries both the plotly mimetype and
     text/html, plotly.js is in the notebook once, and nbconvert's HTML (render.export_notebook) keeps the figure
     with no script loaded from anywhere."""
-    root, _, _ = finished_study
+    root, _ = finished_study
     executed = root / "runs" / "tiny" / "post-grow-s0" / "run.ipynb"
     nb = nbformat.read(executed, as_version=4)
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
@@ -152,7 +152,7 @@ def test_diagnostics_page_is_styled_and_has_no_raw_json(tmp_path):
 def test_an_executed_run_notebook_keeps_its_finished_bar_and_the_regime_line(finished_study):
     """The study's kernel executed run_variant.ipynb: its saved output holds the text bar at its last step (a widget
     bar's saved state read 0/N) and the run's closing line about the regime gate."""
-    root, _, _ = finished_study
+    root, _ = finished_study
     run = root / "runs" / "tiny" / "post-grow-s0"
     steps = json.loads((run / "summary.json").read_text())["steps"]
     nb = nbformat.read(run / "run.ipynb", as_version=4)

@@ -62,7 +62,7 @@ def test_a_study_as_slurm_jobs_its_teacher_cache_one_of_them_gives_the_local_exe
     pass of the job's one CPU rounded differently from the local pass's two threads (Intel AMX: docs/DESIGN.md,
     teacher.processes), the same cache key and files with other last bits, and the runs trained on those targets end
     within 5e-3 nats of the local ones (5.7e-4 measured on a Xeon with AMX)."""
-    _, reference, _ = finished_study
+    _, reference = finished_study
     root = tmp_path / "outputs"
     root.mkdir()
     proc = start(root, slurm)
@@ -83,7 +83,7 @@ def test_a_restarted_runner_follows_its_jobs_and_a_cancelled_job_resumes(finishe
     """The first runner is killed once post-grow-s0's job runs: the job goes on. A second runner finds it running
     and follows it instead of submitting it again; the job is then cancelled mid-run (scancel) after a checkpoint,
     and the runner submits it again once: the run resumes from its last checkpoint to the local executor's numbers."""
-    _, reference, _ = finished_study
+    _, reference = finished_study
     root = make_outputs(tmp_path / "outputs", share_cache)
     first, run_dir = RUN_NAMES[0], root / "runs" / PROFILE / RUN_NAMES[0]
     proc = start(root, slurm)

@@ -10,6 +10,7 @@ session (conftest.share_cache, about a minute).
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -32,7 +33,7 @@ def run_state(root: Path) -> dict:
 
 
 def test_reduced_study_completes(finished_study):
-    root, summary, _ = finished_study
+    root, summary = finished_study
     assert sorted(summary.index) == sorted(RUN_NAMES)
     assert set(summary["variant"]) == set(RUNS) and set(summary["seed"]) == {0}
     for name in RUN_NAMES:
@@ -48,10 +49,13 @@ def test_reduced_study_completes(finished_study):
     assert "Baselines on the same validation positions: teacher" in (root / "study" / PROFILE / "report.html").read_text()
 
 
-def test_rerun_trains_nothing(finished_study):
-    root, summary, _ = finished_study
+def test_rerun_trains_nothing(finished_study, tmp_path):
+    """Run again on a copy of the finished study (the session's study stays as it was for the tests reading it)."""
+    finished, summary = finished_study
+    root = tmp_path / "outputs"
+    shutil.copytree(finished, root, symlinks=True)  # teacher/ and data/ stay links to the shared cache; mtimes kept
     before = run_state(root)
-    proc, _ = run_study(root)
+    proc = run_study(root)
     check_ok(proc)
     assert "runs: 2 of 2 finished, 0 to run" in proc.stdout
     assert run_state(root) == before  # no new run directories, summary.json untouched: nothing trained
@@ -64,7 +68,7 @@ def test_other_processes_are_refused_as_other_settings(finished_study, monkeypat
     from normgrow.identity import directory_conflict
     from normgrow.rundir import run_path
     from normgrow.study import load_study
-    root, _, _ = finished_study
+    root, _ = finished_study
     monkeypatch.setenv("NORMGROW_OUTPUTS", str(root))
     for run in load_study(seeds=[0], variants=list(RUNS)):
         assert directory_conflict(run_path(PROFILE, run.name), run.identity(PROFILE)) is None
@@ -72,7 +76,7 @@ def test_other_processes_are_refused_as_other_settings(finished_study, monkeypat
 
 
 def test_killed_study_resumes_to_the_same_numbers(finished_study, tmp_path, share_cache):
-    _, reference, _ = finished_study
+    _, reference = finished_study
     root = make_outputs(tmp_path / "outputs", share_cache)
     first = root / "runs" / PROFILE / RUN_NAMES[0]
     proc = subprocess.Popen(COMMAND, cwd=REPO, env=study_env(root), stdout=subprocess.DEVNULL,
@@ -88,7 +92,7 @@ def test_killed_study_resumes_to_the_same_numbers(finished_study, tmp_path, shar
     assert not (first / "summary.json").is_file(), "the first run finished before the kill: nothing was tested"
     assert not (root / "study" / PROFILE / "summary.csv").is_file()
 
-    proc, _ = run_study(root)
+    proc = run_study(root)
     check_ok(proc)
     assert "runs: 0 of 2 finished, 2 to run" in proc.stdout
     resumed = read_summary(root)
@@ -112,7 +116,7 @@ def test_failed_donor_is_reported_and_its_matched_run_skipped(tmp_path, share_ca
     try:
         while not (donor / "LOCK").is_file() or not (donor / "LOCK").read_text():
             time.sleep(0.05)
-        proc, _ = run_study(root)
+        proc = run_study(root)
     finally:
         holder.kill()
         holder.wait()
@@ -132,7 +136,7 @@ def test_run_with_other_settings_is_refused_by_name(tmp_path, share_cache):
     donor = root / "runs" / PROFILE / RUN_NAMES[0]
     donor.mkdir(parents=True)
     (donor / "config.json").write_text('{"run_name": "someone-else"}')
-    proc, _ = run_study(root)
+    proc = run_study(root)
     assert proc.returncode == 1, proc.stdout[-3000:]
     assert f"refused {RUN_NAMES[0]}: {donor} holds a run made with other settings" in proc.stdout
     assert f"skipped {RUN_NAMES[1]}: its budget donor {RUN_NAMES[0]} failed" in proc.stdout
