@@ -32,3 +32,10 @@ def test_nothing_cites_a_path_outside_the_repository():
     outside = re.compile(r"\.\./shared|/work/")
     cited = [str(p.relative_to(ROOT)) for p in files if p != Path(__file__).resolve() and outside.search(p.read_text())]
     assert not cited, f"paths outside the repository cited in: {cited}"
+
+
+def test_readme_names_the_current_numerics_version():
+    """README's glossary says which numerics version runs record now; it said 5 for a while after version 6."""
+    from normgrow.rundir import NUMERICS_VERSION
+    said = re.findall(r"`rundir\.NUMERICS_VERSION`, now (\d+)", (ROOT / "README.md").read_text())
+    assert said == [str(NUMERICS_VERSION)], f"README says numerics version {said}, the code records {NUMERICS_VERSION}"
