@@ -38,10 +38,10 @@ test: $(STAMP)
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile --durations=15
 
 # The edit-test loop: every test not marked integration (bundled teacher) or slow (processes, model conversions,
-# several runs trained).
+# several runs trained), in the same two workers.
 test-fast: $(STAMP)
 	$(VENV)/bin/ruff check lib tests
-	$(PY) -m pytest -q -m "not integration and not slow"
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile -m "not integration and not slow"
 
 bench: $(STAMP)
 	$(PY) -m normgrow.bench --profile $(or $(PROFILE),cpu)

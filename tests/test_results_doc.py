@@ -1,6 +1,7 @@
 """docs/RESULTS.md is current: every table that ``python -m normgrow.results`` prints from a record committed outside
-the archive (the study, the ladder, the curriculum's shapes) stands in RESULTS.md line for line, so a record trained
-again, or counted differently by today's code, fails here until RESULTS.md shows its new numbers."""
+the archive (the study, the ladder, the curriculum's shapes, the map, the tuning) stands in RESULTS.md line for line,
+so a record trained again, or counted differently by today's code, fails here until RESULTS.md shows its new
+numbers."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -79,3 +80,16 @@ def test_the_tuning_table_reads_each_optimum_and_its_nearest_neighbours(tmp_path
     (folder / "sweep.json").write_text(json.dumps(record))
     assert results.tuning_table(PROFILE).splitlines()[-1] == \
         "| pre-joint | 1.00e-3 | 10 | 5.0000 | lr 2.00e-3 4.0000; warmup none tried |"
+
+
+def test_the_map_table_reads_each_setting_s_gaps_and_verdicts(monkeypatch):
+    """On the archived map (3-block prefix, numerics version 4): each setting's row holds grid.csv's gaps as RESULTS.md's
+    archived section quotes them, with the MDEs, and both verdicts."""
+    monkeypatch.setenv("NORMGROW_OUTPUTS", str(ROOT / "outputs" / "archive" / "cpu-numerics4"))
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in results.robustness_table(PROFILE).splitlines()[2:]}
+    assert len(rows) == 11
+    assert rows["default"].startswith("| default | pre - post | 3 | +0.001 [-0.015, +0.018] | "
+                                      "+0.020 [-0.021, +0.061] (0.041) | +0.019 [-0.029, +0.066] (0.047) |")
+    assert "| peri | pre - peri | 3 | -0.125 [-0.173, -0.077] |" in rows["peri"]
+    assert all(line.endswith("| not judged: depth does not pay at this scale | not judged: depth does not pay at this "
+                             "scale |") for line in rows.values())

@@ -1,10 +1,10 @@
 """docs/RESULTS.md's tables, as Markdown, from the committed records: ``python -m normgrow.results --profile cpu
 study`` (outputs/study/<profile>/), ``ladder`` and ``ladder-runs`` (outputs/grid/<profile>/ladder/), ``shapes``
-(outputs/grid/<profile>/shapes/), ``tuning`` (each sweep record's optima and their neighbours), ``time-shares``
-(where the study's runs spent their wall time; ``--grid NAME``: a grid's runs). Prints to stdout; RESULTS.md holds
-each of TABLES as printed, and tests/test_results_doc.py checks that it still does for every record committed outside
-the archive. ``compare --against DIR``: the profile's study against another training of it (another CPU, numerics
-version or torch), for the log.
+(outputs/grid/<profile>/shapes/), ``robustness`` (the map, outputs/grid/<profile>/robustness/), ``tuning`` (each
+sweep record's optima and their neighbours), ``time-shares`` (where the study's runs spent their wall time; ``--grid
+NAME``: a grid's runs). Prints to stdout; RESULTS.md holds each of TABLES as printed, and tests/test_results_doc.py
+checks that it still does for every record committed outside the archive. ``compare --against DIR``: the profile's
+study against another training of it (another CPU, numerics version or torch), for the log.
 """
 from __future__ import annotations
 
@@ -114,6 +114,23 @@ def shapes_table(profile: str) -> str:
                      r["phase_gaps"], r["phase_leaders"]])
     return _table(["stages", "seeds", "depth gain pre", "depth gain post", "grown pre", "grown post",
                    "grown - single pre", "grown - single post", "pre - post at each phase end", "leader"], rows)
+
+
+def robustness_table(profile: str) -> str:
+    """A row per setting of the robustness map (grid.csv): the pair it compares (a - b), the joint gap, the grow gap
+    and the interaction (grow gap - joint gap) with their MDEs, each placement's depth gain, and both verdicts; paired
+    by seed, 95% intervals."""
+    rows = []
+    for _, r in pd.read_csv(grid_dir(profile, "robustness") / "grid.csv").iterrows():
+        def gap(value: str, prefix: str | None = None) -> str:  # grid.csv: <value>, <prefix>_ci_low, <prefix>_ci_high
+            prefix = prefix or value
+            return interval(r[value], r[f"{prefix}_ci_low"], r[f"{prefix}_ci_high"], sign=True)
+        rows.append([r["setting"], f"{r['a']} - {r['b']}", int(r["n_seeds"]), gap("joint_gap", "joint"),
+                     f"{gap('grow_gap', 'grow')} ({_num(r['grow_mde'])})",
+                     f"{gap('interaction')} ({_num(r['interaction_mde'])})", gap("depth_gain_a"), gap("depth_gain_b"),
+                     r["grow_verdict"], r["interaction_verdict"]])
+    return _table(["setting", "a - b", "seeds", "joint gap", "grow gap (MDE)", "interaction (MDE)", "depth gain a",
+                   "depth gain b", "grow claim", "interaction claim"], rows)
 
 
 def _lr(x: float) -> str:
@@ -243,7 +260,7 @@ def compare_studies(a_dir: Path, b_dir: Path) -> str:
 
 
 TABLES = {"study": study_tables, "ladder": ladder_table, "ladder-runs": ladder_runs_table, "shapes": shapes_table,
-          "tuning": tuning_table, "time-shares": time_shares_table}
+          "robustness": robustness_table, "tuning": tuning_table, "time-shares": time_shares_table}
 
 
 def record_of(table: str, profile: str):
