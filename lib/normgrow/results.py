@@ -32,6 +32,13 @@ def _table(header: list[str], rows: list[list]) -> str:
     return "\n".join(lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows])
 
 
+def _gap(row: pd.Series, value: str, prefix: str | None = None) -> str:
+    """A grid record's gap with its 95% interval, signed: row[value] and row[<prefix>_ci_low], row[<prefix>_ci_high]
+    (prefix: value itself where the columns share its name, e.g. depth_gain_a)."""
+    prefix = prefix or value
+    return interval(row[value], row[f"{prefix}_ci_low"], row[f"{prefix}_ci_high"], sign=True)
+
+
 def study_tables(profile: str) -> str:
     """The study's tables: each variant (mean and 95% interval of val_ce and val_kd_ce, the regime gate's numbers,
     tokens, wall time), each run's final val_ce by seed, the paired gaps with the reference's values, the phase-end
@@ -75,8 +82,7 @@ def ladder_table(profile: str) -> str:
     frame = pd.read_csv(grid_dir(profile, "ladder") / "grid.csv")
     rows = []
     for _, r in frame.iterrows():
-        gains = [interval(r[f"depth_gain_{s}"], r[f"depth_gain_{s}_ci_low"], r[f"depth_gain_{s}_ci_high"], sign=True)
-                 if pd.notna(r[f"depth_gain_{s}"]) else "" for s in "ab"]
+        gains = [_gap(r, f"depth_gain_{s}") if pd.notna(r[f"depth_gain_{s}"]) else "" for s in "ab"]
         rows.append([r["setting"], f"{int(r['unique_tokens']):,}", f"{int(r['run_tokens']):,}", int(r["d_model"]),
                      r["warmup_steps"], _num(r["joint_tflop"], 1), *gains,
                      f"{int(r['runs_finished'])} of {int(r['runs_needed'])}",
@@ -106,11 +112,8 @@ def shapes_table(profile: str) -> str:
     for _, r in pd.read_csv(folder / "curriculum.csv").iterrows():
         g = gains.loc[r["setting"]]
         rows.append([r["stages"], r["n_seeds"],
-                     *(interval(g[f"depth_gain_{s}"], g[f"depth_gain_{s}_ci_low"], g[f"depth_gain_{s}_ci_high"], sign=True)
-                       for s in "ab"),
-                     _num(r["grow_a"]), _num(r["grow_b"]),
-                     *(interval(r[f"grow_vs_single_{s}"], r[f"grow_vs_single_{s}_ci_low"],
-                           r[f"grow_vs_single_{s}_ci_high"], sign=True) for s in "ab"),
+                     *(_gap(g, f"depth_gain_{s}") for s in "ab"), _num(r["grow_a"]), _num(r["grow_b"]),
+                     *(_gap(r, f"grow_vs_single_{s}") for s in "ab"),
                      r["phase_gaps"], r["phase_leaders"]])
     return _table(["stages", "seeds", "depth gain pre", "depth gain post", "grown pre", "grown post",
                    "grown - single pre", "grown - single post", "pre - post at each phase end", "leader"], rows)
@@ -122,13 +125,10 @@ def robustness_table(profile: str) -> str:
     by seed, 95% intervals."""
     rows = []
     for _, r in pd.read_csv(grid_dir(profile, "robustness") / "grid.csv").iterrows():
-        def gap(value: str, prefix: str | None = None) -> str:  # grid.csv: <value>, <prefix>_ci_low, <prefix>_ci_high
-            prefix = prefix or value
-            return interval(r[value], r[f"{prefix}_ci_low"], r[f"{prefix}_ci_high"], sign=True)
-        rows.append([r["setting"], f"{r['a']} - {r['b']}", int(r["n_seeds"]), gap("joint_gap", "joint"),
-                     f"{gap('grow_gap', 'grow')} ({_num(r['grow_mde'])})",
-                     f"{gap('interaction')} ({_num(r['interaction_mde'])})", gap("depth_gain_a"), gap("depth_gain_b"),
-                     r["grow_verdict"], r["interaction_verdict"]])
+        rows.append([r["setting"], f"{r['a']} - {r['b']}", int(r["n_seeds"]), _gap(r, "joint_gap", "joint"),
+                     f"{_gap(r, 'grow_gap', 'grow')} ({_num(r['grow_mde'])})",
+                     f"{_gap(r, 'interaction')} ({_num(r['interaction_mde'])})", _gap(r, "depth_gain_a"),
+                     _gap(r, "depth_gain_b"), r["grow_verdict"], r["interaction_verdict"]])
     return _table(["setting", "a - b", "seeds", "joint gap", "grow gap (MDE)", "interaction (MDE)", "depth gain a",
                    "depth gain b", "grow claim", "interaction claim"], rows)
 
