@@ -6,53 +6,52 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))  # tests/fakes.py
 
 
-def session_dir(tmp_path_factory) -> Path:
-    """A folder of this test session that every pytest-xdist worker sees (`make test` runs two): the parent of a
-    worker's base temporary folder, or the base folder itself without workers (its parent would hold earlier
-    sessions' folders too)."""
+def built_once(tmp_path_factory, name: str, build) -> Path:
+    """<session folder>/<name>/outputs, which build(root) makes once a test session: by whichever pytest-xdist worker
+    (`make test` runs two) asks first, under a file lock while the others wait. The session folder is the parent of a
+    worker's base temporary folder, which every worker sees, or the base folder itself without workers (its parent
+    holds earlier sessions' folders too). A root left without its DONE mark is a build that failed in another
+    worker: reported, not built over."""
     import os
+    from filelock import FileLock
     base = tmp_path_factory.getbasetemp()
-    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    root = shared / name / "outputs"
+    with FileLock(shared / f"{name}.lock"):
+        if not (root / "DONE").is_file():
+            if root.exists():
+                pytest.fail(f"{root}: its build did not finish in another worker")
+            build(root)
+            (root / "DONE").touch()
+    return root
 
 
 @pytest.fixture(scope="session")
 def share_cache(tmp_path_factory) -> Path:
     """An outputs root holding a complete tiny teacher cache, which the studies of the tests symlink instead of each
     building one: the repository's outputs/ when its tiny cache is complete, else a temporary one built once per
-    session, by whichever worker asks first, while the others wait (``python -m normgrow cache --profile tiny``,
-    about a minute)."""
+    session (built_once; ``python -m normgrow cache --profile tiny``, about a minute)."""
     import subprocess
-    from filelock import FileLock
     from tiny_study import REPO, repo_tiny_cache_complete, study_env
     if repo_tiny_cache_complete():
         return REPO / "outputs"
-    shared = session_dir(tmp_path_factory)
-    root = shared / "tiny-cache" / "outputs"
-    with FileLock(shared / "tiny-cache.lock"):
-        if not (root / "BUILT").is_file():
-            root.mkdir(parents=True, exist_ok=True)
-            subprocess.run([sys.executable, "-m", "normgrow", "cache", "--profile", "tiny"], cwd=REPO,
-                           env=study_env(root), check=True, stdout=subprocess.DEVNULL, timeout=900)
-            (root / "BUILT").touch()
-    return root
+
+    def build(root: Path) -> None:
+        root.mkdir(parents=True)
+        subprocess.run([sys.executable, "-m", "normgrow", "cache", "--profile", "tiny"], cwd=REPO,
+                       env=study_env(root), check=True, stdout=subprocess.DEVNULL, timeout=900)
+    return built_once(tmp_path_factory, "tiny-cache", build)
 
 
 @pytest.fixture(scope="session")
 def finished_study(tmp_path_factory, share_cache):
     """The uninterrupted reduced tiny study (tiny_study.py) (post-grow and post-joint-matched, seed 0, with its
     diagnostics and summary notebooks) on the shared tiny cache: (outputs root, summary.csv frame). One study a
-    session (about a minute), run by whichever worker asks first while the others wait, shared by test_study.py,
-    test_browser.py, test_slurm.py and others, which only read it."""
-    from filelock import FileLock
+    session (built_once, about a minute), shared by test_study.py, test_browser.py, test_slurm.py and others, which
+    only read it."""
     from tiny_study import check_ok, make_outputs, read_summary, run_study
-    shared = session_dir(tmp_path_factory)
-    root = shared / "finished-study" / "outputs"
-    with FileLock(shared / "finished-study.lock"):
-        if not (root / "FINISHED").is_file():
-            if root.exists():
-                pytest.fail(f"{root}: a study that did not finish in another worker")
-            check_ok(run_study(make_outputs(root, share_cache)))
-            (root / "FINISHED").touch()
+    root = built_once(tmp_path_factory, "finished-study",
+                      lambda root: check_ok(run_study(make_outputs(root, share_cache))))
     return root, read_summary(root)
 
 
