@@ -11,7 +11,7 @@ import pytest
 
 import fakes
 from normgrow import grid, grid_plan
-from normgrow.analysis.claims import NOT_JUDGED, NOT_TESTABLE
+from normgrow.analysis.claims import NOT_JUDGED, NOT_JUDGED_DEPTH, NOT_TESTABLE
 from normgrow.analysis.variants import load_reference
 from normgrow.config import ParamError, load_profile
 from normgrow.rundir import read_finished
@@ -357,15 +357,45 @@ def test_forest_plots_colour_error_bars_by_verdict_and_mark_zero_and_the_referen
     from normgrow.viz.render import STATUS_COLORS
     rows = [{"setting": s, "a": "pre", "b": "post", "n_seeds": 3, "grow_gap": g, "grow_ci_low": g - 0.1,
              "grow_ci_high": g + 0.1, "interaction": g, "interaction_ci_low": g - 0.2, "interaction_ci_high": g + 0.2,
-             "grow_verdict": v, "interaction_verdict": v} for s, g, v in (("x", 0.05, NOT_JUDGED),
+             "grow_verdict": v, "interaction_verdict": v} for s, g, v in (("x", 0.05, NOT_JUDGED_DEPTH),
                                                                           ("y", -0.3, NOT_TESTABLE))]
     frame, reference = pd.DataFrame(rows), {"grow": 0.0328, "interaction": 0.0324}
     fig = forest_figure(frame, reference)
     bars = [t for t in fig.data if t.error_x.array is not None]
     assert all(t.error_x.color == t.marker.color == STATUS_COLORS[t.name] for t in bars) and len(bars) == 4
-    assert {t.name for t in fig.data if t.showlegend is not False} == {NOT_JUDGED, NOT_TESTABLE, "reference"}
+    assert {t.name for t in fig.data if t.showlegend is not False} == {NOT_JUDGED_DEPTH, NOT_TESTABLE, "reference"}
     svg = forest_svg(frame, reference)
     assert svg.count(">0</text>") == 2 and ">+0.033</text>" in svg and ">+0.032</text>" in svg
+
+
+def test_a_forest_axis_spans_the_rows_whose_students_trained_and_marks_what_runs_beyond():
+    """An undertrained row's diverged interval (-1.06 [-3.48, +1.35], the 1-5-9 map's shape-3-6-9) no longer sets the
+    axis, which pressed the trained rows 0.39 nats apart into 27 of a panel's 330 pixels: both panels span the
+    trained rows, the undertrained row's mean gets no marker, and triangles at both edges write its reading; with
+    every row undertrained the axis spans them all."""
+    from normgrow.viz.forest import forest_figure, forest_svg, panel_span
+    row = lambda s, g, low, high, v: {"setting": s, "a": "pre", "b": "post", "n_seeds": 3, "grow_gap": g,
+                                      "grow_ci_low": low, "grow_ci_high": high, "interaction": g,
+                                      "interaction_ci_low": low, "interaction_ci_high": high, "grow_verdict": v,
+                                      "interaction_verdict": v}
+    frame = pd.DataFrame([row("ok", 0.09, 0.04, 0.14, "supported"), row("copy", -0.30, -0.35, -0.26, "not supported"),
+                          row("diverged", -1.06, -3.48, 1.35, NOT_JUDGED)])
+    reference = {"grow": 0.0328, "interaction": 0.0324}
+    svg = forest_svg(frame, reference)
+    circles = [float(c.split("'")[0]) for c in svg.split("<circle cx='")[1:]]
+    assert len(circles) == 4 and circles[0] - circles[1] == pytest.approx(0.39 / 0.539 * 330)  # 27 pixels before
+    assert svg.count("-1.06 [-3.48, +1.35]</text>") == 2 and svg.count(">+1.35</text>") == 2
+    assert svg.count("<polygon") == 4 and "the interval runs beyond the axis" in svg
+    fig = forest_figure(frame, reference)
+    for axis in (fig.layout.xaxis, fig.layout.xaxis2):
+        assert axis.range == pytest.approx((-0.35 - 0.0245, 0.14 + 0.0245))
+    beyond = [t for t in fig.data if t.mode == "markers+text"]
+    assert len(beyond) == 2 and list(beyond[0].text) == ["-1.06 [-3.48, +1.35]", "+1.35"]
+    diverged = next(t for t in fig.data if t.name == NOT_JUDGED and t.error_x.array is not None)
+    assert list(diverged.marker.size) == [0] and diverged.x[0] == pytest.approx(-0.3745)
+    assert {t.name for t in fig.data if t.showlegend is not False} >= {NOT_JUDGED, "reference"}
+    stalled = frame.assign(grow_verdict=NOT_JUDGED)
+    assert panel_span(stalled, "grow", "grow_gap", reference) == pytest.approx((-3.48 - 0.2415, 1.35 + 0.2415))
 
 
 def test_the_depth_trend_per_placement_reads_each_placement_from_its_side():
