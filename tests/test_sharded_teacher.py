@@ -9,7 +9,6 @@ import os
 import shutil
 import subprocess
 import sys
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -25,6 +24,10 @@ REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow  # processes, subprocesses or model conversions: not in make test-fast
 
 SMALL = {"data.train_tokens": 2048, "data.val_tokens": 1024}  # the tiny profile's corpus and teacher, fewer tokens
+# A one-process reference pass on one thread, as each of two ranks runs on these 2 cores: bf16 matmuls round
+# differently with one and two threads on some CPUs (AMX: the two passes differed in 8 of 12 files), so "byte for
+# byte" holds between passes whose processes use the same number of threads (teacher.threads).
+ONE_THREAD = {"teacher.threads": 1}
 RUN = {"train.stages": [1, 2], "train.stage_tokens": [1024, 1024], "train.dtype": "float32", "train.eval_every": 2,
        "train.checkpoint_every": 2}
 
@@ -43,19 +46,6 @@ def cache_files(d: Path) -> list[str]:
     return sorted(str(p.relative_to(d)) for p in d.rglob("*.npy"))
 
 
-@contextmanager
-def one_thread():
-    """A one-process reference pass on one thread, as each of two ranks runs on these 2 cores. bf16 matmuls round
-    differently with one and two threads on some CPUs (AMX: the two passes differed in 8 of 12 files), so "byte for
-    byte" holds between passes whose processes use the same number of threads."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
 def assert_same_cache(a: Path, b: Path) -> None:
     """Two cache directories hold the same .npy files, byte for byte (meta.json differs: it has timings)."""
     files = cache_files(a)
@@ -65,8 +55,7 @@ def assert_same_cache(a: Path, b: Path) -> None:
 
 
 def test_two_process_pass_writes_the_one_process_cache(outputs):
-    with one_thread():
-        one = teacher_cache.ensure_cache(load_profile("tiny", SMALL), progress=False)
+    one = teacher_cache.ensure_cache(load_profile("tiny", SMALL | ONE_THREAD), progress=False)
     reference = outputs / "reference"
     shutil.move(one.dir, reference)
     two = teacher_cache.ensure_cache(load_profile("tiny", SMALL | {"teacher.processes": 2}), progress=False)
@@ -97,8 +86,7 @@ def test_accelerate_launch_builds_the_cache_and_trains_a_run(outputs):
     one = teacher_cache.open_cache(load_profile("tiny", SMALL))
     launched = outputs / "launched"
     shutil.move(one.dir, launched)
-    with one_thread():
-        reference = teacher_cache.ensure_cache(load_profile("tiny", SMALL), progress=False)
+    reference = teacher_cache.ensure_cache(load_profile("tiny", SMALL | ONE_THREAD), progress=False)
     assert_same_cache(launched, reference.dir)
 
     one_process = run_variant(make_run_spec(profile="tiny", norm="post", schedule="grow", run_name="one",
@@ -140,8 +128,8 @@ def test_a_slow_rank_finishes_its_rows_before_the_cache_is_published(outputs, tm
            "teacher.batch_size: 2}", env=env)  # batches of 2 rows: rank 1 computes half of them
     profile = load_profile("tiny", SMALL | {"teacher.batch_size": 2})  # the same batches in one process
     shutil.move(teacher_cache.open_cache(profile).dir, outputs / "launched")
-    with one_thread():
-        reference = teacher_cache.ensure_cache(profile, progress=False)
+    reference = teacher_cache.ensure_cache(load_profile("tiny", SMALL | ONE_THREAD | {"teacher.batch_size": 2}),
+                                           progress=False)
     assert_same_cache(outputs / "launched", reference.dir)
 
 
@@ -150,8 +138,7 @@ def test_ranks_the_caller_launches_build_the_cache_and_train_a_run(outputs, monk
     pickled job), taken here on CPU: the cache equals the one-process cache byte for byte, and the run ends with the
     one-process run's tokens and val_ce within 1e-3 nats."""
     from normgrow import ranks
-    with one_thread():
-        reference = teacher_cache.ensure_cache(load_profile("tiny", SMALL), progress=False)
+    reference = teacher_cache.ensure_cache(load_profile("tiny", SMALL | ONE_THREAD), progress=False)
     one_process = run_variant(make_run_spec(profile="tiny", norm="post", schedule="grow", run_name="one",
                                             overrides=SMALL | RUN), progress=False)
     shutil.move(reference.dir, outputs / "reference")
@@ -223,3 +210,14 @@ def test_interrupting_the_caller_stops_the_ranks_it_launched(tmp_path, monkeypat
         signal.signal(signal.SIGINT, previous)
     assert sorted(p.name for p in tmp_path.glob("rank*")) == ["rank0", "rank1"]  # both ranks had started
     assert [p.cmdline() for p in psutil.Process().children(recursive=True) if "normgrow.ranks" in p.cmdline()] == []
+
+
+def test_the_pass_runs_on_the_profiles_threads_and_gives_the_callers_back(outputs):
+    """teacher.threads fixes the pass's torch threads (a CPU pass's bf16 matrix products split their work by thread
+    count: the cpu cache built on 2 threads differed from the committed one, built on 1) and the caller's count is
+    restored; the count is not part of the cache's key."""
+    before = torch.get_num_threads()
+    threads = 2 if before == 1 else 1
+    cache = teacher_cache.ensure_cache(load_profile("tiny", SMALL | {"teacher.threads": threads}), progress=False)
+    assert cache.report["timings"]["threads"] == threads and torch.get_num_threads() == before
+    assert cache.key == teacher_cache.open_cache(load_profile("tiny", SMALL)).key

@@ -354,8 +354,9 @@ def test_each_profile_key_is_declared_once_and_its_rule_is_what_the_checks_read(
     from normgrow.train.spec import unread_keys
     keys = [f"{name}.{f.name}" for name, cls in config.SECTIONS.items() for f in dataclasses.fields(cls)]
     assert list(config.RULES) == keys and len(set(keys)) == len(keys)
-    assert set(identity.NOT_COMPARED) == {"profile.teacher.processes", "profile.teacher.sanity",
-                                          "profile.train.eval_after_growth", "profile.train.trackers"}
+    assert set(identity.NOT_COMPARED) == {"profile.teacher.processes", "profile.teacher.threads",
+                                          "profile.teacher.sanity", "profile.train.eval_after_growth",
+                                          "profile.train.trackers"}
     grows_only = {"student.new_block_init", "train.optimizer_on_grow", "train.lr_schedule"}
     assert {k for k, r in config.RULES.items() if r.grows_only} == grows_only
     assert grows_only <= set(unread_keys(load_profile("tiny"), "pre", "joint"))

@@ -142,6 +142,12 @@ class TeacherParams:
     # Processes of the cache pass (teacher_cache.py, "Sharded pass"): each computes its share of the batches; the
     # cache is byte-identical to the one-process cache. Not part of the cache key nor of a run's identity.
     processes: int = setting(1, range=POSITIVE, compared=False)
+    # torch threads of the cache pass (teacher_cache.pass_threads; with processes > 1 divided among them, one at least);
+    # 0 keeps torch's default. A CPU pass's bf16 matrix products split their work by thread count, so a cache's bits
+    # depend on it: the cpu cache built on 2 threads differs from the one built on 1 (docs/LOG.md 2026-12-06). A fixed
+    # count rebuilds a cache byte for byte on the same CPU kind. Not part of the cache key nor of a run's identity
+    # (the cache's checksums and the run's teacher_key are).
+    threads: int = setting(0, range=NON_NEGATIVE, compared=False)
     # What a cache whose teacher fails the sanity gate (teacher_cache.py, "Sanity gate") does: enforce (every open
     # raises, naming the failed check) | warn (opens and prints the failure at every open; the report does not show
     # it yet). Not part of the cache key: switching to warn reuses the cache already built. Not part of a run's

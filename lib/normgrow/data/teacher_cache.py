@@ -46,6 +46,7 @@ from __future__ import annotations
 import gc
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -533,6 +534,19 @@ def _checked(d: Path, key: str, profile: Profile, tokenizer, dkey: str) -> Teach
     return cache
 
 
+@contextmanager
+def pass_threads(threads: int):
+    """torch's threads for the teacher pass (teacher.threads: a CPU pass's bits depend on them), the caller's
+    restored afterwards; 0 leaves them alone. Forked ranks (ranks.on_ranks) divide this count among them."""
+    previous = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
 def ensure_cache(profile: Profile, progress: bool = True) -> TeacherCache:
     """Build data + teacher cache if missing (loading the teacher only then); reuse at once when complete.
 
@@ -550,10 +564,11 @@ def ensure_cache(profile: Profile, progress: bool = True) -> TeacherCache:
         with ranks.main_first():
             data = ensure_data(profile.data, tokenizer, bos_id, progress)  # before the teacher loads
             teacher.resolve_source(profile.teacher, progress)  # converts a GGUF teacher once, before the ranks load it
-        if ranks.main:
-            _build_cache(profile, ranks, tokenizer, bos_id, dkey, key, data, progress)
-        else:
-            teacher_pass(ranks, profile.teacher, list(SPLITS), ranks.from_main(None), profile.cache.k, progress)
+        with pass_threads(profile.teacher.threads):
+            if ranks.main:
+                _build_cache(profile, ranks, tokenizer, bos_id, dkey, key, data, progress)
+            else:
+                teacher_pass(ranks, profile.teacher, list(SPLITS), ranks.from_main(None), profile.cache.k, progress)
         ranks.barrier()
     return _checked(final, key, profile, tokenizer, dkey)
 
