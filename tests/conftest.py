@@ -7,11 +7,11 @@ sys.path.insert(0, str(Path(__file__).parent))  # tests/fakes.py
 
 
 def built_once(tmp_path_factory, name: str, build) -> Path:
-    """<session folder>/<name>/outputs, which build(root) makes once a test session: by whichever pytest-xdist worker
-    (`make test` runs two) asks first, under a file lock while the others wait. The session folder is the parent of a
-    worker's base temporary folder, which every worker sees, or the base folder itself without workers (its parent
-    holds earlier sessions' folders too). A root left without its DONE mark is a build that failed in another
-    worker: reported, not built over."""
+    """<shared folder>/<name>/outputs, which build(root) makes once per pytest run: by whichever pytest-xdist worker
+    (`make test` runs two) asks first, under a file lock while the others wait. The shared folder is the parent of a
+    worker's base temporary folder, which every worker of this run sees, or the base folder itself without workers
+    (its parent holds earlier pytest runs' folders too). A root left without its DONE mark is a build that failed in
+    another worker: reported, not built over."""
     import os
     from filelock import FileLock
     base = tmp_path_factory.getbasetemp()
@@ -30,7 +30,7 @@ def built_once(tmp_path_factory, name: str, build) -> Path:
 def share_cache(tmp_path_factory) -> Path:
     """An outputs root holding a complete tiny teacher cache, which the studies of the tests symlink instead of each
     building one: the repository's outputs/ when its tiny cache is complete, else a temporary one built once per
-    session (built_once; ``python -m normgrow cache --profile tiny``, about a minute)."""
+    pytest run (built_once; ``python -m normgrow cache --profile tiny``, about a minute)."""
     import subprocess
     from tiny_study import REPO, repo_tiny_cache_complete, study_env
     if repo_tiny_cache_complete():
@@ -47,7 +47,7 @@ def share_cache(tmp_path_factory) -> Path:
 def finished_study(tmp_path_factory, share_cache):
     """The uninterrupted reduced tiny study (tiny_study.py) (post-grow and post-joint-matched, seed 0, with its
     diagnostics and summary notebooks) on the shared tiny cache: (outputs root, summary.csv frame). One study a
-    session (built_once, about a minute), shared by test_study.py, test_browser.py, test_slurm.py and others, which
+    pytest run (built_once, about a minute), shared by test_study.py, test_browser.py, test_slurm.py and others, which
     only read it."""
     from tiny_study import check_ok, make_outputs, read_summary, run_study
     root = built_once(tmp_path_factory, "finished-study",

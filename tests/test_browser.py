@@ -5,7 +5,7 @@ and the regime check. Screenshots go to outputs/screenshots/ (ignored by git) fo
 
 Chromium is the Debian package ``chromium`` (``apt-get install -y chromium``; .ci/run installs it when apt is
 there); Playwright (PyPI) drives that executable, it never downloads a browser. Without it the tests are skipped
-with a message naming the package. The pages come from the session's reduced tiny study (conftest.finished_study,
+with a message naming the package. The pages come from the test run's reduced tiny study (conftest.finished_study,
 shared with test_study.py), so this file adds only the browser's time (~20 s).
 """
 from __future__ import annotations

@@ -94,9 +94,9 @@ def test_builders_rebuild_a_damaged_cache(tmp_path, capsys):
     assert f"cache {d} is damaged: {d / 'train' / 'topk_logp.npy'}: content differs" in capsys.readouterr().out
 
 
-@pytest.mark.integration  # the session's reduced study (conftest.finished_study): not in make test-fast
+@pytest.mark.integration  # the test run's reduced study (conftest.finished_study): not in make test-fast
 def test_real_tiny_cache_opens_without_side_effects(tmp_path, monkeypatch, finished_study):
-    """The tiny profile's real cache (the repository's, or the one the session's reduced study built) opens under
+    """The tiny profile's real cache (the repository's, or the one the test run's reduced study built) opens under
     its key; deriving the key on a tree without the converted teacher converts nothing (the tokenizer is read from
     the GGUF)."""
     prof = config.load_profile("tiny")

@@ -1,5 +1,5 @@
 """normgrow.viz.render and the diagnostics plots: number formats, tables, the notebook renderer and offline export (an
-executed notebook of the session's tiny study), and the widget's choices."""
+executed notebook of the test run's tiny study), and the widget's choices."""
 from __future__ import annotations
 
 import json

@@ -50,7 +50,8 @@ def test_reduced_study_completes(finished_study):
 
 
 def test_rerun_trains_nothing(finished_study, tmp_path):
-    """Run again on a copy of the finished study (the session's study stays as it was for the tests reading it)."""
+    """Run again on a copy of the finished study (the test run's shared study stays as it was for the tests that
+    read it)."""
     finished, summary = finished_study
     root = tmp_path / "outputs"
     shutil.copytree(finished, root, symlinks=True)  # teacher/ and data/ stay links to the shared cache; mtimes kept
