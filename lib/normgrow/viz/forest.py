@@ -38,8 +38,8 @@ def panel_span(rows: pd.DataFrame, quantity: str, mean: str, reference: dict[str
     """A panel's x range: the means and intervals of the rows whose students trained (every row's where the regime
     gate stopped them all), zero and the reference, padded 5% a side (module docstring)."""
     trained = rows[rows[f"{quantity}_verdict"] != NOT_JUDGED]
-    values = lambda f: [v for c in (mean, f"{quantity}_ci_low", f"{quantity}_ci_high") for v in f[c] if pd.notna(v)]
-    values = (values(trained) or values(rows)) + [0.0] + (
+    drawn = lambda f: [v for c in (mean, f"{quantity}_ci_low", f"{quantity}_ci_high") for v in f[c] if pd.notna(v)]
+    values = (drawn(trained) or drawn(rows)) + [0.0] + (
         [reference[quantity]] if reference.get(quantity) is not None else [])
     lo, hi = min(values), max(values)
     pad = 0.05 * (hi - lo or 1.0)
