@@ -40,7 +40,8 @@ def test_every_model_key_of_the_profile_s_student_section_reaches_the_model():
     changed = {f.name: (not f.default if isinstance(f.default, bool) else
                         f.default * 2 if isinstance(f.default, (int, float)) else f"not-{f.default}")
                for f in dataclasses.fields(ModelParams)}
-    changed |= {"n_heads": 2, "n_kv_heads": 1, "head_dim": 8, "mix_alpha": 0.5}  # a valid shape, not the default
+    changed |= {"n_heads": 2, "n_kv_heads": 1, "head_dim": 8, "mix_alpha": 0.5,  # a valid shape, not the default
+                "parametrization": "mup"}
     assert all(changed[f.name] != f.default for f in dataclasses.fields(ModelParams))
     cfg = StudentConfig.from_params(dataclasses.replace(student, **changed), vocab_size=V, n_layers=2)
     assert {name: getattr(cfg, name) for name in changed} == changed

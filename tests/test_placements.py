@@ -51,7 +51,7 @@ class LegacyStudent(nn.Module):
         self.norm = RMSNorm(cfg.d_model, cfg.rms_eps) if cfg.norm == "pre" else nn.Identity()
         self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.rope = RotaryEmbedding(cfg.head_dim, cfg.rope_theta)
-        init_weights(self, cfg.init_std)
+        init_weights(self, cfg)
 
     def forward(self, idx):
         rope = self.rope(idx.shape[1])

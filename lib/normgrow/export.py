@@ -29,6 +29,7 @@ import torch
 
 from .rundir import CHECKPOINTS, CONFIG, METRICS, SUMMARY, RunDirError, read_identity, runs_base
 from .student.model import Student, load_checkpoint, resolve_checkpoint, save_student
+from .student.parametrization import output_mult
 from .student.placements import PLACEMENTS
 from .utils import atomic_write_json, disk_full_errors
 
@@ -82,6 +83,7 @@ def to_qwen3(model: Student, **token_ids):
                          f"{', '.join(n for n, p in PLACEMENTS.items() if p.exports_to_qwen3)} maps to Qwen3")
     hf = Qwen3ForCausalLM(qwen3_config(model, **token_ids)).float().eval()
     state = {qwen3_name(k): v.detach().float() for k, v in model.state_dict().items()}
+    state["model.norm.weight"] = state["model.norm.weight"] * output_mult(model.cfg)  # muP's head multiplier
     missing, unexpected = hf.load_state_dict(state, strict=False)
     allowed_missing = {"lm_head.weight"} if model.cfg.tie_embeddings else set()
     if unexpected or set(missing) - allowed_missing:

@@ -26,6 +26,8 @@ defined, with their sources, in placements.py; depth-dependent ones read cfg.pla
 Initialisation: every linear and embedding weight ~ N(0, init_std) (transformers' initializer_range; no
 depth-dependent rescaling except where a placement defines one (DeepNorm's beta), so pre and post start from the
 same distribution and an appended block is initialised exactly like a block present from step 0); norm gains are 1.
+Under student.parametrization mup a block's projections start at init_std / sqrt(d_model / base_width) and the head
+reads the final hidden state times base_width / d_model (parametrization.py).
 
 Growth: append_blocks() stacks new blocks on top of the trained prefix, under the final norm and the head, so each
 new block receives the prefix's boundary representation h_N. How a new block is initialised is a growth operator
@@ -57,6 +59,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .growth_ops import GROWTH_OPS
+from .parametrization import PARAMETRIZATIONS, hidden_init_std, output_mult
 from .placements import PLACEMENTS
 from ..settings import POSITIVE, UNIT_INTERVAL, setting
 from ..utils import disk_full_errors
@@ -81,6 +84,10 @@ class ModelParams:
     init_std: float = setting(0.02, range=POSITIVE)
     # norm mix (Mix-LN): post-norm in the first floor(mix_alpha * final depth) blocks
     mix_alpha: float = setting(0.25, range=UNIT_INTERVAL)
+    # How init, lrs and the head's scale follow width (parametrization.py): standard | mup. Under mup, init_std and
+    # the arms' lrs are those of a student of width base_width (the width they were tuned at), and d_model may differ.
+    parametrization: str = setting("standard", choices=PARAMETRIZATIONS)
+    base_width: int = setting(64, range=POSITIVE)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,6 +120,9 @@ class StudentConfig(ModelParams):
             raise ValueError(f"StudentConfig.n_heads={self.n_heads} must be a multiple of n_kv_heads={self.n_kv_heads}")
         if self.head_dim % 2:
             raise ValueError(f"StudentConfig.head_dim={self.head_dim} must be even (RoPE rotates pairs)")
+        if self.parametrization not in PARAMETRIZATIONS:
+            raise ValueError(f"StudentConfig.parametrization={self.parametrization!r}; allowed values: "
+                             f"{', '.join(PARAMETRIZATIONS)}")
 
     @classmethod
     def from_params(cls, student: ModelParams, **fields_from_run) -> "StudentConfig":
@@ -232,10 +242,14 @@ class Block(nn.Module):
         return (out, residual_sum) if return_residual_sum else out
 
 
-def init_weights(module: nn.Module, std: float, generator: torch.Generator | None = None) -> None:
-    """N(0, std) for every linear and embedding weight below module; norm gains 1."""
-    for m in module.modules():
+def init_weights(module: nn.Module, cfg: StudentConfig, generator: torch.Generator | None = None) -> None:
+    """Every linear and embedding weight below module ~ N(0, std), in module order: cfg.init_std for the embedding
+    and an untied head, parametrization.hidden_init_std for a block's projections (the same under standard); norm
+    gains 1."""
+    hidden_std = hidden_init_std(cfg)
+    for name, m in module.named_modules():
         if isinstance(m, (nn.Linear, nn.Embedding)):
+            std = cfg.init_std if isinstance(m, nn.Embedding) or name == "lm_head" else hidden_std
             with torch.no_grad():
                 m.weight.normal_(0.0, std, generator=generator)
         elif isinstance(m, RMSNorm):
@@ -251,7 +265,7 @@ class Student(nn.Module):
         self.norm = RMSNorm(cfg.d_model, cfg.rms_eps) if PLACEMENTS[cfg.norm].final_norm else nn.Identity()
         self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.rope = RotaryEmbedding(cfg.head_dim, cfg.rope_theta)
-        init_weights(self, cfg.init_std)
+        init_weights(self, cfg)
         for block in self.blocks:
             block.placement.init_block(block)
 
@@ -279,8 +293,11 @@ class Student(nn.Module):
 
     def hidden(self, idx: Tensor) -> Tensor:
         """[B, T, d]: the final hidden state the head consumes (the final norm of h_N, or h_N itself when the
-        placement has none)."""
-        return self.norm(self.boundaries(idx)[-1])
+        placement has none), times the parametrization's output multiplier (1 under standard and at the base
+        width, where no multiplication runs)."""
+        h = self.norm(self.boundaries(idx)[-1])
+        mult = output_mult(self.cfg)
+        return h if mult == 1.0 else h * mult
 
     def forward(self, idx: Tensor) -> Tensor:
         """Logits [B, T, V]."""
@@ -290,7 +307,7 @@ class Student(nn.Module):
         """A new block for layer len(self.blocks), initialised like a block present from step 0 (init_weights from
         generator, then its placement's init scaling); growth operators start from it."""
         block = Block(self.cfg, len(self.blocks))
-        init_weights(block, self.cfg.init_std, generator)
+        init_weights(block, self.cfg, generator)
         block.placement.init_block(block)
         return block
 

@@ -108,7 +108,7 @@ def train_step(setup: StepSetup, batch: dict, lr: float, global_positions: int) 
     numbers of positions). The finite check comes after the clip and before the optimiser step, so that a NaN never
     reaches the parameters (the run's last checkpoint stays a finite model)."""
     for group in setup.optimizer.param_groups:
-        group["lr"] = lr
+        group["lr"] = lr * group.get("lr_scale", 1.0)  # optim.make_optimizer: muP's per-group factor
     with autocast(setup.device, setup.dtype):
         loss, stats = setup.forward(batch)
     positions = int(batch["mask"].sum())
