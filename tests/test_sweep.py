@@ -220,6 +220,16 @@ def test_write_is_refused_before_training(outputs, tmp_path):
     assert not (outputs / "runs").exists()
 
 
+def test_write_into_a_derived_profile_is_refused_before_training(outputs, tmp_path):
+    """A derived profile's lrs are its base's (transferred): --write would have no line to edit and would detach it
+    from the base, so it is refused with the base's name before any run."""
+    (tmp_path / "tiny.yaml").write_text("base: tiny\noverrides: {student.d_model: 64}\n")
+    plan = sweep.make_plan("tiny", ["pre"], [1e-3], overrides=OVERRIDES)
+    with pytest.raises(ParamError, match="takes its lrs from its base profile 'tiny'"):
+        sweep.sweep(plan, write=True, profiles_dir=tmp_path, progress=False)
+    assert not (outputs / "runs").exists()
+
+
 def test_grid_per_placement(outputs, tmp_path):
     config = tmp_path / "sweep.yaml"
     config.write_text("schedules: [joint, grow]\nseeds: [0]\nlrs:\n  tiny: {pre: [3.0e-3, 1.0e-3], post: [5.0e-4]}\n")

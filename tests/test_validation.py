@@ -85,6 +85,23 @@ def test_profile_files_must_be_complete(profiles):
     assert load_profile("tiny").cache.k == 8
 
 
+def test_a_derived_profile_is_its_base_with_overrides(profiles):
+    """base + dotted overrides: the base's every other value (its per-arm lrs included), the file's own name; bad
+    forms are named with the file."""
+    (profiles / "wide.yaml").write_text("base: tiny\noverrides: {student.d_model: 64, student.parametrization: mup}\n")
+    wide, tiny = load_profile("wide"), load_profile("tiny")
+    assert wide.name == "wide" and wide.student.d_model == 64 and wide.student.parametrization == "mup"
+    assert wide.train == tiny.train and wide.data == tiny.data
+    assert load_profile("wide", {"student.d_model": 96}).student.d_model == 96
+    for text, match in (("base: tiny\nstudent: {d_model: 8}\n", r"keys base, overrides only"),
+                        ("base: nowhere\n", r"base='nowhere' is not a profile; allowed values: .*tiny"),
+                        ("base: loop\n", r"base='loop' derives from itself"),
+                        ("base: tiny\noverrides: {student.d_model: -1}\n", r"loop.yaml: student.d_model=-1")):
+        (profiles / "loop.yaml").write_text(text)
+        with pytest.raises(ParamError, match=match):
+            load_profile("loop")
+
+
 def test_duplicate_key_names_key_file_and_line(profiles):
     tiny = (profiles / "tiny.yaml").read_text()
     assert "  lr: 3.0e-3\n" in tiny

@@ -346,15 +346,7 @@ def load_profile(profile: str | os.PathLike, overrides: dict | None = None) -> P
     """Read a profile (a name of params/profiles or a file's path: profile_file), apply dotted overrides
     ({"cache.k": 16}), validate. Its name is the file's stem: where its runs and results go."""
     path = profile_file(profile)
-    raw = read_yaml(path)
-    if not isinstance(raw, dict):
-        raise ParamError(f"{path} is {'empty' if raw is None else 'not a mapping of sections'}; a profile needs the "
-                         f"sections {', '.join(SECTIONS)} (see params/profiles/tiny.yaml)")
-    missing = [s for s in SECTIONS if s not in raw]
-    if missing:
-        raise ParamError(f"{path} lacks the section(s) {', '.join(missing)}; a profile spells out every section "
-                         f"({', '.join(SECTIONS)}) so that no part of a run silently takes built-in defaults")
-    raw = copy.deepcopy(raw)
+    raw = profile_sections(path)
     for dotted, value in (overrides or {}).items():
         if not isinstance(dotted, str):
             raise ParamError(f"override key {dotted!r} must be a dotted string like 'train.lr'")
@@ -363,6 +355,39 @@ def load_profile(profile: str | os.PathLike, overrides: dict | None = None) -> P
         return profile_from_dict(raw, path.stem)
     except ParamError as err:  # the file (and the overrides) where the bad value was given
         raise ParamError(f"{path}{' with overrides ' + repr(overrides) if overrides else ''}: {err}") from None
+
+
+DERIVED_KEYS = ("base", "overrides")
+
+
+def profile_sections(path: Path, seen: tuple = ()) -> dict:
+    """A profile file's sections (a copy). A derived profile (DERIVED_KEYS) names a profile of params/profiles as its
+    ``base`` and dotted ``overrides`` of it: the width grid's rungs are the cpu profile at other widths, so a sweep
+    written into cpu reaches them as it is (their lrs are transferred, not their own)."""
+    raw = read_yaml(path)
+    if not isinstance(raw, dict):
+        raise ParamError(f"{path} is {'empty' if raw is None else 'not a mapping of sections'}; a profile needs the "
+                         f"sections {', '.join(SECTIONS)} (see params/profiles/tiny.yaml), or a base and overrides")
+    if "base" in raw:
+        if set(raw) - set(DERIVED_KEYS) or not isinstance(raw.get("overrides", {}), dict):
+            raise ParamError(f"{path}: a derived profile has the keys {', '.join(DERIVED_KEYS)} only (base: a profile "
+                             f"of params/profiles; overrides: a mapping of dotted keys), got {', '.join(raw)}")
+        base = raw["base"]
+        if not isinstance(base, str) or is_profile_path(base) or base not in available_profiles():
+            raise ParamError(f"{path}: base={base!r} is not a profile; allowed values: {', '.join(available_profiles())}")
+        if base in seen or base == path.stem:
+            raise ParamError(f"{path}: base={base!r} derives from itself ({' -> '.join((*seen, path.stem, base))})")
+        sections = profile_sections(profile_file(base), (*seen, path.stem))
+        for dotted, value in (raw.get("overrides") or {}).items():
+            if not isinstance(dotted, str):
+                raise ParamError(f"{path}: override key {dotted!r} must be a dotted string like 'train.lr'")
+            _set_dotted(sections, dotted, value)
+        return sections
+    missing = [s for s in SECTIONS if s not in raw]
+    if missing:
+        raise ParamError(f"{path} lacks the section(s) {', '.join(missing)}; a profile spells out every section "
+                         f"({', '.join(SECTIONS)}) so that no part of a run silently takes built-in defaults")
+    return copy.deepcopy(raw)
 
 
 def profile_from_dict(raw: dict, name: str) -> Profile:

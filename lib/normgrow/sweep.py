@@ -598,6 +598,11 @@ def sweep(plan: SweepPlan, write: bool = False, profiles_dir: Path = PROFILES_DI
     if write:  # refuse before training, not after
         if not profile_path.is_file():
             raise ParamError(f"--write: no profile file {profile_path}")
+        base = (read_yaml(profile_path) or {}).get("base")
+        if base:
+            raise ParamError(f"--write: {profile_path} takes its lrs from its base profile {base!r} (a derived "
+                             f"profile: config.profile_sections); sweep {base} to tune them, or drop --write to "
+                             "measure a bracket here")
         lines = profile_path.read_bytes().decode().splitlines(keepends=True)
         for name in ("lr", "warmup_steps") if any(len(w) > 1 for w in plan.warmups.values()) else ("lr",):
             arm_line_span(lines, name, str(profile_path))
