@@ -202,6 +202,17 @@ def bench_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def width_parser() -> argparse.ArgumentParser:
+    parser = _parser("python -m normgrow.width", "The width grid (params/grids/width.yaml): each rung's lr bracket "
+                     "(a sweep of its profile) and study, then the gaps against width.", "sweep/<profile>/ and "
+                     "study/<rung>/ per rung, and width.csv, trend.csv, transfer.csv, width.svg, report.html to "
+                     "grid/cpu/width/", profile=False)
+    _jobs(parser)
+    parser.add_argument("--report-only", action="store_true", help="write the record from the finished studies and "
+                        "sweeps; train nothing")
+    return parser
+
+
 def results_parser() -> argparse.ArgumentParser:
     parser = _parser("python -m normgrow.results", "One of docs/RESULTS.md's tables, as Markdown, from the committed "
                      "records of a profile: its study (outputs/study/<profile>/) or a grid of it.", "nothing (stdout)")
@@ -216,7 +227,7 @@ def results_parser() -> argparse.ArgumentParser:
 
 
 PARSERS = {"normgrow": normgrow_parser, "study": study_parser, "sweep": sweep_parser, "grid": grid_parser,
-           "bench": bench_parser, "results": results_parser}
+           "bench": bench_parser, "results": results_parser, "width": width_parser}
 
 
 def parse(command: str, argv: list[str] | None = None) -> argparse.Namespace:

@@ -78,6 +78,8 @@ def load_grid(name: str) -> Grid:
         grids = sorted(p.stem for p in GRIDS_DIR.glob("*.yaml"))
         raise ParamError(f"grid={name!r} has no file {path}; allowed values: {', '.join(grids) or 'none'}")
     raw = read_yaml(path) or {}
+    if isinstance(raw, dict) and "rungs" in raw:
+        raise ParamError(f"{path} is a grid of studies (one profile a rung): python -m normgrow.width runs it")
     if not isinstance(raw, dict) or not set(GRID_KEYS) <= set(raw) <= set(GRID_KEYS + OPTIONAL_GRID_KEYS):
         raise ParamError(f"{path}: needs the keys {', '.join(GRID_KEYS)} and may have {', '.join(OPTIONAL_GRID_KEYS)}")
     schedules = raw.get("schedules", list(CORE))

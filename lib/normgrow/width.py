@@ -1,0 +1,336 @@
+"""The width grid: ``python -m normgrow.width [--report-only] [--jobs N]``: does the study's answer hold as the
+student widens?
+
+params/grids/width.yaml names the rungs (derived profiles: the cpu study at another width under muP, lrs transferred
+from cpu) and the lr brackets that justify the transfer. Training runs, in order and resumably, each bracket's sweep
+(``python -m normgrow.sweep --profile <p> --lr-factors ... --seeds ...``) and each rung's study (``python -m
+normgrow.study --profile <rung>``), each with its own runner, record and gates. The record (outputs/grid/cpu/width/)
+reads only their finished records:
+  width.csv     a row per rung and quantity: mean over paired seeds, 95% interval, n, the study's verdict
+  trend.csv     a row per quantity: the slope of the per-seed values against log2(width), its 95% interval, and
+                whether the gap heads toward the reference's value
+  transfer.csv  a row per bracketed arm: mean final val_ce at each lr factor, the best factor, x1 - best, transfers
+  width.svg     the joint gap, the grow gap and the growth increment against width, with the reference's values
+  report.html   the figure and the three tables
+"""
+from __future__ import annotations
+
+if __name__ == "__main__":  # --help and usage errors before the imports below load torch (cli.py)
+    from .cli import parse_early
+    parse_early("width")
+
+import html
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .analysis.formats import interval
+from .analysis.stats import LEVEL, mean_ci, t_quantile
+from .cli import parse
+from .config import PARAMS_DIR, ParamError, load_profile, read_yaml
+from .rundir import grid_dir, study_dir, sweep_dir
+from .runner import default_jobs, runner_exit
+from .utils import atomic_write_json, atomic_write_text
+
+GRID_FILE = PARAMS_DIR / "grids" / "width.yaml"
+SEED_QUANTITIES = {
+    # name: (a, b) variants of a per-seed difference a - b, or (first, second) quantities for first - second
+    "joint gap": ("pre-joint", "post-joint"),
+    "grow gap": ("pre-grow", "post-grow"),
+    "single gap": ("pre-single", "post-single"),
+    "growth increment": ("grow gap", "single gap"),
+    "freeze gap": ("pre-grow-freeze", "post-grow-freeze"),
+    "matched (post)": ("post-joint-matched", "post-grow"),
+    "depth gain (pre)": ("pre-single", "pre-joint"),
+    "depth gain (post)": ("post-single", "post-joint"),
+}
+"""The per-seed quantities of a rung (nats of final validation CE; gaps are pre - post: positive, post-norm better)."""
+PHASE_GAPS = "grow gap at phase {} end"
+CLAIM_OF = {"joint gap": "headline-joint", "grow gap": "headline-grow", "growth increment": "obs3-single",
+            "freeze gap": "obs3-freeze", "matched (post)": "obs1-matched"}
+REFERENCE = {"joint gap": 0.0004, "grow gap": 0.0328}
+FIGURE_QUANTITIES = ("joint gap", "grow gap", "growth increment")
+
+
+def load_width_grid(path: Path = GRID_FILE) -> dict:
+    raw = read_yaml(path) or {}
+    keys = ("rungs", "brackets", "bracket_seeds", "transfer_margin")
+    if not isinstance(raw, dict) or set(raw) != set(keys):
+        raise ParamError(f"{path}: needs exactly the keys {', '.join(keys)}")
+    for profile in [*raw["rungs"], *raw["brackets"]]:
+        load_profile(profile)  # a ParamError naming the profile's file and key
+    for profile, factors in raw["brackets"].items():
+        if not (isinstance(factors, list) and 1 in factors and all(isinstance(f, (int, float)) and f > 0
+                                                                     for f in factors)):
+            raise ParamError(f"{path}: brackets.{profile}={factors!r} must be positive lr factors holding 1")
+    return raw
+
+
+def width_of(profile: str) -> int:
+    return load_profile(profile).student.d_model
+
+
+def rung_seeds(profile: str) -> pd.DataFrame | None:
+    """The rung's per-seed quantities (SEED_QUANTITIES and the phase-end grow gaps), a row per seed, from its
+    study's summary.csv; None before the study's record exists."""
+    path = study_dir(profile) / "summary.csv"
+    if not path.is_file():
+        return None
+    runs = pd.read_csv(path)
+    runs = runs[runs["variant"].notna()]
+    table = runs.pivot_table(index="seed", columns="variant", values="val_ce", aggfunc="first")
+    out = pd.DataFrame(index=table.index)
+    for name, (a, b) in SEED_QUANTITIES.items():
+        if a in out and b in out:
+            out[name] = out[a] - out[b]
+        elif a in table and b in table:
+            out[name] = table[a] - table[b]
+    phases = sorted(int(c.removeprefix("val_ce_p")) for c in runs.columns if c.startswith("val_ce_p"))
+    for p in phases[:-1]:
+        grown = runs.pivot_table(index="seed", columns="variant", values=f"val_ce_p{p}", aggfunc="first")
+        if {"pre-grow", "post-grow"} <= set(grown):
+            out[PHASE_GAPS.format(p)] = grown["pre-grow"] - grown["post-grow"]
+    return out
+
+
+def rung_claims(profile: str) -> dict[str, str]:
+    path = study_dir(profile) / "claims.csv"
+    return dict(pd.read_csv(path)[["claim", "status"]].values) if path.is_file() else {}
+
+
+def rung_drift(profile: str) -> tuple[dict[str, float], str]:
+    """The top-boundary RMS drift over the curriculum per placement (the diagnostics' obs4 evidence, all positions:
+    last phase over first, geometric mean over seeds) and obs4's status."""
+    path = study_dir(profile) / "diagnostics.json"
+    if not path.is_file():
+        return {}, ""
+    claims = {c["claim"]: c for c in json.loads(path.read_text()).get("claims", [])}
+    obs4 = claims.get("obs4-boundary", {})
+    evidence = obs4.get("evidence", {})
+    return ({f"top-boundary drift ({norm})": evidence[f"{norm}/all"] for norm in ("pre", "post")
+             if f"{norm}/all" in evidence}, obs4.get("status", ""))
+
+
+def width_table(grid: dict) -> pd.DataFrame:
+    """width.csv: a row per rung and quantity."""
+    rows = []
+    for profile in grid["rungs"]:
+        seeds, claims = rung_seeds(profile), rung_claims(profile)
+        base = {"rung": profile, "width": width_of(profile)}
+        if seeds is None:
+            rows.append(base | {"quantity": "", "status": "study not finished"})
+            continue
+        for name in [*SEED_QUANTITIES, *(c for c in seeds if c.startswith("grow gap at phase"))]:
+            if name in seeds:
+                s = mean_ci(seeds[name])
+                rows.append(base | {"quantity": name, "mean": s["mean"], "ci_low": s["ci_low"],
+                                    "ci_high": s["ci_high"], "n": s["n"], "status": claims.get(CLAIM_OF.get(name), "")})
+        drift, status = rung_drift(profile)
+        for name, value in drift.items():
+            rows.append(base | {"quantity": name, "mean": value, "n": len(seeds), "status": status})
+    return pd.DataFrame(rows, columns=["rung", "width", "quantity", "mean", "ci_low", "ci_high", "n", "status"])
+
+
+def slope(x, y, level: float = LEVEL) -> dict:
+    """Least squares y = a + b x over the points, b's two-sided Student-t interval (n - 2 degrees of freedom)."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    keep = np.isfinite(x) & np.isfinite(y)
+    x, y = x[keep], y[keep]
+    n = len(x)
+    if n < 3 or np.ptp(x) == 0:
+        return {"n": n, "slope": math.nan, "ci_low": math.nan, "ci_high": math.nan, "intercept": math.nan}
+    b, a = np.polyfit(x, y, 1)
+    resid = y - (a + b * x)
+    se = math.sqrt(resid @ resid / (n - 2) / ((x - x.mean()) @ (x - x.mean())))
+    half = t_quantile(0.5 + level / 2, n - 2) * se
+    return {"n": n, "slope": b, "ci_low": b - half, "ci_high": b + half, "intercept": a}
+
+
+def trend_table(grid: dict) -> pd.DataFrame:
+    """trend.csv: each per-seed quantity's slope against log2(width) over every finished rung's seeds. Toward the
+    reference: the interval excludes 0 and the fitted gap moves toward the reference's value as width grows."""
+    frames = []
+    for profile in grid["rungs"]:
+        seeds = rung_seeds(profile)
+        if seeds is not None:
+            frames.append(seeds.assign(log2_width=math.log2(width_of(profile))))
+    if not frames:
+        return pd.DataFrame(columns=["quantity", "n", "rungs", "slope", "ci_low", "ci_high", "reference", "direction"])
+    data = pd.concat(frames)
+    rows = []
+    for name in [*SEED_QUANTITIES, *sorted(c for c in data if c.startswith("grow gap at phase"))]:
+        if name not in data:
+            continue
+        fit = slope(data["log2_width"], data[name])
+        ref = REFERENCE.get(name)
+        rungs = int(data.loc[data[name].notna(), "log2_width"].nunique())
+        if not math.isfinite(fit["slope"]) or rungs < 2:
+            direction = "not enough rungs"
+        elif fit["ci_low"] <= 0 <= fit["ci_high"]:
+            direction = "flat (interval includes 0)"
+        elif ref is None:
+            direction = "grows with width" if fit["slope"] > 0 else "shrinks with width"
+        else:
+            narrow = fit["intercept"] + fit["slope"] * data["log2_width"].min()
+            direction = "toward the reference" if (ref - narrow) * fit["slope"] > 0 else "away from the reference"
+        rows.append({"quantity": name, "n": fit["n"], "rungs": rungs, "slope": fit["slope"], "ci_low": fit["ci_low"],
+                     "ci_high": fit["ci_high"], "reference": ref, "direction": direction})
+    return pd.DataFrame(rows)
+
+
+def transfer_table(grid: dict) -> pd.DataFrame:
+    """transfer.csv: per bracketed profile and arm, mean final val_ce over the bracket seeds at each lr factor of
+    the transferred lr (from the sweep's record), the best factor, x1 - best and whether the transfer holds."""
+    rows = []
+    for profile, factors in grid["brackets"].items():
+        path = sweep_dir(profile) / "sweep.json"
+        prof = load_profile(profile)
+        base = {"profile": profile, "width": prof.student.d_model, "parametrization": prof.student.parametrization}
+        if not path.is_file():
+            rows.append(base | {"arm": "", "verdict": "bracket not trained"})
+            continue
+        records = pd.DataFrame(json.loads(path.read_text())["rows"])
+        records = records[records["seed"].isin(grid["bracket_seeds"])]
+        for (norm, schedule), arm in records.groupby(["norm", "schedule"], sort=False):
+            lr1 = prof.train.lr[norm][schedule] if isinstance(prof.train.lr, dict) else prof.train.lr
+            arm = arm.assign(factor=(arm["lr"] / lr1).round(3))
+            means = arm.groupby("factor")["val_ce"].agg(["mean", "count"])
+            means = means[means["count"] == len(grid["bracket_seeds"])]["mean"]
+            row = base | {"arm": f"{norm}-{schedule}"} | {f"x{f:g}": means.get(round(f, 3)) for f in factors}
+            if 1.0 not in means or len(means) < len(factors):
+                rows.append(row | {"verdict": "bracket incomplete"})
+                continue
+            best = float(means.idxmin())
+            gap = float(means[1.0] - means.min())
+            edge = best in (min(factors), max(factors)) and best != 1.0
+            holds = gap <= grid["transfer_margin"]
+            verdict = ("transfers" if holds else "does not transfer") + ("; best at the bracket's edge" if edge else "")
+            rows.append(row | {"best_factor": best, "x1_minus_best": gap, "verdict": verdict})
+    return pd.DataFrame(rows)
+
+
+def width_svg(table: pd.DataFrame) -> str:
+    """The FIGURE_QUANTITIES against log2(width): means with their 95% intervals, one panel each, the reference's
+    value as a dashed line where it has one, zero as a grey line; a rung not yet finished is named, not drawn."""
+    panel_w, panel_h, left, top, gap = 300, 220, 60, 40, 40
+    rows = table[table["quantity"].isin(FIGURE_QUANTITIES)]
+    widths = sorted(table["width"].unique())
+    values = [v for c in ("mean", "ci_low", "ci_high") for v in rows[c] if pd.notna(v)] + list(REFERENCE.values()) + [0.0]
+    lo, hi = min(values), max(values)
+    pad = 0.08 * (hi - lo or 1.0)
+    lo, hi = lo - pad, hi + pad
+    w = left + len(FIGURE_QUANTITIES) * (panel_w + gap)
+    h = top + panel_h + 70
+    out = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{w}' height='{h}' font-family='sans-serif' font-size='11'>",
+           "<rect width='100%' height='100%' fill='white'/>"]
+    xs = [math.log2(x) for x in widths]
+    for i, name in enumerate(FIGURE_QUANTITIES):
+        x0 = left + i * (panel_w + gap)
+        px = lambda lw: x0 + 20 + (lw - min(xs)) / max(max(xs) - min(xs), 1) * (panel_w - 40)  # noqa: E731
+        py = lambda v: top + (hi - v) / (hi - lo) * panel_h  # noqa: E731
+        out.append(f"<rect x='{x0}' y='{top}' width='{panel_w}' height='{panel_h}' fill='none' stroke='#ccc'/>"
+                   f"<text x='{x0 + panel_w / 2}' y='{top - 10}' text-anchor='middle' font-weight='bold'>"
+                   f"{html.escape(name)} (pre - post)</text>"
+                   f"<line x1='{x0}' x2='{x0 + panel_w}' y1='{py(0):.1f}' y2='{py(0):.1f}' stroke='#bbb'/>")
+        if name in REFERENCE:
+            out.append(f"<line x1='{x0}' x2='{x0 + panel_w}' y1='{py(REFERENCE[name]):.1f}' "
+                       f"y2='{py(REFERENCE[name]):.1f}' stroke='#2ca02c' stroke-dasharray='5,4'/>"
+                       f"<text x='{x0 + panel_w - 4}' y='{py(REFERENCE[name]) - 4:.1f}' text-anchor='end' "
+                       f"fill='#2ca02c'>reference {REFERENCE[name]:g}</text>")
+        if i == 0:
+            for v in (lo + pad, (lo + hi) / 2, hi - pad):
+                out.append(f"<text x='{x0 - 4}' y='{py(v) + 4:.1f}' text-anchor='end' fill='#666'>{v:+.2f}</text>")
+        for wd in widths:
+            x = px(math.log2(wd))
+            out.append(f"<text x='{x:.1f}' y='{top + panel_h + 14}' text-anchor='middle' fill='#666'>{wd}</text>")
+            r = rows[(rows["quantity"] == name) & (rows["width"] == wd)]
+            if r.empty or pd.isna(r["mean"].iloc[0]):
+                out.append(f"<text x='{x:.1f}' y='{top + panel_h - 6}' text-anchor='middle' fill='#999'>"
+                           "not yet</text>")
+                continue
+            m, a, b = r[["mean", "ci_low", "ci_high"]].iloc[0]
+            if pd.notna(a) and pd.notna(b):
+                out.append(f"<line x1='{x:.1f}' x2='{x:.1f}' y1='{py(a):.1f}' y2='{py(b):.1f}' stroke='#333' "
+                           "stroke-width='1.5'/>")
+            out.append(f"<circle cx='{x:.1f}' cy='{py(m):.1f}' r='3.5' fill='#333'/>")
+    out.append(f"<text x='{w / 2}' y='{h - 30}' text-anchor='middle' fill='#666'>student width (d_model, log scale); "
+               f"final validation CE gap in nats, mean over paired seeds with its {round(LEVEL * 100)}% interval; "
+               "positive: post-norm better</text></svg>")
+    return "\n".join(out)
+
+
+def report_html(table: pd.DataFrame, trend: pd.DataFrame, transfer: pd.DataFrame, svg: str) -> str:
+    def fmt(df: pd.DataFrame) -> str:
+        return df.to_html(index=False, na_rep="", float_format=lambda v: f"{v:+.4f}", border=0)
+
+    shown = table.assign(value=[interval(m, a, b, 4, sign=True) for m, a, b in
+                                table[["mean", "ci_low", "ci_high"]].itertuples(index=False)])
+    return ("<!doctype html><html><head><meta charset='utf-8'><title>The width grid</title><style>"
+            "body{font-family:sans-serif;max-width:1100px;margin:2em auto}td,th{padding:2px 8px;text-align:left}"
+            "</style></head><body><h1>Does the study's answer hold as the student widens?</h1>"
+            "<p>Each width is the whole cpu study (every variant, its gates and diagnostics) under muP, its lrs "
+            "transferred from width 64; held fixed: tokens per run (786,432: a wider student sees fewer tokens per "
+            "parameter), depth 9, stages 1-5-9, head_dim 16. Gaps are pre - post, in nats (positive: post-norm "
+            f"better).</p>{svg}<h2>Per width</h2>"
+            f"{fmt(shown[['width', 'quantity', 'value', 'n', 'status']])}"
+            "<h2>Trend against log2(width)</h2><p>Slope of the per-seed values over every finished width, nats per "
+            f"doubling, with its {round(LEVEL * 100)}% interval.</p>{fmt(trend)}"
+            "<h2>Does the lr transfer?</h2><p>Mean final val_ce over the bracket's seeds at each factor of the "
+            "transferred lr (warmup as transferred).</p>"
+            f"{fmt(transfer)}</body></html>")
+
+
+def write_record(grid: dict, out: Path) -> dict:
+    table, trend, transfer = width_table(grid), trend_table(grid), transfer_table(grid)
+    svg = width_svg(table)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, frame in (("width.csv", table), ("trend.csv", trend), ("transfer.csv", transfer)):
+        atomic_write_text(out / name, frame.to_csv(index=False))
+    atomic_write_text(out / "width.svg", svg)
+    atomic_write_text(out / "report.html", report_html(table, trend, transfer, svg))
+    atomic_write_json(out / "width.json", {"grid": grid, "finished_rungs": sorted(set(
+        table.loc[table["quantity"] != "", "rung"]))})
+    return {"table": table, "trend": trend, "transfer": transfer}
+
+
+def train(grid: dict, jobs: int | None) -> None:
+    """Width by width, narrowest first: its brackets' sweeps, then its rung's study (each resumable, each its own
+    runner and record), so that an interrupted grid has finished its narrow rungs."""
+    from . import study, sweep
+    tasks = sorted([(width_of(p), 0, p) for p in grid["brackets"]] + [(width_of(p), 1, p) for p in grid["rungs"]])
+    for _, is_study, profile in tasks:
+        if is_study:
+            print(f"width grid: the study at {profile}", flush=True)
+            failed = study.main(["--profile", profile, *(["--jobs", str(jobs)] if jobs else [])])
+        else:
+            factors = grid["brackets"][profile]
+            print(f"width grid: the lr bracket of {profile} (x {', '.join(map(str, factors))})", flush=True)
+            failed = sweep.main(["--profile", profile, "--lr-factors", *map(str, factors), "--seeds",
+                                 *map(str, grid["bracket_seeds"]), "--schedules", "joint", "grow", "single", "--norms",
+                                 "pre", "post", "--jobs", str(jobs or default_jobs(profile))])
+        if failed:
+            raise SystemExit(f"width grid: {profile} failed (exit {failed}); its runner named the runs")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse("width", argv)
+
+    def work() -> None:
+        grid = load_width_grid()
+        if not args.report_only:
+            train(grid, args.jobs)
+        out = grid_dir("cpu", "width")
+        result = write_record(grid, out)
+        print(result["table"].to_string(index=False))
+        print(result["trend"].to_string(index=False))
+        print(result["transfer"].to_string(index=False))
+        print(f"record: {out}")
+    return runner_exit(work)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
