@@ -32,7 +32,8 @@ from .analysis.formats import interval
 from .analysis.stats import LEVEL, mean_ci, t_quantile
 from .cli import parse
 from .config import PARAMS_DIR, ParamError, load_profile, read_yaml
-from .rundir import grid_dir, study_dir, sweep_dir
+from .identity import directory_conflict
+from .rundir import grid_dir, is_finished, read_finished, study_dir
 from .runner import default_jobs, runner_exit
 from .utils import atomic_write_json, atomic_write_text
 
@@ -182,20 +183,33 @@ def trend_table(grid: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def bracket_rows(profile: str, factors: list, seeds: list) -> list[dict]:
+    """The finished candidates of a bracket's sweep as planned (sweep.make_plan: the same run names and lrs), each
+    read like the sweep's record reads it (sweep.candidate_row), so an interrupted sweep counts what it finished."""
+    from .sweep import candidate_row, make_plan
+    plan = make_plan(profile, ["pre", "post"], None, seeds, schedules=["joint", "grow", "single"], lr_factors=factors)
+    rows = []
+    for spec in plan.specs:
+        if is_finished(spec.dir) and not directory_conflict(spec.dir, spec.identity()):
+            summary, identity = read_finished(spec.dir)
+            rows.append(candidate_row(identity, summary.to_json()))
+    return rows
+
+
 def transfer_table(grid: dict) -> pd.DataFrame:
     """transfer.csv: per bracketed profile and arm, mean final val_ce over the bracket seeds at each lr factor of
-    the transferred lr (from the sweep's record), the best factor, x1 - best and whether the transfer holds."""
+    the transferred lr (its finished candidates: bracket_rows), the best factor, x1 - best and whether the transfer
+    holds; an arm without every factor on every seed is incomplete."""
     rows = []
     for profile, factors in grid["brackets"].items():
-        path = sweep_dir(profile) / "sweep.json"
         prof = load_profile(profile)
         base = {"profile": profile, "width": prof.student.d_model, "parametrization": prof.student.parametrization}
-        if not path.is_file():
+        records = pd.DataFrame(bracket_rows(profile, factors, grid["bracket_seeds"]))
+        if records.empty:
             rows.append(base | {"arm": "", "verdict": "bracket not trained"})
             continue
-        records = pd.DataFrame(json.loads(path.read_text())["rows"])
-        records = records[records["seed"].isin(grid["bracket_seeds"])]
-        for (norm, schedule), arm in records.groupby(["norm", "schedule"], sort=False):
+        for norm, schedule in ((n, s) for n in ("pre", "post") for s in ("joint", "grow", "single")):
+            arm = records[(records["norm"] == norm) & (records["schedule"] == schedule)]
             lr1 = prof.train.lr[norm][schedule] if isinstance(prof.train.lr, dict) else prof.train.lr
             arm = arm.assign(factor=(arm["lr"] / lr1).round(3))
             means = arm.groupby("factor")["val_ce"].agg(["mean", "count"])
