@@ -82,6 +82,33 @@ def test_the_tuning_table_reads_each_optimum_and_its_nearest_neighbours(tmp_path
         "| pre-joint | 1.00e-3 | 10 | 5.0000 | lr 2.00e-3 4.0000; warmup none tried |"
 
 
+def test_the_basin_table_pairs_every_factor_of_each_arm_at_its_tuned_warmup(tmp_path, monkeypatch):
+    """pre(lr x f_pre) - post(lr x f_post) over the seeds both finished, each arm's lr and warmup the profile's; a
+    candidate at another warmup is not read, a factor never tried says so."""
+    import json
+    from normgrow.config import load_profile
+    from normgrow.train.spec import for_arm
+    train = load_profile(PROFILE).train
+    rows = []
+    for norm, base in (("pre", 5.0), ("post", 4.9)):
+        for schedule in ("joint", "grow", "single"):
+            lr = for_arm("train.lr", train.lr, norm, schedule)
+            wu = for_arm("train.warmup_steps", train.warmup_steps, norm, schedule)
+            for f in results.BASIN_FACTORS[:2] if norm == "post" else results.BASIN_FACTORS:
+                for seed in (0, 1, 2):
+                    rows.append({"norm": norm, "schedule": schedule, "lr": lr * f, "warmup_steps": wu, "seed": seed,
+                                 "val_ce": base + f / 10 + seed / 100})
+                    rows.append({"norm": norm, "schedule": schedule, "lr": lr * f, "warmup_steps": wu + 1,
+                                 "seed": seed, "val_ce": 9.0})
+    folder = tmp_path / "sweep" / PROFILE
+    folder.mkdir(parents=True)
+    (folder / "sweep.json").write_text(json.dumps({"rows": rows}))
+    monkeypatch.setenv("NORMGROW_OUTPUTS", str(tmp_path))
+    lines = results.basin_table(PROFILE).splitlines()
+    grow_x1 = next(line for line in lines if line.startswith("| grow | x1 |"))
+    assert grow_x1 == "| grow | x1 | +0.129 [+0.129, +0.129] | +0.100 [+0.100, +0.100] | not tried |"  # no spread
+
+
 def test_the_map_table_reads_each_setting_s_gaps_and_verdicts(monkeypatch):
     """On the archived map (3-block prefix, numerics version 4): each setting's row holds grid.csv's gaps as RESULTS.md's
     archived section quotes them, with the MDEs, and both verdicts."""

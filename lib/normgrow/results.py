@@ -1,7 +1,7 @@
 """docs/RESULTS.md's tables, as Markdown, from the committed records: ``python -m normgrow.results --profile cpu
 study`` (outputs/study/<profile>/), ``ladder`` and ``ladder-runs`` (outputs/grid/<profile>/ladder/), ``shapes``
 (outputs/grid/<profile>/shapes/), ``robustness`` (the map, outputs/grid/<profile>/robustness/), ``tuning`` (each
-sweep record's optima and their neighbours), ``time-shares`` (where the study's runs spent their wall time; ``--grid
+sweep record's optima and their neighbours), ``basin`` (the gaps with each arm off its optimum, from the sweep), ``time-shares`` (where the study's runs spent their wall time; ``--grid
 NAME``: a grid's runs). Prints to stdout; RESULTS.md holds each of TABLES as printed, and tests/test_results_doc.py
 checks that it still does for every record committed outside the archive. ``compare --against DIR``: the profile's
 study against another training of it (another CPU, numerics version or torch), for the log.
@@ -167,6 +167,42 @@ def tuning_table(profile: str) -> str:
     return _table(["arm", "lr", "warmup (steps a phase)", "mean val_ce", "the neighbours (mean val_ce)"], rows)
 
 
+BASIN_FACTORS = (0.7071, 1.0, 1.4142)
+"""The lr factors (of each arm's tuned lr, at its tuned warmup) that the cpu sweep tried for every pre- and post-norm
+arm on seeds 0-2."""
+
+
+def basin_table(profile: str) -> str:
+    """How much post-norm's lead needs its tuned optimum (Wortsman et al. 2023 read a basin, not a point): per
+    schedule, the paired gap pre(lr x f_pre) - post(lr x f_post) over the seeds both arms finished, each arm at its
+    tuned warmup, for every pair of factors the sweep record (outputs/sweep/<profile>/sweep.json) holds; no run
+    trained for it."""
+    from .analysis.stats import mean_ci
+    from .config import load_profile
+    from .train.spec import for_arm
+    train = load_profile(profile).train
+    rows = pd.DataFrame(json.loads((sweep_dir(profile) / "sweep.json").read_text())["rows"])
+    table = []
+    for schedule in ("joint", "grow", "single"):
+        at = {}
+        for norm in ("pre", "post"):
+            lr = for_arm("train.lr", train.lr, norm, schedule)
+            warmup = for_arm("train.warmup_steps", train.warmup_steps, norm, schedule)
+            arm = rows[(rows["norm"] == norm) & (rows["schedule"] == schedule) & (rows["warmup_steps"] == warmup)]
+            for f in BASIN_FACTORS:
+                hit = arm[(arm["lr"] / lr - f).abs() < 1e-3]
+                at[norm, f] = hit.set_index("seed")["val_ce"]
+        for f_pre in BASIN_FACTORS:
+            cells = []
+            for f_post in BASIN_FACTORS:
+                pre, post = at["pre", f_pre], at["post", f_post]
+                seeds = pre.index.intersection(post.index)
+                g = mean_ci(pre[seeds] - post[seeds])
+                cells.append(interval(g["mean"], g["ci_low"], g["ci_high"], sign=True) if g["n"] else "not tried")
+            table.append([schedule, f"x{f_pre:g}", *cells])
+    return _table(["schedule", "pre-norm's lr", *(f"post-norm's lr x{f:g}" for f in BASIN_FACTORS)], table)
+
+
 TIME_PARTS = ("steps_s", "eval_s", "checkpoint_s", "other_s")
 """A run's wall time in parts: its training steps (metrics.jsonl's train records: tokens per step / tok_s), its
 evaluations and checkpoints (summary.json's eval_s and checkpoint_s), and the rest (step-0 set-up, compilation, data).
@@ -260,12 +296,12 @@ def compare_studies(a_dir: Path, b_dir: Path) -> str:
 
 
 TABLES = {"study": study_tables, "ladder": ladder_table, "ladder-runs": ladder_runs_table, "shapes": shapes_table,
-          "robustness": robustness_table, "tuning": tuning_table, "time-shares": time_shares_table}
+          "robustness": robustness_table, "tuning": tuning_table, "basin": basin_table, "time-shares": time_shares_table}
 
 
 def record_of(table: str, profile: str):
     """The folder a table reads: the study's, the sweeps', or the grid's its name begins with."""
-    if table == "tuning":
+    if table in ("tuning", "basin"):
         return sweep_dir(profile)
     return study_dir(profile) if table in ("study", "time-shares") else grid_dir(profile, table.split("-")[0])
 
