@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from normgrow import results
@@ -107,6 +108,35 @@ def test_the_basin_table_pairs_every_factor_of_each_arm_at_its_tuned_warmup(tmp_
     lines = results.basin_table(PROFILE).splitlines()
     grow_x1 = next(line for line in lines if line.startswith("| grow | x1 |"))
     assert grow_x1 == "| grow | x1 | +0.129 [+0.129, +0.129] | +0.100 [+0.100, +0.100] | not tried |"  # no spread
+
+
+def test_the_crossover_curve_bands_each_shared_checkpoint_and_reads_a_crossover(tmp_path, monkeypatch):
+    """Subset values at every shared checkpoint (step 0 and whole-split values left out, a phase end's own subset
+    value in), paired by seed, a Bonferroni band over the checkpoints; a lead that changes sides is a crossover."""
+    import json
+    from normgrow.analysis.stats import t_quantile
+    monkeypatch.setenv("NORMGROW_OUTPUTS", str(tmp_path))
+    gaps = {100: -0.2, 200: 0.0, 300: 0.2}  # pre - post: pre-norm leads, then level, then post-norm leads
+    for seed in range(3):
+        for norm in ("pre", "post"):
+            d = tmp_path / "runs" / PROFILE / f"{norm}-grow-s{seed}"
+            d.mkdir(parents=True)
+            ce = {t: 5.0 + (g + seed / 100 if norm == "pre" else 0.0) for t, g in gaps.items()}
+            records = [{"kind": "eval", "step": 0, "tokens": 0, "val_ce": 9.0, "full_split": False},
+                       {"kind": "eval", "step": 1, "tokens": 100, "val_ce": ce[100], "full_split": False},
+                       {"kind": "eval", "step": 4, "tokens": 400, "val_ce": 7.0, "full_split": True},
+                       {"kind": "growth_eval", "step": 2, "tokens": 200, "val_ce": ce[200]},
+                       {"kind": "phase_end", "step": 3, "tokens": 300, "val_ce": 8.0, "val_ce_subset": ce[300]}]
+            (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    study = tmp_path / "study" / PROFILE
+    study.mkdir(parents=True)
+    pd.DataFrame([{"variant": f"{n}-grow", "seed": s} for n in ("pre", "post") for s in range(3)]).to_csv(
+        study / "summary.csv", index=False)
+    lines = results.crossover_curve_table(PROFILE).splitlines()
+    half = t_quantile(1 - 0.05 / 6, 2) * 0.01 / 3 ** 0.5  # per-seed gaps g, g + 0.01, g + 0.02
+    assert lines[2] == f"| 100 | -0.190 | [{-0.19 - half:+.3f}, {-0.19 + half:+.3f}] | pre-norm leads |"
+    assert lines[3].endswith("| not resolved |") and lines[4].endswith("| post-norm leads |")
+    assert lines[-1] == "crossover (resolved at 100, 300 tokens)."
 
 
 def test_the_map_table_reads_each_setting_s_gaps_and_verdicts(monkeypatch):

@@ -1,7 +1,8 @@
 """docs/RESULTS.md's tables, as Markdown, from the committed records: ``python -m normgrow.results --profile cpu
 study`` (outputs/study/<profile>/), ``ladder`` and ``ladder-runs`` (outputs/grid/<profile>/ladder/), ``shapes``
 (outputs/grid/<profile>/shapes/), ``robustness`` (the map, outputs/grid/<profile>/robustness/), ``tuning`` (each
-sweep record's optima and their neighbours), ``basin`` (the gaps with each arm off its optimum, from the sweep), ``time-shares`` (where the study's runs spent their wall time; ``--grid
+sweep record's optima and their neighbours), ``basin`` (the gaps with each arm off its optimum, from the sweep), ``crossover-curve`` (the
+grown students' gap at every checkpoint with a simultaneous band), ``time-shares`` (where the study's runs spent their wall time; ``--grid
 NAME``: a grid's runs). Prints to stdout; RESULTS.md holds each of TABLES as printed, and tests/test_results_doc.py
 checks that it still does for every record committed outside the archive. ``compare --against DIR``: the profile's
 study against another training of it (another CPU, numerics version or torch), for the log.
@@ -203,6 +204,48 @@ def basin_table(profile: str) -> str:
     return _table(["schedule", "pre-norm's lr", *(f"post-norm's lr x{f:g}" for f in BASIN_FACTORS)], table)
 
 
+def subset_curve(run_dir: Path) -> dict[int, float]:
+    """A grown run's validation CE on the fixed evaluation subset at every checkpoint after step 0 (eval and
+    growth_eval records, and each phase end's own subset value), by tokens trained."""
+    curve = {}
+    for r in read_metrics(run_dir, note=False):
+        if r["kind"] in ("eval", "growth_eval") and r["step"] > 0 and not r.get("full_split"):
+            curve[r["tokens"]] = r["val_ce"]
+        elif r["kind"] == "phase_end" and r.get("val_ce_subset") is not None:
+            curve[r["tokens"]] = r["val_ce_subset"]
+    return curve
+
+
+def crossover_curve_table(profile: str) -> str:
+    """The crossover read along the whole curriculum: at every checkpoint both grown students share (the same
+    subset rows each time), the paired gap pre-grow - post-grow over the study's seeds, with a simultaneous 95%
+    band over the checkpoints (Bonferroni: each a t interval at 1 - 0.05 / K). The rule, fixed before a larger
+    record is read: a crossover is a checkpoint whose band lies wholly on one side of zero followed by a later one
+    wholly on the other; a band on one side only, from some checkpoint on, is a lead held from there."""
+    from .analysis.stats import t_quantile
+    runs = pd.read_csv(study_dir(profile) / "summary.csv")
+    seeds = sorted(set(runs.loc[runs["variant"] == "pre-grow", "seed"]) & set(runs.loc[runs["variant"] == "post-grow", "seed"]))
+    curves = {(norm, s): subset_curve(run_path(profile, f"{norm}-grow-s{s}")) for norm in ("pre", "post") for s in seeds}
+    tokens = sorted(set.intersection(*(set(c) for c in curves.values())))
+    n, k = len(seeds), len(tokens)
+    q = t_quantile(1 - 0.05 / (2 * k), n - 1) if n > 1 and k else float("nan")
+    rows, sides = [], []
+    for t in tokens:
+        d = pd.Series([curves["pre", s][t] - curves["post", s][t] for s in seeds])
+        half = q * d.std(ddof=1) / n ** 0.5
+        side = "post-norm leads" if d.mean() - half > 0 else "pre-norm leads" if d.mean() + half < 0 else "not resolved"
+        sides.append(side)
+        rows.append([f"{t:,}", f"{d.mean():+.3f}", f"[{d.mean() - half:+.3f}, {d.mean() + half:+.3f}]", side])
+    resolved = [x for x in sides if x != "not resolved"]
+    crossed = any(a != b for a, b in zip(resolved, resolved[1:]))
+    at = ", ".join(row[0] for row, side in zip(rows, sides) if side != "not resolved")
+    verdict = (f"crossover (resolved at {at} tokens)" if crossed else
+               f"no crossover: {resolved[0]} at every resolved checkpoint ({len(resolved)} of {k}: {at} tokens)"
+               if resolved else "not resolved at any checkpoint")
+    return (_table(["tokens trained", "pre-grow - post-grow (subset)", f"simultaneous 95% band ({n} seeds, {k} "
+                    "checkpoints)", "reading"], rows) + f"\n\n{verdict}.")
+
+
 TIME_PARTS = ("steps_s", "eval_s", "checkpoint_s", "other_s")
 """A run's wall time in parts: its training steps (metrics.jsonl's train records: tokens per step / tok_s), its
 evaluations and checkpoints (summary.json's eval_s and checkpoint_s), and the rest (step-0 set-up, compilation, data).
@@ -296,14 +339,16 @@ def compare_studies(a_dir: Path, b_dir: Path) -> str:
 
 
 TABLES = {"study": study_tables, "ladder": ladder_table, "ladder-runs": ladder_runs_table, "shapes": shapes_table,
-          "robustness": robustness_table, "tuning": tuning_table, "basin": basin_table, "time-shares": time_shares_table}
+          "robustness": robustness_table, "tuning": tuning_table, "basin": basin_table,
+          "crossover-curve": crossover_curve_table, "time-shares": time_shares_table}
 
 
 def record_of(table: str, profile: str):
     """The folder a table reads: the study's, the sweeps', or the grid's its name begins with."""
     if table in ("tuning", "basin"):
         return sweep_dir(profile)
-    return study_dir(profile) if table in ("study", "time-shares") else grid_dir(profile, table.split("-")[0])
+    return (study_dir(profile) if table in ("study", "time-shares", "crossover-curve")
+            else grid_dir(profile, table.split("-")[0]))
 
 
 def main(argv: list[str] | None = None) -> int:
