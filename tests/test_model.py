@@ -41,7 +41,7 @@ def test_every_model_key_of_the_profile_s_student_section_reaches_the_model():
                         f.default * 2 if isinstance(f.default, (int, float)) else f"not-{f.default}")
                for f in dataclasses.fields(ModelParams)}
     changed |= {"n_heads": 2, "n_kv_heads": 1, "head_dim": 8, "mix_alpha": 0.5,  # a valid shape, not the default
-                "parametrization": "mup"}
+                "parametrization": "mup", "boundary": "normalize", "boundary_scale": (2.0,)}
     assert all(changed[f.name] != f.default for f in dataclasses.fields(ModelParams))
     cfg = StudentConfig.from_params(dataclasses.replace(student, **changed), vocab_size=V, n_layers=2)
     assert {name: getattr(cfg, name) for name in changed} == changed
@@ -200,3 +200,26 @@ def test_bf16_autocast_runs():
     with torch.no_grad():
         assert (logits.float() - m(idx)).abs().max() < 0.05
 
+
+
+def test_the_boundary_operation_acts_where_blocks_attach_once_a_block_sits_above():
+    """student.boundary: at each boundary depth (train.stages but the last) the blocks above read h at unit RMS
+    (normalize) or times its factor (scale), in the joint student and the grown one alike; below it, and with no
+    block above yet (a 1-block phase, the single-block control), nothing changes; none is the plain student."""
+    idx = tokens()
+    plain = make(n_layers=3)
+    plain_h = plain.boundaries(idx)
+    for op, check in (("normalize", lambda h, ref: h.pow(2).mean(-1).sqrt()),
+                      ("scale", lambda h, ref: h / ref)):
+        model = make(n_layers=3, boundary=op, boundary_scale=(3.0, 0.5), boundary_depths=(1, 2))
+        assert torch.equal(model.state_dict()["embed_tokens.weight"], plain.state_dict()["embed_tokens.weight"])
+        with torch.no_grad():
+            hs = model.boundaries(idx)
+            assert torch.equal(hs[0], plain_h[0])
+            h1 = check(hs[1], plain_h[1])
+            assert torch.allclose(h1, torch.full_like(h1, 1.0 if op == "normalize" else 3.0), atol=3e-3)  # eps
+            assert not torch.allclose(hs[3], plain_h[3])
+            shallow = make(n_layers=1, boundary=op, boundary_scale=(3.0, 0.5), boundary_depths=(1, 2))
+            assert torch.equal(shallow(idx), make(n_layers=1)(idx))
+    with pytest.raises(ValueError, match="one factor per boundary depth"):
+        make(boundary="scale", boundary_scale=(2.0,), boundary_depths=(1, 2))

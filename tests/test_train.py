@@ -121,6 +121,22 @@ def test_appended_blocks_receive_the_prefix_output(outputs):
     torch.testing.assert_close(seen["input"], boundaries[1], rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("schedule", ["joint", "grow"])
+def test_a_run_s_boundary_operation_acts_at_the_depths_where_its_blocks_attach(outputs, schedule):
+    """student.boundary reaches the trained student with the run's boundary depths (train.stages but the last), in
+    the joint run as in the grown one: the block above each reads h at unit RMS."""
+    from normgrow.config import load_profile
+    overrides = fakes.TINY_OVERRIDES | {"student.boundary": "normalize"}
+    run(norm="pre", schedule=schedule, overrides=overrides)
+    model = load_student(outputs / "runs" / "tiny" / f"pre-{schedule}-s0" / "checkpoints" / "final.pt")
+    stages = load_profile("tiny", overrides).train.stages
+    assert model.cfg.boundary == "normalize" and list(model.cfg.boundary_depths) == list(stages[:-1]) != []
+    with torch.no_grad():
+        hs = model.boundaries(torch.randint(0, fakes.VOCAB, (2, 16)))
+    for d in model.cfg.boundary_depths:
+        torch.testing.assert_close(hs[d].pow(2).mean(-1), torch.ones(2, 16), atol=2e-2, rtol=0)  # rms_eps, small h
+
+
 def test_matched_joint_gets_the_donor_budget(outputs):
     donor = run(norm="post", schedule="grow")
     with pytest.raises(ParamError, match="freeze_prefix=True needs"):

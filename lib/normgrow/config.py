@@ -500,6 +500,9 @@ def _check_cross(p: Profile) -> None:
                          f"train.batch_size x data.seq_len = {tokens_per_step} tokens, and {n} is not (e.g. {below} "
                          f"or {above}): a phase rounded to whole steps would train other tokens than its joint "
                          "counterpart")
+    if p.student.boundary == "scale" and len(p.student.boundary_scale) != len(t.stages) - 1:
+        raise ParamError(f"student.boundary_scale={list(p.student.boundary_scale)!r} must give one factor per depth "
+                         f"where blocks attach (train.stages but the last: {list(t.stages[:-1])})")
     if p.student.n_heads % p.student.n_kv_heads:
         raise ParamError(f"student.n_heads={p.student.n_heads} must be a multiple of "
                          f"student.n_kv_heads={p.student.n_kv_heads}")

@@ -81,6 +81,9 @@ def to_qwen3(model: Student, **token_ids):
     if not PLACEMENTS[model.cfg.norm].exports_to_qwen3:
         raise ValueError(f"norm={model.cfg.norm!r} has no transformers architecture; only "
                          f"{', '.join(n for n, p in PLACEMENTS.items() if p.exports_to_qwen3)} maps to Qwen3")
+    if model.cfg.boundary != "none":
+        raise ValueError(f"boundary={model.cfg.boundary!r}: Qwen3 has no operation between its layers; export the "
+                         "student as a normgrow checkpoint")
     hf = Qwen3ForCausalLM(qwen3_config(model, **token_ids)).float().eval()
     state = {qwen3_name(k): v.detach().float() for k, v in model.state_dict().items()}
     state["model.norm.weight"] = state["model.norm.weight"] * output_mult(model.cfg)  # muP's head multiplier

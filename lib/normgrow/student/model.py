@@ -50,6 +50,7 @@ blocks.{i}.{attn,mlp}_out_norm.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -66,6 +67,9 @@ from ..utils import disk_full_errors
 
 NORMS = tuple(PLACEMENTS)
 ATTENTION_KERNELS = ("auto", "autocast")
+BOUNDARY_OPS = ("none", "normalize", "scale")
+BOUNDARY_READS = {"scale": ("student.boundary_scale",)}
+"""Profile keys only a boundary operation reads (train.spec.unread_keys records them at their defaults elsewhere)."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +92,13 @@ class ModelParams:
     # the arms' lrs are those of a student of width base_width (the width they were tuned at), and d_model may differ.
     parametrization: str = setting("standard", choices=PARAMETRIZATIONS)
     base_width: int = setting(64, range=POSITIVE)
+    # The boundary intervention: a fixed operation on the residual stream where a grown run's new blocks attach (the
+    # depths of train.stages but the last), in every schedule alike, once a block sits above it: none | normalize
+    # (to unit RMS, no gain) | scale (times boundary_scale[i] at the i-th of those depths). Does the scale that new
+    # blocks read cause the grow gap? (BOUNDARY_OPS)
+    boundary: str = setting("none", choices=BOUNDARY_OPS)
+    boundary_scale: tuple = setting((), range=("a list of positive factors, one per boundary depth", lambda v: all(
+        isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0 for x in v)))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,6 +114,9 @@ class StudentConfig(ModelParams):
     # (train.stages[-1], set by train.start_run) for every schedule, so a grown student's blocks are those of its
     # joint counterpart (placements.py). None: n_layers.
     placement_depth: int | None = None
+    # The depths where a grown run's new blocks attach (train.stages but the last, set by train.start_run for every
+    # schedule): where cfg.boundary acts.
+    boundary_depths: tuple = ()
 
     def __post_init__(self):
         if self.attention_kernel not in ATTENTION_KERNELS:
@@ -120,6 +134,11 @@ class StudentConfig(ModelParams):
             raise ValueError(f"StudentConfig.n_heads={self.n_heads} must be a multiple of n_kv_heads={self.n_kv_heads}")
         if self.head_dim % 2:
             raise ValueError(f"StudentConfig.head_dim={self.head_dim} must be even (RoPE rotates pairs)")
+        if self.boundary not in BOUNDARY_OPS:
+            raise ValueError(f"StudentConfig.boundary={self.boundary!r}; allowed values: {', '.join(BOUNDARY_OPS)}")
+        if self.boundary == "scale" and len(self.boundary_scale) != len(self.boundary_depths):
+            raise ValueError(f"StudentConfig.boundary_scale={list(self.boundary_scale)!r} needs one factor per "
+                             f"boundary depth {list(self.boundary_depths)!r}")
         if self.parametrization not in PARAMETRIZATIONS:
             raise ValueError(f"StudentConfig.parametrization={self.parametrization!r}; allowed values: "
                              f"{', '.join(PARAMETRIZATIONS)}")
@@ -283,13 +302,23 @@ class Student(nn.Module):
             raise ValueError(f"sequence length {T} exceeds max_seq_len={self.cfg.max_seq_len}")
         rope = self.rope(T)
         hs, sums = [self.embed_tokens(idx)], []
-        for block in self.blocks:
+        for i, block in enumerate(self.blocks):
+            if i in self.cfg.boundary_depths and self.cfg.boundary != "none":  # h_i as the blocks above read it
+                hs[-1] = self.at_boundary(hs[-1], self.cfg.boundary_depths.index(i))
             out = block(hs[-1], rope, return_residual_sum=residual_sums)
             if residual_sums:
                 out, s = out
                 sums.append(s)
             hs.append(out)
         return (hs, sums) if residual_sums else hs
+
+    def at_boundary(self, h: Tensor, k: int) -> Tensor:
+        """cfg.boundary at the k-th boundary depth: h at unit RMS per position (in float32, as RMSNorm, without a
+        gain), or h times boundary_scale[k]."""
+        if self.cfg.boundary == "normalize":
+            h32 = h.float()
+            return (h32 * torch.rsqrt(h32.pow(2).mean(-1, keepdim=True) + self.cfg.rms_eps)).to(h.dtype)
+        return h * self.cfg.boundary_scale[k]
 
     def hidden(self, idx: Tensor) -> Tensor:
         """[B, T, d]: the final hidden state the head consumes (the final norm of h_N, or h_N itself when the

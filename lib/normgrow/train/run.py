@@ -185,7 +185,8 @@ def start_run(spec: RunSpec, cache, run_dir: Path, phases: list[Phase], state: d
         torch.manual_seed(spec.seed)
         model = Student(StudentConfig.from_params(prof.student, vocab_size=vocab.size, n_layers=phases[0].depth,
                                                   norm=spec.norm, max_seq_len=max(prof.data.seq_len, 16),
-                                                  placement_depth=tp.stages[-1]))  # placements.py: final depth
+                                                  placement_depth=tp.stages[-1],  # placements.py: final depth
+                                                  boundary_depths=tuple(tp.stages[:-1])))  # where blocks attach
         counters = new_counters()
     else:
         model = Student(StudentConfig.from_saved(state["config"]))

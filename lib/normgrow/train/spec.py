@@ -16,7 +16,7 @@ import torch
 from ..config import RULES, ParamError, Profile, check_seed, load_profile, profile_from_dict, with_processes
 from .growth import GROWS, SCHEDULES
 from ..student.growth_ops import GROWTH_OPS
-from ..student.model import NORMS, Student, StudentConfig
+from ..student.model import BOUNDARY_READS, NORMS, Student, StudentConfig
 from ..student.parametrization import READS as PARAMETRIZATION_READS
 from ..student.placements import PLACEMENTS
 from ..rundir import (NUMERICS_VERSION, SUMMARY, finished_runs,
@@ -142,10 +142,11 @@ def for_arm(key: str, value, norm: str, schedule: str):
 def unread_keys(prof: Profile, norm: str, schedule: str) -> list[str]:
     """The dotted profile keys a run of this placement and schedule never reads: those declared for growing runs only
     (settings.Rule.grows_only) and the growth operator's own (GrowthOp.reads) when the schedule does not grow, and
-    every other placement's own keys (Placement.reads), and those of the parametrizations the student does not use
-    (parametrization.READS)."""
+    every other placement's own keys (Placement.reads), and those of the parametrizations (parametrization.READS) and
+    boundary operations (model.BOUNDARY_READS) the student does not use."""
     unread = [k for name, cls in PLACEMENTS.items() if name != norm for k in cls.reads]
     unread += [k for name, keys in PARAMETRIZATION_READS.items() if name != prof.student.parametrization for k in keys]
+    unread += [k for name, keys in BOUNDARY_READS.items() if name != prof.student.boundary for k in keys]
     op = GROWTH_OPS[prof.student.new_block_init]
     unread += [k for other in GROWTH_OPS.values() if other is not op or schedule not in GROWS for k in other.reads]
     if schedule not in GROWS:
