@@ -23,6 +23,7 @@ def write_run(root, variant, seed, val_ce, phase_ce=None, val_kd_ce=None, profil
                "active_layer_tokens": 10 * (i + 1), "val_ce": ce, "val_kd_ce": ce - 3.0,
                "trainable_layer_tokens": 10 * (i + 1)} for i, (ce, d) in enumerate(zip(phase_ce, depths))]
     phases[-1]["val_ce"] = val_ce
+    phases[-1]["val_kd_ce"] = val_kd_ce if val_kd_ce is not None else val_ce - 3.0  # the final numbers: the last phase's
     name = run_name or f"{variant}-s{seed}"
     d = root / "runs" / profile / name
     d.mkdir(parents=True)
@@ -41,7 +42,8 @@ def write_run(root, variant, seed, val_ce, phase_ce=None, val_kd_ce=None, profil
     (d / "config.json").write_text(json.dumps({"profile": recorded, "numerics": NUMERICS_VERSION, "seed": seed}))
     evals = evals if evals is not None else [(0, val_ce + 4.0), (tokens * 8 // 10, val_ce + 0.01)]
     records = [{"kind": "eval", "step": t, "tokens": t, "val_ce": ce} for t, ce in evals]
-    records += [{"kind": "phase_end", "step": ph["tokens"], "tokens": ph["tokens"], "val_ce": ph["val_ce"]}
+    records += [{"kind": "phase_end", "step": ph["tokens"], "tokens": ph["tokens"], "val_ce": ph["val_ce"],
+                 "val_kd_ce": ph["val_kd_ce"]}
                 for ph in phases]
     records.append({"kind": "train", "step": tokens, "tokens": tokens, "loss": 1.0})  # ignored by the report
     (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in sorted(records, key=lambda r: r["step"])))

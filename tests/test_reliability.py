@@ -97,6 +97,25 @@ def test_a_changed_metrics_file_is_damaged_and_an_unrecorded_one_counts(outputs,
     assert runner.report_failures(failed) == 1 and "damaged post-grow-s0" in capsys.readouterr().out
 
 
+def test_a_summary_edited_after_the_run_is_damaged_not_counted(outputs):
+    """Every table counts summary.json, so its numbers are checked against metrics.jsonl's phase_end records: a
+    final val_ce edited by hand (the depth gate would flip on it) makes the run damaged, named by file and number,
+    also in a summary without the metrics record; an untouched run counts."""
+    for seed in (0, 1):
+        write_run(outputs, "post-grow", seed, 5.0 + seed)
+    path = outputs / "runs" / "tiny" / "post-grow-s0" / "summary.json"
+    summary = json.loads(path.read_text())
+    assert summary.get("metrics") is None
+    path.write_text(json.dumps(summary | {"val_ce": 4.0}))
+    found = variants.collect_runs("tiny")
+    assert set(found.damaged) == {"post-grow-s0"} and set(found.assigned) == {("post-grow", 1)}
+    assert re.search(r"post-grow-s0/summary.json: the final val_ce / val_kd_ce \(4.0, 2.0\) is not what .*metrics.jsonl "
+                     r"recorded at the phase end, \(5.0, 2.0\)", found.damaged["post-grow-s0"])
+    summary["phases"][0]["val_kd_ce"] = 1.5
+    path.write_text(json.dumps(summary))
+    assert "phase 0's val_ce / val_kd_ce (5.0, 1.5)" in variants.collect_runs("tiny").damaged["post-grow-s0"]
+
+
 @pytest.mark.parametrize("value, expected", [("relout", "relout"), ("./a/../b", "b")])
 def test_a_relative_outputs_root_is_the_repository_s_whatever_the_cwd(monkeypatch, tmp_path, value, expected):
     monkeypatch.setenv("NORMGROW_OUTPUTS", value)

@@ -522,3 +522,20 @@ def test_a_cache_folder_holding_only_its_committed_record_is_named_as_such(tiny_
     (folder / "teacher.json").unlink()
     with pytest.raises(FileNotFoundError, match=r"is incomplete \(interrupted build\)"):
         teacher_cache.open_cache(profile)
+
+
+def test_the_pass_s_matmul_peak_is_sized_to_its_dtype_s_speed(monkeypatch):
+    """The pass's peak sample is sized so that a product takes about 0.1 s (utils.peak_size): a dtype the CPU
+    emulates (bf16 without AVX512-BF16 or AMX, ~60x slower) gets a 256-cube product instead of the 2,048-cube one that
+    took minutes (the paper-profile test's bf16 pass spent 575 s in it on an AVX2 CPU)."""
+    from normgrow import utils
+    clock = iter([0.0, 0.1])  # one 256-cube product took 0.1 s: as slow as emulated bf16
+    monkeypatch.setattr(utils.time, "perf_counter", lambda: next(clock))
+    assert utils.peak_size(torch.float32) == 256
+    clock = iter([0.0, 0.1 / 1000])  # 1000x faster: 10 x 256 -> capped at 2,048
+    assert utils.peak_size(torch.float32) == 2048
+    sizes = []
+    monkeypatch.setattr(utils, "peak_size", lambda dtype: 512)
+    monkeypatch.setattr(utils, "matmul_peak_sampler", lambda dtype, n: sizes.append(n) or (lambda: 1e9))
+    out = teacher_cache._peak_fraction(1000.0, 2e6, "bfloat16", "cpu", 2)
+    assert sizes == [512] and out["matmul_peak_flop_s"] == 2e9 and out["peak_fraction"] == pytest.approx(1e-3)

@@ -378,13 +378,41 @@ def check_metrics(run_dir: Path, summary: Summary) -> None:
                           f"the run finished: its curves were changed since; {set_aside(run_dir)}")
 
 
+def check_numbers(run_dir: Path, summary: Summary) -> None:
+    """RunDirError naming summary.json when its numbers are not those its metrics.jsonl's phase_end records hold
+    (each phase's val_ce and val_kd_ce, and the final ones the last phase's): every table counts summary.json, so a
+    number edited there would change a verdict unnoticed. A run without phase_end records is not checked."""
+    path = Path(run_dir) / METRICS
+    try:
+        ends = [json.loads(line) for line in path.read_bytes().splitlines() if b'"phase_end"' in line]
+    except (OSError, ValueError) as err:
+        raise RunDirError(f"{path} cannot be read ({err}): the run is damaged: {set_aside(run_dir)}") from err
+    ends = [r for r in ends if r.get("kind") == "phase_end"]
+    if not ends:
+        return
+    if len(ends) != len(summary.phases):
+        raise RunDirError(f"{Path(run_dir) / SUMMARY} records {len(summary.phases)} phases, {path} {len(ends)} phase "
+                          f"ends: the summary is not this run's; {set_aside(run_dir)}")
+    recorded = [(p.val_ce, p.val_kd_ce) for p in summary.phases] + [(summary.val_ce, summary.val_kd_ce)]
+    expected = [(r.get("val_ce"), r.get("val_kd_ce")) for r in ends]
+    expected.append(expected[-1])
+    if recorded != expected:
+        where = next(i for i, (a, b) in enumerate(zip(recorded, expected)) if a != b)
+        what = "the final" if where == len(recorded) - 1 else f"phase {where}'s"
+        raise RunDirError(f"{Path(run_dir) / SUMMARY}: {what} val_ce / val_kd_ce {recorded[where]} is not what "
+                          f"{path} recorded at the phase end, {expected[where]}: "
+                          f"the summary was changed since the run finished; {set_aside(run_dir)}")
+
+
 def read_finished(run_dir: Path) -> tuple[Summary, dict]:
-    """A finished run's summary and identity. A run counts as finished only when both read and validate and its
-    metrics.jsonl is what summary.json recorded (check_metrics): a missing config.json, a summary.json or
+    """A finished run's summary and identity. A run counts as finished only when both read and validate, its
+    metrics.jsonl is what summary.json recorded (check_metrics) and its numbers are metrics.jsonl's (check_numbers):
+    a missing config.json, a summary.json or
     config.json that does not read or validate, or a changed metrics.jsonl is a RunDirError naming the file (the
     run is damaged: its numbers, its parameters or its curves are unknown)."""
     summary = read_summary(run_dir)
     check_metrics(run_dir, summary)
+    check_numbers(run_dir, summary)
     identity = read_identity(run_dir)
     if identity is None:
         raise RunDirError(f"{Path(run_dir) / CONFIG} is missing; the run's parameters are unknown: "

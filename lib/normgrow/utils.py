@@ -232,6 +232,18 @@ def execute_notebook(notebook: Path, output: Path, parameters: dict) -> None:
                         kernel_manager_class=QuietKernelManager)
 
 
+def peak_size(dtype: torch.dtype, target_s: float = 0.1, largest: int = 2048) -> int:
+    """The n (a multiple of 256, at most largest) whose n x n x n matmul in dtype takes about target_s here, from one
+    timed 256-cube product: a bf16 product on a CPU without native bf16 runs about 60x slower than float32, and the
+    2048-cube sample took minutes there."""
+    a = torch.randn(256, 256).to(dtype)
+    a @ a
+    t0 = time.perf_counter()
+    a @ a
+    elapsed = max(time.perf_counter() - t0, 1e-9)
+    return int(min(largest, max(256, 256 * (target_s / elapsed) ** (1 / 3) // 256 * 256)))
+
+
 def matmul_peak_sampler(dtype: torch.dtype, n: int = 2048) -> Callable[[], float]:
     """A function returning one sample of the FLOP/s of an n x n x n matmul in dtype (one warmup product here).
     The bench takes one sample per round, after the round's candidates, so that the peak sees the load they saw; the

@@ -578,13 +578,14 @@ SPLITS = ("train", "val")
 
 def _peak_fraction(tok_s: float, flops_per_token: float, dtype: str, device: str, processes: int) -> dict:
     """The pass's matmul FLOP/s against the matmul peak measured now in its dtype (utils.matmul_peak_sampler: the
-    median of 5 samples on this process's threads, times the processes); on CPU only (a GPU pass is timed by its
+    median of 5 samples on this process's threads, times the processes, each product sized to about 0.1 s:
+    utils.peak_size); on CPU only (a GPU pass is timed by its
     device, not this process)."""
     out = {"flops_per_token": flops_per_token, "flop_s": tok_s * flops_per_token}
     if not device.startswith("cpu"):
         return out
-    from ..utils import matmul_peak_sampler
-    sample = matmul_peak_sampler(getattr(torch, dtype))
+    from ..utils import matmul_peak_sampler, peak_size
+    sample = matmul_peak_sampler(getattr(torch, dtype), peak_size(getattr(torch, dtype)))
     peak = float(np.median([sample() for _ in range(5)])) * processes
     return out | {"matmul_peak_flop_s": peak, "peak_fraction": out["flop_s"] / peak}
 
