@@ -500,7 +500,8 @@ def test_bundled_teacher_and_corpus(out_root):
     assert 1.5 < rep["val_ce"] < 7.0 and rep["tokens"] == {"train": 256, "val": 256}
     assert 0.0 < rep["mean_tail_mass"]["val"] < 1.0
     model, tok = teacher.load_teacher(p.teacher)
-    assert type(model).__name__ == "LlamaForCausalLM" and model.dtype == torch.bfloat16
+    # auto: bf16 where the CPU computes it natively, float32 on an AVX2-only CPU
+    assert type(model).__name__ == "LlamaForCausalLM" and model.dtype == getattr(torch, teacher.teacher_dtype(p.teacher))
     ids, lps, _ = _direct(model, cache.val.tokens[:4], p.cache.k)
     same = (cache.val.topk_ids[:4] == ids).mean()
     assert same > 0.99, same  # bf16: exact up to rare near-ties
@@ -538,4 +539,4 @@ def test_the_pass_s_matmul_peak_is_sized_to_its_dtype_s_speed(monkeypatch):
     monkeypatch.setattr(utils, "peak_size", lambda dtype: 512)
     monkeypatch.setattr(utils, "matmul_peak_sampler", lambda dtype, n: sizes.append(n) or (lambda: 1e9))
     out = teacher_cache._peak_fraction(1000.0, 2e6, "bfloat16", "cpu", 2)
-    assert sizes == [512] and out["matmul_peak_flop_s"] == 2e9 and out["peak_fraction"] == pytest.approx(1e-3)
+    assert sizes == [512] and out["matmul_peak_flop_s"] == 2e9 and out["peak_fraction"] == pytest.approx(1.0)
