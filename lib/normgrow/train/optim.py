@@ -91,7 +91,8 @@ def make_optimizer(model: Student, params, previous: torch.optim.Optimizer | Non
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     groups = [{"params": [p for n, p in named if p.ndim >= 2], "weight_decay": params.weight_decay, "lr_scale": 1.0},
               {"params": [p for n, p in named if p.ndim < 2], "weight_decay": 0.0, "lr_scale": 1.0}]
-    scale = hidden_lr_scale(model.cfg)
+    cfg = getattr(model, "cfg", None)  # the bench also builds transformers' Qwen3 here: standard, no cfg
+    scale = 1.0 if cfg is None else hidden_lr_scale(cfg)
     if scale != 1.0:  # muP away from its base width: the blocks' matrices get a group of their own
         hidden = [p for n, p in named if is_hidden_matrix(n, p.ndim)]
         groups[0]["params"] = [p for n, p in named if p.ndim >= 2 and not is_hidden_matrix(n, p.ndim)]
