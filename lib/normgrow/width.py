@@ -25,11 +25,10 @@ import math
 import sys
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from .analysis.formats import interval
-from .analysis.stats import LEVEL, mean_ci, t_quantile
+from .analysis.stats import LEVEL, line_fit, mean_ci
 from .cli import parse
 from .config import PARAMS_DIR, ParamError, load_profile, read_yaml
 from .identity import directory_conflict
@@ -136,21 +135,6 @@ def width_table(grid: dict) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["rung", "width", "quantity", "mean", "ci_low", "ci_high", "n", "status"])
 
 
-def slope(x, y, level: float = LEVEL) -> dict:
-    """Least squares y = a + b x over the points, b's two-sided Student-t interval (n - 2 degrees of freedom)."""
-    x, y = np.asarray(x, float), np.asarray(y, float)
-    keep = np.isfinite(x) & np.isfinite(y)
-    x, y = x[keep], y[keep]
-    n = len(x)
-    if n < 3 or np.ptp(x) == 0:
-        return {"n": n, "slope": math.nan, "ci_low": math.nan, "ci_high": math.nan, "intercept": math.nan}
-    b, a = np.polyfit(x, y, 1)
-    resid = y - (a + b * x)
-    se = math.sqrt(resid @ resid / (n - 2) / ((x - x.mean()) @ (x - x.mean())))
-    half = t_quantile(0.5 + level / 2, n - 2) * se
-    return {"n": n, "slope": b, "ci_low": b - half, "ci_high": b + half, "intercept": a}
-
-
 def trend_table(grid: dict) -> pd.DataFrame:
     """trend.csv: each per-seed quantity's slope against log2(width) over every finished rung's seeds. Toward the
     reference: the interval excludes 0 and the fitted gap moves toward the reference's value as width grows."""
@@ -166,7 +150,7 @@ def trend_table(grid: dict) -> pd.DataFrame:
     for name in [*SEED_QUANTITIES, *sorted(c for c in data if c.startswith("grow gap at phase"))]:
         if name not in data:
             continue
-        fit = slope(data["log2_width"], data[name])
+        fit = line_fit(data["log2_width"], data[name])
         ref = REFERENCE.get(name)
         rungs = int(data.loc[data[name].notna(), "log2_width"].nunique())
         if not math.isfinite(fit["slope"]) or rungs < 2:

@@ -523,6 +523,26 @@ def baselines(profile: str, overrides: dict | None = None) -> dict:
 
 
 
+def line_fit(x, y, level: float = LEVEL) -> dict:
+    """The least-squares line y = intercept + slope x over the finite points, the slope's two-sided Student-t
+    interval (n - 2 degrees of freedom) and what a band needs (x kept, residual sd s, t, xbar, sxx); slope NaN with
+    fewer than 3 points or one x."""
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    keep = np.isfinite(x) & np.isfinite(y)
+    x, y = x[keep], y[keep]
+    n = int(x.size)
+    if n < 3 or np.ptp(x) == 0:
+        return {"n": n, "slope": math.nan, "intercept": math.nan, "ci_low": math.nan, "ci_high": math.nan}
+    xbar, sxx = x.mean(), float(((x - x.mean()) ** 2).sum())
+    slope = float(((x - xbar) * (y - y.mean())).sum() / sxx)
+    intercept = float(y.mean() - slope * xbar)
+    s = math.sqrt(float(((y - intercept - slope * x) ** 2).sum()) / (n - 2))
+    t = t_quantile(0.5 + level / 2, n - 2)
+    half = t * s / math.sqrt(sxx)
+    return {"n": n, "slope": slope, "intercept": intercept, "ci_low": slope - half, "ci_high": slope + half,
+            "x": x, "s": s, "t": t, "xbar": xbar, "sxx": sxx}
+
+
 def depth_trend(compute, gains, margin: float, level: float = LEVEL) -> dict:
     """Where does depth start to pay? The least-squares line of the depth gains (one per rung of a ladder: a
     placement's mean single - joint val_ce) against log10 of the compute (TFLOP of a joint run), its slope per decade
@@ -533,23 +553,15 @@ def depth_trend(compute, gains, margin: float, level: float = LEVEL) -> dict:
     holds the margin even 3 decades below the data, i.e. it is too wide to locate anything). A trend over the ladder's rungs,
     which change data, tokens and width together: it locates, it does not separate the three. NaN points are left
     out; fewer than 3 rungs give no interval."""
-    x = np.log10(np.asarray(compute, dtype=float))
-    y = np.asarray(gains, dtype=float)
-    keep = np.isfinite(x) & np.isfinite(y)
-    x, y = x[keep], y[keep]
-    n = int(x.size)
+    fit = line_fit(np.log10(np.asarray(compute, dtype=float)), gains, level)
+    n = fit["n"]
     out = {"n": n, "intercept": None, "slope_per_decade": math.nan, "slope_ci_low": math.nan, "slope_ci_high": math.nan,
            "at_tflop": None, "from_tflop": None, "to_tflop": None, "band_everywhere": None, "margin": margin}
-    if n < 3 or np.ptp(x) == 0:
+    if not math.isfinite(fit["slope"]):
         return out
-    xbar, sxx = x.mean(), float(((x - x.mean()) ** 2).sum())
-    slope = float(((x - xbar) * (y - y.mean())).sum() / sxx)
-    intercept = float(y.mean() - slope * xbar)
-    s = math.sqrt(float(((y - intercept - slope * x) ** 2).sum()) / (n - 2))
-    t = t_quantile(0.5 + level / 2, n - 2)
-    half = t * s / math.sqrt(sxx)
-    out |= {"intercept": intercept, "slope_per_decade": slope, "slope_ci_low": slope - half,
-            "slope_ci_high": slope + half}
+    x, slope, intercept, s, t, xbar, sxx = (fit[k] for k in ("x", "slope", "intercept", "s", "t", "xbar", "sxx"))
+    out |= {"intercept": intercept, "slope_per_decade": slope, "slope_ci_low": fit["ci_low"],
+            "slope_ci_high": fit["ci_high"]}
     if slope > 0:
         out["at_tflop"] = float(10 ** ((margin - intercept) / slope))
     # band(x0) = line(x0) +- t s sqrt(1/n + (x0 - xbar)^2 / sxx); the edges' crossings of the margin on a fine grid
