@@ -244,3 +244,40 @@ def test_sigterm_stops_the_runs_without_a_traceback(tmp_path):
     log = proc.communicate(timeout=60)[0]
     assert "stopped in" in log and "Traceback" not in log, log
     assert float(log.split("stopped in ")[1].split(" s")[0]) < 5.0  # nothing waited for the trackers' timeout
+
+
+@pytest.fixture
+def read_only_runs(outputs):
+    """outputs/runs/tiny, a folder no write reaches: a read-only tmpfs for root (whom file modes do not stop), mode
+    0o500 for a user."""
+    folder = outputs / "runs" / "tiny"
+    folder.mkdir(parents=True)
+    if os.geteuid() != 0:
+        folder.chmod(0o500)
+        yield folder
+        folder.chmod(0o700)
+        return
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro", "tmpfs", str(folder)]).returncode != 0:
+        pytest.skip("root without the right to mount: no folder here refuses root's writes")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
+
+
+def test_a_read_only_run_folder_is_one_error_line_before_any_kernel(read_only_runs, capsys, monkeypatch):
+    """Before, the run lock raised a raw OSError in each kernel and the study named as each failure an executed
+    notebook that could not exist."""
+    from normgrow import study
+    import fakes
+    fakes.install(monkeypatch)
+    with pytest.raises(RunDirError, match=r"runs/tiny/pre-joint-s0 cannot be created \((Read-only file system|"
+                                          r"Permission denied)\)"):
+        runner.Job("pre-joint-s0", {"seed": 0, "run_name": "pre-joint-s0", "norm": "pre", "schedule": "joint"},
+                   {}).spec("tiny", None)
+    with pytest.raises(RunDirError, match=r"runs/tiny/run cannot be created"):
+        rundir.RunLock(read_only_runs / "run").acquire()
+    capsys.readouterr()
+    assert study.main(["--profile", "tiny", "--jobs", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "runs/tiny is not writable" in err[0], err

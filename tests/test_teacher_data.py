@@ -423,6 +423,17 @@ def test_pack_rows_starts_every_row_with_the_start_token():
     assert not (np.roll(tokens, -1, axis=1)[mask] == S).any()
 
 
+def test_row_count_counts_the_rows_pack_rows_cuts():
+    rng = np.random.default_rng(0)
+    for seq_len in (2, 4, 7, 32):
+        lengths = rng.integers(1, 3 * seq_len, size=40)
+        counter = data.RowCount(seq_len)
+        for i, n in enumerate(lengths):
+            counter.add(int(n))
+            docs = [np.concatenate([[0], np.ones(m - 1, np.int32)]) for m in lengths[:i + 1]]
+            assert counter.rows == len(data.pack_rows(docs, seq_len, 0)[0]), (seq_len, i)
+
+
 def test_long_documents_are_cut_into_sections_at_paragraphs():
     paras = [f"paragraph {i} " + "word " * 40 for i in range(10)]  # ~215 characters each
     text = "\n\n".join(paras)
@@ -472,6 +483,32 @@ def test_clear_errors_before_heavy_work(tiny_llama, corpus_files, monkeypatch):
             teacher_cache.ensure_cache(load_profile("tiny", {"data.source": bad}), progress=False)
     with pytest.raises(ParamError, match=r"teacher.source='\./no_such_dir'.*allowed values"):
         teacher_cache.ensure_cache(load_profile("tiny", {"teacher.source": "./no_such_dir"}), progress=False)
+
+
+def test_a_bad_corpus_is_refused_naming_its_file_line_and_key(tiny_llama, corpus_files, tmp_path, monkeypatch):
+    """Each refused before the teacher loads, with the file, the line and the key: before, an empty .jsonl ended in
+    StopIteration, a broken line in datasets' DatasetGenerationError, a record without the text field or with a
+    number as text was dropped or converted without a word, and a corpus short of data.val_tokens was a warning."""
+    def boom(*a, **k):
+        raise AssertionError("the teacher loaded before the corpus was checked")
+    monkeypatch.setattr(teacher, "load_teacher", boom)
+    good = [json.dumps({"text": "Some words in a document."})] * 3
+    cases = {"empty.jsonl": ([], r"empty\.jsonl holds no records"),
+             "broken.jsonl": ([*good, '{"text": "cut off', *good], r"broken\.jsonl: line 4 is not JSON"),
+             "nofield.jsonl": ([*good, json.dumps({"body": "x"})], r"text_field='text': .*nofield\.jsonl:4 has no "
+                               r"such field \(its fields: body\)"),
+             "number.jsonl": ([*good, json.dumps({"text": 7})], r"text_field='text': .*number\.jsonl:4 holds 7, not a "
+                              r"string"),
+             "null.jsonl": ([*good, json.dumps({"text": None})], r"null\.jsonl:4 holds None, not a string"),
+             "list.json": (['{"text": "a"}'], r"list\.json holds a dict, not a list of records"),
+             "lines.json": ([*good], r"lines\.json: line 2 is not JSON .*name it \.jsonl")}
+    for name, (lines, msg) in cases.items():
+        (tmp_path / name).write_text("".join(line + "\n" for line in lines))
+        with pytest.raises(ParamError, match=msg):
+            teacher_cache.ensure_cache(_profile(tiny_llama, corpus_files, **{"data.source": {
+                "files": [str(tmp_path / name)]}}), progress=False)
+    with pytest.raises(ParamError, match=r"data.val_tokens=100000: the corpus gives only \d+ val tokens"):
+        teacher_cache.ensure_cache(_profile(tiny_llama, corpus_files, **{"data.val_tokens": 100_000}), progress=False)
 
 
 # ----------------------------------------------------------------------------------------------- paper path

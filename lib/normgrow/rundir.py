@@ -449,6 +449,22 @@ def write_summary(run_dir: Path, summary: Summary) -> None:
 
 # ------------------------------------------------------------------------------------------------------------ lock
 
+def writable_dir(folder: Path) -> Path:
+    """folder, created when absent; RunDirError naming it when this process cannot write there (a read-only runs/
+    folder is one error line before any kernel starts, not a failed run each)."""
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        if err.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise
+        raise RunDirError(f"{folder} cannot be created ({err.strerror}); make its parent writable or set "
+                          "NORMGROW_OUTPUTS to a writable folder") from None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise RunDirError(f"{folder} is not writable (a read-only mount, or another user's); make it writable or "
+                          "set NORMGROW_OUTPUTS to a writable folder")
+    return Path(folder)
+
+
 class RunLock:
     """One writer per run directory: an exclusive flock on <run_dir>/LOCK, which holds the writer's pid and command.
     The study and the grid runners take one on the outputs root too (runner_lock): one runner per outputs at a time.
@@ -462,7 +478,7 @@ class RunLock:
         self._fd: int | None = None
 
     def acquire(self) -> "RunLock":
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        writable_dir(self.path.parent)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -49,7 +49,7 @@ from .paths import NOTEBOOKS, PARAMS_DIR, REPO_ROOT
 from .ranks import RUNNER_KERNEL, outside_launch
 from .identity import directory_conflict
 from .rundir import (NOTEBOOK, RunDirError, is_finished, read_finished, read_identity,
-                     read_metrics, run_path)
+                     read_metrics, run_path, runs_root, writable_dir)
 from .train.spec import RunSpec, make_run_spec
 from .utils import descendants, execute_notebook, stop_processes
 
@@ -90,7 +90,9 @@ class Job:
     def spec(self, profile: str, processes: int | None) -> RunSpec:
         """The validated run (spec.make_run_spec), made when the job starts: a matched run's donor is resolved only
         once it has finished. Its kernel gets it whole (RunSpec.to_json), so the kernel reads no profile file."""
-        return make_run_spec(profile=profile, processes=processes, **self.params)
+        spec = make_run_spec(profile=profile, processes=processes, **self.params)
+        writable_dir(spec.dir)
+        return spec
 
 
 # ------------------------------------------------------------------------------------------------- parameters
@@ -230,8 +232,10 @@ def ensure_teacher_cache(prof, out_dir: Path, processes: int | None = None, over
     """(key, job) of the teacher cache of prof (the profile with the dotted overrides it was loaded with). A complete
     cache: (its key, None). Else it is built by notebooks/00_teacher.ipynb, executed into out_dir/notebook: here and
     now under the local executor, (its key, None); under slurm as one job the runs wait for, (None, the job's id): its
-    key exists once the job has run, and the runs' kernels check it (train.resume.prepare_run_dir)."""
+    key exists once the job has run, and the runs' kernels check it (train.resume.prepare_run_dir). The first step of
+    every runner, so it first checks that the profile's runs folder is writable (rundir.writable_dir)."""
     from .data.teacher_cache import open_cache
+    writable_dir(runs_root(prof.name))
     try:
         key = open_cache(prof).key
         print(f"teacher cache: complete, reused (outputs/teacher/{key})")
@@ -407,8 +411,9 @@ def execute_runs(profile: str, pending: list[Job], jobs: int, processes: int | N
                 if error is None:
                     done.add(r.name)
                 else:
-                    failed[r.name] = f"executed notebook {run_path(profile, r.name) / NOTEBOOK}"
-                    print(f"\nFAILED {r.name}: {error}\n  {failed[r.name]}")
+                    notebook = run_path(profile, r.name) / NOTEBOOK
+                    failed[r.name] = f"executed notebook {notebook}" if notebook.exists() else error
+                    print(f"\nFAILED {r.name}: {error}" + (f"\n  {failed[r.name]}" if notebook.exists() else ""))
                 bar.update(1)
     except KeyboardInterrupt:
         print(f"\n{desc} interrupted: stopping its runs (they resume from their last checkpoint next time)")

@@ -10,8 +10,8 @@ Sources (``data.source``):
 * ``{hub: NAME, config: CFG, split: SPLIT, text_field: text}``: any ``datasets`` hub source, streamed, so only as
   many documents as the token budgets need are downloaded.
 * ``{files: [PATH, ...], text_field: text}``: local ``.txt`` files (one document per file) or ``.jsonl`` / ``.json``
-  files (one document per record, text in ``text_field``), read with ``datasets``. Paths and globs are relative to
-  the repository root (paths.resolve_profile_path).
+  files (one document per record, its text the string in ``text_field``). Paths and globs are relative to the
+  repository root (paths.resolve_profile_path).
 
 Documents: every source goes through one rule. Text is cleaned (``clean_text``; a Project Gutenberg header and
 footer are stripped only from a text that has the ``*** START OF ... PROJECT GUTENBERG`` marker), and a document
@@ -211,19 +211,49 @@ def _bundled_documents() -> Iterator[tuple[str, str]]:
                                                                                    errors="replace")))
 
 
+def _json_records(path: str) -> Iterator[tuple[str, Any]]:
+    """(where, record) of every record of a .jsonl file (one JSON value per line; blank lines skipped) or a .json
+    file (one JSON list); ``where`` is ``path:line`` or ``path[i]``. A ParamError names the file and line of what
+    does not parse."""
+    with open(path, encoding="utf-8") as fh:
+        if path.endswith(".json"):
+            try:
+                records = json.load(fh)
+            except json.JSONDecodeError as e:
+                raise ParamError(f"data.source: {path}: line {e.lineno} is not JSON ({e.msg}); a .json file holds "
+                                 "one list of records (one record per line: name it .jsonl)") from None
+            if not isinstance(records, list):
+                raise ParamError(f"data.source: {path} holds a {type(records).__name__}, not a list of records")
+            yield from ((f"{path}[{i}]", r) for i, r in enumerate(records))
+            return
+        for number, line in enumerate(fh, 1):
+            if line.strip():
+                try:
+                    yield f"{path}:{number}", json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise ParamError(f"data.source: {path}: line {number} is not JSON ({e.msg})") from None
+
+
 def _file_documents(spec: dict) -> Iterator[tuple[str, str]]:
+    """A .txt file is one document; a .jsonl or .json file one per record, its text the record's text_field, which
+    every record must hold as a string (a ParamError names the file, line and key)."""
     field = spec["text_field"]
     for path in spec["files"]:
         if path.endswith(".txt"):
             yield f"file:{Path(path).name}", clean_text(strip_gutenberg(Path(path).read_text(encoding="utf-8",
                                                                                            errors="replace")))
             continue
-        import datasets  # local import: heavy
-        ds = datasets.load_dataset("json", data_files=path, split="train")
-        if field not in ds.column_names:
-            raise ParamError(f"data.source.text_field={field!r} is not a field of {path}; fields: {ds.column_names}")
-        for i, rec in enumerate(ds):
-            yield f"file:{Path(path).name}#{i}", clean_text(str(rec[field] or ""))
+        count = 0
+        for i, (where, rec) in enumerate(_json_records(path)):
+            if not isinstance(rec, dict) or field not in rec:
+                fields = f"its fields: {', '.join(rec)}" if isinstance(rec, dict) else f"it is a {type(rec).__name__}"
+                raise ParamError(f"data.source.text_field={field!r}: {where} has no such field ({fields})")
+            if not isinstance(rec[field], str):
+                raise ParamError(f"data.source.text_field={field!r}: {where} holds {rec[field]!r}, not a string")
+            count += 1
+            yield f"file:{Path(path).name}#{i}", clean_text(rec[field])
+        if not count:
+            raise ParamError(f"data.source: {path} holds no records")
 
 
 def _hub_documents(spec: dict) -> Iterator[tuple[str, str]]:
@@ -387,7 +417,7 @@ def _tokenize_and_pack(params: DataParams, spec: dict, tokenizer, bos_id: int, p
         raise ParamError(f"data.train_tokens={params.train_tokens} and data.val_tokens={params.val_tokens} must each "
                          f"be at least data.seq_len={L}")
     buf = {s: [] for s in want}
-    have = {s: 0 for s in want}
+    rows = {s: RowCount(L) for s in want}
     ids = {s: [] for s in want}
     from tqdm.auto import tqdm
     bar = tqdm(total=sum(want.values()), desc="tokenize", unit="tok", disable=not progress)
@@ -397,21 +427,21 @@ def _tokenize_and_pack(params: DataParams, spec: dict, tokenizer, bos_id: int, p
         enc = tokenizer([t for _, t in batch], add_special_tokens=False)["input_ids"]
         for (doc_id, _), toks in zip(batch, enc):
             split = "val" if is_val_doc(doc_id, params) else "train"
-            if have[split] >= want[split] or not toks:
+            if rows[split].rows * L >= want[split] or not toks:
                 continue
             arr = np.asarray([bos_id] + list(toks), dtype=np.int32)
             buf[split].append(arr)
             ids[split].append(doc_id)
-            take = min(len(arr), want[split] - have[split])
-            have[split] += len(arr)
-            bar.update(take)
+            before = rows[split].rows
+            rows[split].add(len(arr))
+            bar.update(min(rows[split].rows * L, want[split]) - min(before * L, want[split]))
         batch.clear()
 
     for doc in iter_documents(spec, params.split_seed, params.max_doc_chars):
         batch.append(doc)
         if len(batch) >= 64:
             flush()
-            if all(have[s] >= want[s] for s in want):
+            if all(rows[s].rows * L >= want[s] for s in want):
                 break
     if batch:
         flush()
@@ -419,18 +449,34 @@ def _tokenize_and_pack(params: DataParams, spec: dict, tokenizer, bos_id: int, p
     out = {}
     for split in want:
         if not buf[split]:
-            raise ValueError(f"data: the source gave no {split} documents (val_fraction={params.val_fraction}); "
-                             f"use a larger corpus or change data.val_fraction")
+            raise ParamError(f"data.val_fraction={params.val_fraction}: the source gave no {split} documents; use a "
+                             "larger corpus or change data.val_fraction")
         tokens, starts = pack_rows(buf[split], L, bos_id)
         n = min(len(tokens), want[split] // L)
-        if n == 0:
-            raise ValueError(f"data: only {sum(map(len, buf[split]))} {split} tokens available, fewer than "
-                             f"seq_len={L}")
         if n * L < want[split]:
-            import warnings
-            warnings.warn(f"data: the corpus gives only {n * L} {split} tokens (asked for {want[split]})")
+            raise ParamError(f"data.{split}_tokens={getattr(params, split + '_tokens')}: the corpus gives only "
+                             f"{n * L} {split} tokens in rows of data.seq_len={L} (val_fraction="
+                             f"{params.val_fraction}); ask for at most that, or use a larger corpus")
         out[split] = (tokens[:n], starts[:n], ids[split])
     return out
+
+
+class RowCount:
+    """How many rows pack_rows cuts from the documents added so far (each given by its length, S included), counted
+    as they arrive, so that a split reads documents until its rows hold the tokens asked for."""
+
+    def __init__(self, seq_len: int):
+        self.seq_len, self.rows, self.pending, self.fresh = seq_len, 0, 0, True
+
+    def add(self, length: int) -> None:
+        if self.pending == 0:  # the next row begins at this document's S
+            self.fresh = True
+        available = self.pending + length
+        while available >= (self.seq_len if self.fresh else self.seq_len - 1):
+            available -= self.seq_len if self.fresh else self.seq_len - 1
+            self.rows += 1
+            self.fresh = False
+        self.pending = available
 
 
 def pack_rows(docs: list[np.ndarray], seq_len: int, start_id: int) -> tuple[np.ndarray, np.ndarray]:
