@@ -219,8 +219,11 @@ RENDERER = "normgrow_offline_html"
 
 def notebook_setup() -> None:
     """Call once at the top of a notebook: figures then carry the plotly mimetype (JupyterLab) and offline text/html
-    (nbconvert, nbviewer, any browser), and plotly.js is displayed here, inline, once for the notebook."""
+    (nbconvert, nbviewer, any browser), and plotly.js is displayed here, inline, once for the notebook. Bad input
+    (a ParamError, a locked or damaged run folder) then shows as the command line shows it, one ``error:`` line, in
+    JupyterLab and in what papermill prints, instead of the cell's traceback."""
     import plotly.io as pio
+    from IPython import get_ipython
     from IPython.display import HTML, display
     from plotly.io.base_renderers import MimetypeRenderer
     from plotly.offline import get_plotlyjs
@@ -233,6 +236,13 @@ def notebook_setup() -> None:
                                              include_mathjax=False, config=FIGURE_CONFIG, default_width="100%",
                                              validate=False)}
 
+    from ..paths import ParamError
+    from ..rundir import RunDirError
+    shell = get_ipython()
+    if shell is not None:
+        shell.set_custom_exc((ParamError, RunDirError),
+                             lambda shell, etype, value, tb, tb_offset=None: shell._showtraceback(
+                                 etype, value, [f"error: {value}"]))
     pio.renderers[RENDERER] = OfflineHtml()
     pio.renderers.default = f"plotly_mimetype+{RENDERER}"
     display(HTML(f"<script type='text/javascript'>{get_plotlyjs()}</script>"))
