@@ -133,3 +133,23 @@ def test_coordinate_check_mup_layers_are_flat_across_widths(norm, schedule):
     assert np.all(np.abs(upd) < 0.3), upd
     _, standard = slopes("standard", norm, schedule)
     assert standard.max() > 0.5, standard
+
+
+def test_the_gpu_profiles_take_the_lrs_transferred_from_cpu_at_base_width_64():
+    """gpu is the width grid's 128 rung on a GPU (its bracket is its tuning); paper is cpu at width 512 under muP.
+    Both carry cpu's per-arm lrs and warmups, so a sweep written into cpu reaches them, and keep head_dim 16."""
+    import dataclasses
+    from normgrow.config import load_profile
+    cpu, rung = load_profile("cpu"), load_profile("cpu-w128")
+    for name, width in (("gpu", 128), ("paper", 512)):
+        p = load_profile(name)
+        assert (p.student.parametrization, p.student.base_width, p.student.d_model) == ("mup", cpu.student.d_model,
+                                                                                        width)
+        assert p.student.head_dim == cpu.student.head_dim and p.student.n_heads * p.student.head_dim == width
+        assert p.train.lr == cpu.train.lr and p.train.warmup_steps == cpu.train.warmup_steps
+    gpu = load_profile("gpu")
+    assert gpu.student == rung.student and gpu.data == rung.data
+    same = ("stages", "stage_tokens", "batch_size", "lr", "warmup_steps")
+    assert [getattr(gpu.train, k) for k in same] == [getattr(rung.train, k) for k in same]
+    assert dataclasses.replace(gpu.train, dtype=rung.train.dtype, device=rung.train.device,
+                               compile=rung.train.compile) == rung.train
