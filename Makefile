@@ -54,7 +54,7 @@ sweep: $(STAMP)
 grid: $(STAMP)
 	$(PY) -m normgrow.grid --profile $(or $(PROFILE),cpu) $(GRID_ARGS)
 
-# TensorBoard on every run's event files (train.trackers, normgrow/tracking.py), those of finished runs without them
+# TensorBoard on every run's event files (train.trackers, normgrow/train/tracking.py), those of finished runs without them
 # (the committed runs) first replayed from their metrics.jsonl; TB_ARGS="--port 6007" etc.
 tensorboard: $(STAMP)
 	$(PY) -m normgrow events

@@ -138,16 +138,6 @@ def test_diagnostics_page_offline(browser, finished_study):
 
 
 @needs_chromium
-def test_exported_run_notebook_draws_offline(browser, finished_study, tmp_path):
-    from normgrow.viz.render import export_notebook
-    root, _ = finished_study
-    out = export_notebook(root / "runs" / "tiny" / "post-grow-s0" / "run.ipynb", tmp_path / "run.html")
-    seen = open_offline(browser, out, "run_variant_post-grow-s0.png")
-    check_page(seen, min_figures=1)
-    seen["page"].close()
-
-
-@needs_chromium
 def test_grid_page_fits_and_names_its_colours(browser, tmp_path):
     """The ladder's page of the committed cpu runs (grid.grid_report_html, written to tmp_path: the committed page is
     not touched): it fits the window, its depth figure draws without a console warning, and its legend names both

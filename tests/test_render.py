@@ -54,10 +54,9 @@ def test_page_inlines_plotlyjs_once():
 
 
 @pytest.mark.integration
-def test_executed_notebook_keeps_figures_in_exported_html(finished_study, tmp_path):
+def test_executed_notebook_keeps_its_figures_outside_jupyterlab(finished_study):
     """The study executed run_variant.ipynb for post-grow-s0: its figure carries both the plotly mimetype and
-    text/html, plotly.js is in the notebook once, and nbconvert's HTML (render.export_notebook) keeps the figure
-    with no script loaded from anywhere."""
+    text/html (what nbconvert and nbviewer keep), and plotly.js is in the notebook once."""
     root, _ = finished_study
     executed = root / "runs" / "tiny" / "post-grow-s0" / "run.ipynb"
     nb = nbformat.read(executed, as_version=4)
@@ -65,11 +64,6 @@ def test_executed_notebook_keeps_figures_in_exported_html(finished_study, tmp_pa
     figures = [o for o in outputs if "application/vnd.plotly.v1+json" in o.get("data", {})]
     assert figures and all("text/html" in o["data"] for o in figures)
     assert sum("window.Plotly = Plotly" in str(o.get("data", {}).get("text/html", "")) for o in outputs) == 1
-    html = render.export_notebook(executed, tmp_path / "run.html").read_text()
-    assert html.count("window.Plotly = Plotly") == 1  # plotly.js inlined once
-    assert html.count("Plotly.newPlot") == len(figures)
-    assert not re.search(r"<script[^>]*\bsrc=", html), "an external script in the exported page"
-    assert "post-grow-s0" in html
 
 
 def synthetic_study() -> dict:

@@ -16,7 +16,7 @@ from normgrow.analysis import claims, stats
 from normgrow.analysis import variants
 from normgrow.viz import report, report_figures
 from normgrow.rundir import unfinished_runs
-from normgrow.analysis.variants import collect_runs, load_gaps
+from normgrow.analysis.variants import collect_runs, load_reference
 from synthetic_runs import write_metrics, write_run
 
 # Student t 0.975 quantiles (scipy.stats.t.ppf(0.975, df)); df=2 has the closed form 0.95 * sqrt(2 / (1 - 0.95^2)).
@@ -225,7 +225,7 @@ def test_paired_gaps_pair_by_seed_and_cancel_seed_effects(outputs):
     assert g["n"] == 3 and g["seeds"] == "0 1 2" and g["unpaired_seeds"] == "7"
     half = T975[2] * np.std([0.03, 0.04, 0.05], ddof=1) / math.sqrt(3)
     assert g["mean"] == pytest.approx(0.04) and g["ci_low"] == pytest.approx(0.04 - half)
-    table = stats.gap_table(runs, load_gaps()).set_index(["metric", "gap"])
+    table = stats.gap_table(runs, load_reference().gaps).set_index(["metric", "gap"])
     assert table.loc[("val_ce", "joint"), "mean"] == pytest.approx(0.0005 / 3)
     assert table.loc[("val_ce", "joint"), "reference"] == 0.0004
     assert table.loc[("val_ce", "grow"), "reference"] == 0.0328

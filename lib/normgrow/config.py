@@ -169,7 +169,7 @@ class DataParams:
     val_fraction: float = setting(0.05, range=("in (0, 1)", lambda v: 0 < v < 1))
     split_seed: int = 0  # a seed (check_seed)
     # Documents longer than this many characters are cut at paragraph boundaries into sections, each a document of
-    # its own for the split (data.py, "Documents"); 0 keeps every document whole. About one KJV chapter.
+    # its own for the split (data/corpus.py, "Documents"); 0 keeps every document whole. About one KJV chapter.
     max_doc_chars: int = setting(4000, range=(">= 0 (0 = documents are never cut)", lambda v: v >= 0))
 
 

@@ -249,7 +249,7 @@ def paired_gap(runs: pd.DataFrame, a: str, b: str, metric: str = "val_ce", phase
 
 
 def gap_table(runs: pd.DataFrame, gaps: dict[str, GapSpec], metrics=METRICS, level: float = LEVEL) -> pd.DataFrame:
-    """The paired gaps (variants.load_gaps: a - b by seed) for every metric, with the reference values beside them
+    """The paired gaps (params/reference.yaml's gaps, variants.load_reference: a - b by seed) for every metric, with the reference values beside them
     and two resolution columns. mde (minimum detectable effect): the half-width of the gap's interval at its number
     of paired seeds, the smallest |mean| these seeds at this spread resolve from zero. seeds_to_resolve_reference:
     seeds_needed(sd, |reference|), how many paired seeds at the observed per-seed spread would resolve a gap of the

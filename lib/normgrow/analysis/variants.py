@@ -253,11 +253,6 @@ def _claims(path, raw, gaps: dict[str, GapSpec], margin: float) -> tuple[ClaimSp
     return tuple(claims)
 
 
-def load_gaps() -> dict[str, GapSpec]:
-    """params/reference.yaml's gaps, by name (see load_reference)."""
-    return load_reference().gaps
-
-
 @dataclass(frozen=True)
 class StudyRuns:
     """The finished runs assigned to (variant, seed), those that are not, with why, and the damaged ones (a

@@ -1,11 +1,10 @@
-"""What a researcher sees: the HTML pages (report.html, diagnostics.html), their tables and look, the plotly renderer
-of the notebooks and their offline HTML export. report.py and diagplots.py build their pages with this module.
+"""What a researcher sees: the HTML pages (report.html, diagnostics.html), their tables and look, and the plotly
+renderer of the notebooks. report.py and diagplots.py build their pages with this module.
 
 Choices, and why:
 
-- Offline first. The study machine has no network, so every page inlines plotly.js once (``Page.figure``), figures
-  never reference MathJax (none uses LaTeX), and exported notebooks use a template without the CDN scripts of
-  nbconvert's ``lab`` template (require.js, MathJax, mermaid, the widget manager): ``export_notebook``.
+- Offline first. The study machine has no network, so every page inlines plotly.js once (``Page.figure``) and
+  figures never reference MathJax (none uses LaTeX).
 - Notebooks keep their figures outside JupyterLab. ``notebook_setup()`` (the first code cell of every notebook)
   makes each figure carry two outputs: ``application/vnd.plotly.v1+json``, which JupyterLab draws with its plotly
   extension, and ``text/html`` without plotly.js, which nbconvert keeps; plotly.js itself is displayed once, inline,
@@ -246,19 +245,3 @@ def notebook_setup() -> None:
     pio.renderers[RENDERER] = OfflineHtml()
     pio.renderers.default = f"plotly_mimetype+{RENDERER}"
     display(HTML(f"<script type='text/javascript'>{get_plotlyjs()}</script>"))
-
-
-TEMPLATES = Path(__file__).parent / "nbtemplates"
-
-
-def export_notebook(notebook: Path, out: Path | None = None) -> Path:
-    """An executed notebook as one offline HTML page (nbconvert's lab look without its CDN scripts: template
-    nbtemplates/offline). Figures are there when the notebook called notebook_setup(). Default out: the notebook's
-    name with .ipynb.html (not .html: diagnostics.ipynb sits next to the diagnostics.html page it writes)."""
-    import nbformat
-    from nbconvert import HTMLExporter
-    notebook = Path(notebook)
-    out = Path(out) if out is not None else notebook.with_name(notebook.name + ".html")
-    exporter = HTMLExporter(template_name="offline", extra_template_basedirs=[str(TEMPLATES)])
-    body, _ = exporter.from_notebook_node(nbformat.read(notebook, as_version=4))
-    return write_text(out, body)
