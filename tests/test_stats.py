@@ -2,6 +2,7 @@
 against scipy's values (scipy.stats 1.17, not a dependency: the numbers are written here) and hand computations."""
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -154,3 +155,18 @@ def test_the_unigram_level_survives_without_the_teacher_cache(share_cache, tmp_p
     assert without["teacher_val_ce"] == with_cache["teacher_val_ce"] and "outputs/data/" in without["unigram_source"]
     monkeypatch.setenv("NORMGROW_OUTPUTS", str(tmp_path / "empty"))
     assert baselines("tiny") == {}
+    # runs that recorded another teacher pass (auto's dtype on another CPU kind): its level, not the cache the
+    # profile resolves to here (bug: the cpu report rebuilt on an AVX2 CPU showed the float32 pass's teacher level
+    # beside runs distilled from the bf16 one)
+    both = tmp_path / "both"
+    (both / "teacher").mkdir(parents=True)
+    (both / "teacher" / key).symlink_to(share_cache / "teacher" / key)
+    other = "0123456789abcdef"
+    (both / "teacher" / other).mkdir()
+    recorded = json.loads((share_cache / "teacher" / key / "teacher.json").read_text())
+    (both / "teacher" / other / "teacher.json").write_text(json.dumps({**recorded, "val_ce": 9.25}))
+    monkeypatch.setenv("NORMGROW_OUTPUTS", str(both))
+    assert baselines("tiny")["teacher_val_ce"] == with_cache["teacher_val_ce"]
+    theirs = baselines("tiny", teacher_key=other)
+    assert theirs["teacher_val_ce"] == 9.25 and other in theirs["teacher_source"]
+    assert theirs["unigram_val_ce"] == pytest.approx(with_cache["unigram_val_ce"], abs=1e-12)

@@ -478,11 +478,12 @@ def depth_check(runs: pd.DataFrame, variants: dict[str, Variant], margin: float)
     return pd.DataFrame(rows, columns=list(DEPTH_FIELDS))
 
 
-def baselines(profile: str, overrides: dict | None = None) -> dict:
+def baselines(profile: str, overrides: dict | None = None, teacher_key: str | None = None) -> dict:
     """{"teacher_val_ce", "unigram_val_ce"} on the validation positions of the profile (with dotted overrides: a
     grid setting's data) (the levels that frame a student's val_ce) with where each comes from ("teacher_source",
     "unigram_source"), or {} when no teacher pass was recorded for it (no cache and no teacher.json, or runs without
-    a profile file). The unigram model is fitted on the cache's training tokens; where the cache itself is absent
+    a profile file). teacher_key: the cache the runs recorded (Summary.teacher_key), which on another CPU kind is
+    not the one the profile resolves to (auto's dtype); None: the profile's. The unigram model is fitted on the cache's training tokens; where the cache itself is absent
     but its teacher.json (committed with the results) is there, on the same tokens re-made from the corpus
     (corpus.ensure_data: seconds, no teacher pass; the data key teacher.json records must match), so that a grid
     table or page rebuilt on a machine without the cache keeps the level every regime gate reads."""
@@ -498,7 +499,7 @@ def baselines(profile: str, overrides: dict | None = None) -> dict:
         return {}
     except FileNotFoundError:
         cache = None
-    if cache is not None:
+    if cache is not None and teacher_key in (None, cache.key):
         key, report, tokens = cache.key, cache.report, (cache.train.tokens, cache.val.tokens, cache.val.doc_start)
         fitted = f"outputs/teacher/{key}/train tokens, add-0.5 smoothed over the ids that occur in the cache, " \
                  f"scored on outputs/teacher/{key}/val"
@@ -507,6 +508,7 @@ def baselines(profile: str, overrides: dict | None = None) -> dict:
             tokenizer, bos_id, dkey, key = resolve_key(prof)
         except TeacherLoadError:
             return {}
+        key = teacher_key or key
         path = teacher_root() / key / "teacher.json"
         report = read_json(path) if path.is_file() else {}
         if report.get("data_key") != dkey:

@@ -21,7 +21,7 @@ import pandas as pd
 from ..analysis.claims import (NOT_JUDGED, NOT_JUDGED_DEPTH, NOT_TESTABLE, SUPPORTED, Claim, depth_gate, evaluate_claims, gate_claims,
                                read_diagnostics)
 from .forest import forest_figure, reference_marks
-from .report_figures import LR_SHOWN, figures
+from .report_figures import LR_SHOWN, curve_positions, figures
 from ..rundir import (SAME_TRAINING, grids_root, machine_hours, study_dir, unfinished_runs)
 from ..analysis.stats import (ALPHA, DEPTH_FIELDS, FLAT_LIMIT, FLAT_TAIL, LEVEL, REGIME_FIELDS, SEEDS_LIMIT, UNIGRAM_MARGIN,
                               baselines, crossover_table, depth_check, gap_ratio, gap_table, regime_check, runs_frame,
@@ -115,7 +115,8 @@ def build_report(profile: str, level: float = LEVEL) -> Report:
     reference, variants = load_reference(), load_variants()
     spec = reference.gaps
     gaps = gap_table(runs, spec, level=level)
-    base = baselines(profile)
+    keys = {summary.teacher_key for summary in study.assigned.values()}
+    base = baselines(profile, teacher_key=keys.pop() if len(keys) == 1 else None)  # the runs' teacher pass
     regime = regime_check(runs, base.get("unigram_val_ce"))
     depth = depth_check(runs, variants, reference.depth_margin)
     gate = lambda claims: depth_gate(gate_claims(claims, regime), depth, variants)
@@ -307,7 +308,12 @@ def report_html(rep: Report, figs: dict | None = None) -> str:
                  "to it.</p>")
         page.figure(forest_figure(frame, reference_marks()), div_id=f"fig-grid-{name}")
     page.add("</section><section id='curves'><h2>Learning curves</h2>")
-    page.figure(figs["curves"], div_id="fig-curves", caption="Validation CE (nats/token) against student active-layer tokens, one panel "
+    subset, whole = curve_positions(rep)
+    rows = (f"on the evaluation subset: the same {subset:,} target positions at every point (train.eval_tokens), "
+            f"where the tables' final values are on the whole split's {whole:,}, so a curve ends off its table row "
+            "by the subset's sampling" if subset and whole else "on the whole validation split")
+    page.figure(figs["curves"], div_id="fig-curves", caption=f"Validation CE (nats/token) {rows}, against student "
+                "active-layer tokens, one panel "
                 "per schedule, pre-norm red, post-norm blue: the line is the mean over seeds, the band the range of "
                 "the seeds; diamonds and dotted verticals mark growth points (blocks appended); horizontal lines: "
                 "teacher and unigram model on the same validation positions.")

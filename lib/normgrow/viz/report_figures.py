@@ -105,6 +105,17 @@ def curves_figure(rep: Report, metric: str = "val_ce"):
     return learning_curves(_variant_dirs(rep), rep.baselines, metric)
 
 
+def curve_positions(rep: Report) -> tuple[int | None, int | None]:
+    """(target positions of the evaluation subset the curves are drawn on, of the whole validation split the tables'
+    final values are on), as the first run's metrics.jsonl recorded them; None where it has no such evaluation."""
+    from ..rundir import read_metrics
+    dirs = [d for ds in _variant_dirs(rep).values() for d in ds]
+    evals = [r for r in read_metrics(dirs[0], note=False) if r.get("kind") in ("eval", "phase_end")] if dirs else []
+    subset = next((r["eval_positions"] for r in evals if not r.get("full_split") and "eval_positions" in r), None)
+    whole = next((r["eval_positions"] for r in evals if r.get("full_split") and "eval_positions" in r), None)
+    return subset, whole
+
+
 def _variant_dirs(rep: Report) -> dict[str, list[Path]]:
     """{variant: [run directory of each seed]} of the report's runs (what the curve figures read)."""
     return ({v: [run_path(rep.profile, n) for n in g["run_name"]] for v, g in rep.runs.groupby("variant")}
