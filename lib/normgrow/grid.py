@@ -54,7 +54,8 @@ from .cli import parse
 from .config import ParamError, load_profile, with_processes, writable_outputs_dir
 from .rundir import (RunDirError, Summary, grid_dir, is_finished, machine_hours,
                      read_finished, run_machine, run_path, runner_lock)
-from .analysis.stats import LEVEL, depth_trend, mean_ci, paired_differences, regime_check, runs_frame, with_flatness, depth_check, baselines
+from .analysis.stats import (LEVEL, baselines, depth_check, depth_trend, mean_ci, paired_differences, regime_check,
+                             runs_frame, runs_teacher_key, with_flatness)
 from .runner import (ExecutorParams, default_jobs, ensure_teacher_cache, executor_of, git_commit, parse_seeds,
                      report_failures, run_jobs, runner_exit)
 from .utils import atomic_write_json, atomic_write_text
@@ -162,9 +163,13 @@ def setting_overrides(plan: GridPlan, setting: Setting) -> dict:
     return {**plan.overrides, **setting.overrides}
 
 
-def setting_unigram(plan: GridPlan, setting: Setting) -> float | None:
-    """The unigram level of the setting's data (stats.baselines: its own teacher cache), None without a cache."""
-    return baselines(plan.profile, setting_overrides(plan, setting)).get("unigram_val_ce")
+def setting_unigram(plan: GridPlan, setting: Setting, runs: dict[str, CellRun]) -> float | None:
+    """The unigram level of the setting's data (stats.baselines: the teacher pass its finished runs recorded), None
+    without one."""
+    recorded = [runs[c.run_name].summary for c in plan.cells
+                if c.setting == setting.name and runs[c.run_name].status == "finished"]
+    return baselines(plan.profile, setting_overrides(plan, setting),
+                     teacher_key=runs_teacher_key(recorded)).get("unigram_val_ce")
 
 
 def setting_warmups(cells: list[Cell]) -> int | str:
@@ -314,7 +319,7 @@ def grid_frame(plan: GridPlan, runs: dict[str, CellRun], level: float = LEVEL) -
     """grid.csv: a row per setting (judge_setting) from the cells' runs (read_cells), each gated against the unigram
     level of its own data."""
     reference = load_reference()
-    rows = [judge_setting(plan, s, reference, setting_unigram(plan, s), runs, level) for s in plan.grid.settings
+    rows = [judge_setting(plan, s, reference, setting_unigram(plan, s, runs), runs, level) for s in plan.grid.settings
             if s.name not in plan.not_run and any(c.setting == s.name for c in plan.cells)]
     rows += [{"setting": name, "about": next(s.about for s in plan.grid.settings if s.name == name),
               "grow_verdict": NOT_TESTABLE, "interaction_verdict": NOT_TESTABLE, "gate": f"not run: {why}"}

@@ -478,6 +478,14 @@ def depth_check(runs: pd.DataFrame, variants: dict[str, Variant], margin: float)
     return pd.DataFrame(rows, columns=list(DEPTH_FIELDS))
 
 
+def runs_teacher_key(summaries) -> str | None:
+    """The teacher pass a set of runs distilled from (Summary.teacher_key) when they share one, else None: what
+    baselines reads, so that a table rebuilt on another CPU kind (another auto dtype, another cache key) keeps the
+    level its runs were judged at."""
+    keys = {summary.teacher_key for summary in summaries}
+    return keys.pop() if len(keys) == 1 else None
+
+
 def baselines(profile: str, overrides: dict | None = None, teacher_key: str | None = None) -> dict:
     """{"teacher_val_ce", "unigram_val_ce"} on the validation positions of the profile (with dotted overrides: a
     grid setting's data) (the levels that frame a student's val_ce) with where each comes from ("teacher_source",

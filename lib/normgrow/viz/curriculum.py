@@ -9,11 +9,31 @@ import math
 
 from ..student.placements import PLACEMENTS
 
-PANEL_W, PANEL_H, GAP, LEFT, TOP, BOTTOM, PER_ROW = 230, 210, 18, 56, 46, 44, 4
+PANEL_W, PANEL_H, GAP, LEFT, BOTTOM, PER_ROW = 230, 210, 18, 56, 44, 4
+CHAR_W, LINE_H = 6.4, 16  # the width of a character of the 11 px sans-serif labels (an upper bound), a legend line
+
+
+def legend(norms: list[str], width: float) -> tuple[list[str], float]:
+    """The legend's SVG, its entries wrapped onto as many lines as the image's width needs, and the height it takes:
+    every entry inside the image however many placements the grid compares."""
+    entries = [(f"<line x1='{{x}}' x2='{{x18}}' y1='{{ym}}' y2='{{ym}}' stroke='{PLACEMENTS[n].colour}' "
+                "stroke-width='2'/>", f"{PLACEMENTS[n].label}: grown, each phase's end") for n in norms]
+    entries += [("<rect x='{x}' y='{yt}' width='9' height='9' fill='none' stroke='#444'/>", "single (first stage alone)"),
+                ("<path d='M{x5},{yt} l5,5 l-5,5 l-5,-5 z' fill='#444'/>", "joint (all blocks from step 0)")]
+    out, x, y = [], LEFT, 12
+    for mark, text in entries:
+        w = 22 + CHAR_W * len(text) + 24
+        if x > LEFT and x + w > width - 10:
+            x, y = LEFT, y + LINE_H
+        out.append(mark.format(x=x, x18=x + 18, x5=x + 5, ym=y, yt=y - 5) +
+                   f"<text x='{x + 22}' y='{y + 4}'>{html.escape(text)}</text>")
+        x += w
+    return out, y + 4
 
 
 def curriculum_svg(items: list[dict]) -> str:
-    """items: grid.curriculum's. An item without finished grown runs draws an empty panel that says so."""
+    """items: grid.curriculum's. Each panel is titled by its setting, its stages beneath; an item without finished
+    grown runs draws an empty panel that says so."""
     values = [v for it in items for arm in it["arms"].values()
               for v in (*arm["phases"], arm["single"], arm["joint"]) if v is not None and math.isfinite(v)]
     lo, hi = (min(values), max(values)) if values else (0.0, 1.0)
@@ -23,28 +43,21 @@ def curriculum_svg(items: list[dict]) -> str:
     rows = max(1, math.ceil(len(items) / PER_ROW))
     cols = min(PER_ROW, max(1, len(items)))
     width = LEFT + cols * (PANEL_W + GAP) + 10
-    height = TOP + rows * (PANEL_H + BOTTOM) + 10
     norms = list(dict.fromkeys(n for it in items for n in it["arms"]))
+    legend_svg, legend_h = legend(norms, width)
+    top = legend_h + 36
+    height = top + rows * (PANEL_H + BOTTOM) + 10
     out = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' font-family='sans-serif' "
-           "font-size='11'>", "<rect width='100%' height='100%' fill='white'/>"]
-    legend_x = LEFT
-    for norm in norms:
-        colour, label = PLACEMENTS[norm].colour, html.escape(PLACEMENTS[norm].label)
-        out.append(f"<line x1='{legend_x}' x2='{legend_x + 18}' y1='12' y2='12' stroke='{colour}' stroke-width='2'/>"
-                   f"<text x='{legend_x + 22}' y='16'>{label}: grown, each phase's end</text>")
-        legend_x += 250
-    out.append(f"<rect x='{legend_x}' y='7' width='9' height='9' fill='none' stroke='#444'/>"
-               f"<text x='{legend_x + 14}' y='16'>single (first stage alone)</text>"
-               f"<path d='M{legend_x + 190},7 l5,5 l-5,5 l-5,-5 z' fill='#444'/>"
-               f"<text x='{legend_x + 200}' y='16'>joint (all blocks from step 0)</text>")
+           "font-size='11'>", "<rect width='100%' height='100%' fill='white'/>", *legend_svg]
     for i, it in enumerate(items):
         x0 = LEFT + (i % PER_ROW) * (PANEL_W + GAP)
-        y0 = TOP + (i // PER_ROW) * (PANEL_H + BOTTOM)
+        y0 = top + (i // PER_ROW) * (PANEL_H + BOTTOM)
         x = lambda d: x0 + 10 + (d - 1) / max(depth_max - 1, 1) * (PANEL_W - 20)
         y = lambda v: y0 + (hi - v) / (hi - lo) * PANEL_H
         out.append(f"<rect x='{x0}' y='{y0}' width='{PANEL_W}' height='{PANEL_H}' fill='none' stroke='#ccc'/>"
-                   f"<text x='{x0 + PANEL_W / 2}' y='{y0 - 6}' text-anchor='middle' font-weight='bold'>"
-                   f"stages {html.escape(' '.join(map(str, it['stages'])))}</text>")
+                   f"<text x='{x0 + PANEL_W / 2}' y='{y0 - 18}' text-anchor='middle' font-weight='bold'>"
+                   f"{html.escape(it['setting'])}</text><text x='{x0 + PANEL_W / 2}' y='{y0 - 5}' "
+                   f"text-anchor='middle' fill='#666'>stages {html.escape(' '.join(map(str, it['stages'])))}</text>")
         for d in sorted(set(it["stages"])):
             out.append(f"<text x='{x(d)}' y='{y0 + PANEL_H + 14}' text-anchor='middle' fill='#666'>{d}</text>")
         if i % PER_ROW == 0:

@@ -25,6 +25,7 @@ from .report_figures import LR_SHOWN, curve_positions, figures
 from ..rundir import (SAME_TRAINING, grids_root, machine_hours, study_dir, unfinished_runs)
 from ..analysis.stats import (ALPHA, DEPTH_FIELDS, FLAT_LIMIT, FLAT_TAIL, LEVEL, REGIME_FIELDS, SEEDS_LIMIT, UNIGRAM_MARGIN,
                               baselines, crossover_table, depth_check, gap_ratio, gap_table, regime_check, runs_frame,
+                              runs_teacher_key,
                               undertrained, variant_stats, with_flatness)
 from ..utils import atomic_write_json, atomic_write_text
 from ..analysis.variants import GapSpec, collect_runs, load_reference, load_variants
@@ -115,8 +116,7 @@ def build_report(profile: str, level: float = LEVEL) -> Report:
     reference, variants = load_reference(), load_variants()
     spec = reference.gaps
     gaps = gap_table(runs, spec, level=level)
-    keys = {summary.teacher_key for summary in study.assigned.values()}
-    base = baselines(profile, teacher_key=keys.pop() if len(keys) == 1 else None)  # the runs' teacher pass
+    base = baselines(profile, teacher_key=runs_teacher_key(study.assigned.values()))
     regime = regime_check(runs, base.get("unigram_val_ce"))
     depth = depth_check(runs, variants, reference.depth_margin)
     gate = lambda claims: depth_gate(gate_claims(claims, regime), depth, variants)
