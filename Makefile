@@ -54,11 +54,11 @@ sweep: $(STAMP)
 grid: $(STAMP)
 	$(PY) -m normgrow.grid --profile $(or $(PROFILE),cpu) $(GRID_ARGS)
 
-# TensorBoard on every run's event files (train.trackers, normgrow/train/tracking.py), those of finished runs without them
-# (the committed runs) first replayed from their metrics.jsonl; TB_ARGS="--port 6007" etc.
+# TensorBoard on the study's runs of PROFILE (default cpu; train.trackers, normgrow/train/tracking.py), those without
+# event files (the committed runs) first replayed from their metrics.jsonl; RUNS="all" or RUNS="sweep-*" chooses others,
+# TB_ARGS="--port 6007" etc.
 tensorboard: $(STAMP)
-	$(PY) -m normgrow events
-	$(VENV)/bin/tensorboard --logdir $${NORMGROW_OUTPUTS:-outputs}/runs $(TB_ARGS)
+	$(PY) -m normgrow events --profile $(or $(PROFILE),cpu) --runs $(or $(RUNS),study) --serve --serve-args "$(TB_ARGS)"
 
 # JupyterLab on the notebooks (plotly and ipywidgets extensions come with the install); LAB_ARGS=--no-browser etc.
 # As root (containers, these machines) Jupyter refuses to start without --allow-root.

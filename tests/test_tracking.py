@@ -59,13 +59,16 @@ def test_committed_runs_get_event_files_replayed_from_their_metrics(tmp_path, mo
     from normgrow.__main__ import main
     from normgrow.rundir import read_metrics
     runs = Path(__file__).resolve().parents[1] / "outputs" / "runs" / "cpu"
-    committed = sorted(p.parent for p in runs.glob("*-grow-s0/summary.json"))[0]  # a committed grown run
+    committed = runs / "post-grow-s0"  # a committed grown run of the study
     run_dir = tmp_path / "runs" / "cpu" / committed.name
     run_dir.mkdir(parents=True)
     for name in ("config.json", "metrics.jsonl", "summary.json"):
         shutil.copy(committed / name, run_dir / name)
+    other = tmp_path / "runs" / "cpu" / "sweep-post-grow-lr1e-3-wu8-s0"  # a run of no study: chosen on request
+    shutil.copytree(run_dir, other)
     monkeypatch.setenv("NORMGROW_OUTPUTS", str(tmp_path))
-    assert main(["events"]) == 0 and "event files written for 1 finished runs" in capsys.readouterr().out
+    assert main(["events", "--profile", "cpu"]) == 0  # the study's runs by default
+    assert ": event files written for 1, the others" in capsys.readouterr().out and not (other / "tensorboard").exists()
     acc = EventAccumulator(str(run_dir / tracking.TENSORBOARD_DIR))
     acc.Reload()
     lines = read_metrics(run_dir)
@@ -79,7 +82,16 @@ def test_committed_runs_get_event_files_replayed_from_their_metrics(tmp_path, mo
     assert [e.step for e in acc.Scalars("growth/val_ce_after")] == [r["step"] for r in growth]
     subset = sorted(r["step"] for r in lines if "val_ce_subset" in r or r.get("full_split") is False)
     assert [e.step for e in acc.Scalars("val/ce_subset")] == subset
-    assert main(["events"]) == 0 and "for 0 finished runs" in capsys.readouterr().out
+    assert main(["events", "--profile", "cpu", "--runs", "sweep-*"]) == 0 and (other / "tensorboard").is_dir()
+    assert main(["events", "--profile", "cpu", "--runs", "all"]) == 0
+    assert "2 finished runs of" in (out := capsys.readouterr().out) and "event files written for 0," in out
+    assert main(["events", "--profile", "cpu", "--runs", "nothing-*"]) == 2
+    assert "error: --runs nothing-*: no finished run of" in capsys.readouterr().err
+    served = []
+    monkeypatch.setattr("subprocess.run", lambda command, check: served.append(command))
+    assert main(["events", "--profile", "cpu", "--serve", "--serve-args", "--port 6007"]) == 0
+    (command,) = served  # TensorBoard on the study's run only, its flags passed on
+    assert command[1:] == ["--logdir_spec", f"{run_dir.name}:{run_dir / 'tensorboard'}", "--port", "6007"]
 
 
 def test_no_trackers_writes_no_event_file(outputs):

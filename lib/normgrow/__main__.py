@@ -72,11 +72,36 @@ def _run(args: argparse.Namespace) -> None:
 
 
 def _events(args: argparse.Namespace) -> None:
-    from .rundir import runs_base
-    from .train.tracking import replay_events
-    roots = sorted(runs_base().glob("*"))
-    written = [run for root in roots if root.is_dir() for run in sorted(root.iterdir()) if replay_events(run)]
-    print(f"event files written for {len(written)} finished runs without them under {runs_base()}")
+    """Event files for the chosen finished runs of a profile (--runs: the study's, by default), a bar over them; with
+    --serve, TensorBoard on those runs only (one --logdir_spec entry each), so that its charts open on them."""
+    import fnmatch
+    import shlex
+    import shutil
+    import subprocess
+    import sys
+
+    from tqdm import tqdm
+
+    from .config import ParamError, profile_name
+    from .rundir import SUMMARY, runs_root
+    from .study import load_study
+    from .train.tracking import TENSORBOARD_DIR, replay_events
+    root = runs_root(args.profile)
+    finished = sorted(d.name for d in root.iterdir() if (d / SUMMARY).is_file()) if root.is_dir() else []
+    patterns = args.runs or ["study"]
+    study = {r.name for r in load_study(profile=profile_name(args.profile))} if "study" in patterns else set()
+    chosen = [n for n in finished if n in study or "all" in patterns or any(fnmatch.fnmatch(n, p) for p in patterns)]
+    if not chosen:
+        raise ParamError(f"--runs {' '.join(patterns)}: no finished run of {root} matches (study: the study's runs; "
+                         "all: every run; else run names or globs such as 'sweep-*')")
+    written = sum(replay_events(root / name) for name in tqdm(chosen, desc="event files", unit="run", file=sys.stdout))
+    print(f"{len(chosen)} finished runs of {root}: event files written for {written}, the others had theirs")
+    if args.serve:
+        spec = ",".join(f"{name}:{root / name / TENSORBOARD_DIR}" for name in chosen)
+        command = [str(shutil.which("tensorboard", path=os.path.dirname(sys.executable)) or "tensorboard"),
+                   "--logdir_spec", spec, *shlex.split(args.serve_args or "")]
+        print(f"tensorboard on {len(chosen)} runs of {root}")
+        subprocess.run(command, check=False)
 
 
 COMMANDS = {"export": _export, "cache": _cache, "run": _run, "events": _events}

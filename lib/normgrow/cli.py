@@ -92,11 +92,16 @@ def normgrow_parser() -> argparse.ArgumentParser:
                          epilog=f"Writes, {ROOT}: runs/<profile>/<run>/ (config.json, metrics.jsonl, summary.json, "
                          "checkpoints/, run.ipynb: its executed notebook).",
                          help="one run of the study, as notebooks/run_variant.ipynb does it")
-    events = sub.add_parser("events", description="TensorBoard event files for the finished runs of every profile that "
-                            "have none (the committed runs keep only metrics.jsonl), replayed from their metrics.jsonl.",
+    events = sub.add_parser("events", description="TensorBoard event files for a profile's finished runs that have "
+                            "none (the committed runs keep only metrics.jsonl), replayed from their metrics.jsonl; "
+                            "with --serve, TensorBoard on those runs only.",
                             epilog=f"Writes, {ROOT}: runs/<profile>/<run>/tensorboard/ of those runs.",
                             help="TensorBoard event files rebuilt from the finished runs' metrics.jsonl")
-    add_shared(events, profile=False)
+    add_shared(events)
+    events.add_argument("--runs", nargs="+", metavar="RUN", help="study: the study's runs (default); all: every "
+                        "finished run of the profile (grids and sweeps too); else run names or globs, e.g. 'sweep-*'")
+    events.add_argument("--serve", action="store_true", help="then start TensorBoard on the chosen runs only")
+    events.add_argument("--serve-args", metavar="ARGS", help="TensorBoard's own flags with --serve, e.g. '--port 6007'")
     for p in (cache, run):
         add_shared(p)
         p.add_argument("--overrides", help="YAML mapping of dotted profile keys, e.g. '{train.processes: 2}'")
