@@ -191,6 +191,17 @@ def _kernel_terminal():
     return open(fd, "w", closefd=False)
 
 
+def say(text: str) -> None:
+    """A line that announces a step (a one-time build, what it costs): on stdout, and in a notebook kernel that is
+    not one of the runner's also on the terminal it was started in, where the card's papermill command shows it."""
+    print(text, flush=True)
+    kernel = "ipykernel" in sys.modules and sys.stdout is not sys.__stdout__
+    terminal = _kernel_terminal() if kernel and not os.environ.get(RUNNER_KERNEL) else None
+    if terminal is not None:
+        terminal.write(text + "\n")
+        terminal.flush()
+
+
 def progress_bar(**kwargs):
     """The text bar (tqdm.std): a widget bar's state is not saved with a headless notebook (papermill's output read
     0/24 for a finished run) and never reaches papermill's --log-output, where text does. On stdout in a terminal. In

@@ -419,8 +419,9 @@ def _tokenize_and_pack(params: DataParams, spec: dict, tokenizer, bos_id: int, p
     buf = {s: [] for s in want}
     rows = {s: RowCount(L) for s in want}
     ids = {s: [] for s in want}
-    from tqdm.auto import tqdm
-    bar = tqdm(total=sum(want.values()), desc="tokenize", unit="tok", disable=not progress)
+    from ..ranks import progress_bar
+    bar = progress_bar(total=sum(want.values()), desc="tokenize and pack the corpus (once)", unit="tok",
+                       disable=not progress)
     batch: list[tuple[str, str]] = []
 
     def flush():

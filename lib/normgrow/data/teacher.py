@@ -167,7 +167,8 @@ def convert_gguf(gguf: Path, out: Path, progress: bool = True) -> Path:
                                ) from e
     from transformers import AutoModelForCausalLM, AutoTokenizer
     if progress:
-        print(f"converting teacher {gguf.name} -> {out} (once)", flush=True)
+        from ..ranks import say
+        say(f"converting teacher {gguf.name} -> {out} (once, about a minute: later loads read the converted folder)")
     folder = str(gguf.parent)
     try:
         tok = AutoTokenizer.from_pretrained(folder, gguf_file=gguf.name)

@@ -58,7 +58,7 @@ from .cache import (CacheDamagedError, CacheMismatchError, check_marker, damaged
                     reuse_or_clear, temp_build_dir, verify_cache)
 from .corpus import (DataSet, document_start_id, ensure_data, loss_mask_np, normalize_source, tokenizer_identity,
                      unigram_logp)
-from ..ranks import Ranks, check_processes, launched_ranks, on_ranks, progress_bar
+from ..ranks import Ranks, check_processes, launched_ranks, on_ranks, progress_bar, say
 from ..utils import atomic_write_json, read_json, resolve_device, stable_hash
 from . import teacher
 
@@ -264,9 +264,9 @@ def teacher_pass(ranks: Ranks, params: TeacherParams, splits: list[str], tmp: Pa
                     array[s:e] = result.numpy()
             if done == 0 and ranks.main and progress:  # the first batch, warm-up included: an upper bound
                 per_token = (time.time() - t1) / ((stop - start) * L)
-                print(f"teacher pass: about {per_token * tokens_total / ranks.world / 60:.0f} min for "
-                      f"{tokens_total:,} tokens on {ranks.world} process(es) (from the first batch: "
-                      f"{1 / per_token:,.0f} tok/s)", flush=True)
+                say(f"teacher pass: about {per_token * tokens_total / ranks.world / 60:.0f} min for "
+                    f"{tokens_total:,} tokens on {ranks.world} process(es) (from the first batch: "
+                    f"{1 / per_token:,.0f} tok/s)")
             done += (stop - start) * L
             bar.set_postfix(tok_s=f"{done / max(time.time() - t1, 1e-9):,.0f}", refresh=False)  # at the next redraw
             bar.update((stop - start) * L)
@@ -561,6 +561,12 @@ def ensure_cache(profile: Profile, progress: bool = True) -> TeacherCache:
         complete = reuse_or_clear(final, key, lambda d, e: full_check(d, key, profile, tokenizer, dkey, e))
     if not complete:
         check_processes("teacher.processes", profile.teacher.processes)
+        if ranks.main and progress:
+            n = profile.data.train_tokens + profile.data.val_tokens
+            say(f"teacher cache {key}: not on this machine, so it is built once (every later run of this profile "
+                f"and dtype reuses it): the corpus tokenized and packed ({n:,} tokens, a bar), a GGUF teacher "
+                "converted once (about a minute, said when it starts), then the teacher pass over those tokens "
+                "(its duration said after the first batch, a bar)")
         with ranks.main_first():
             data = ensure_data(profile.data, tokenizer, bos_id, progress)  # before the teacher loads
             teacher.resolve_source(profile.teacher, progress)  # converts a GGUF teacher once, before the ranks load it
