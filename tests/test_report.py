@@ -804,3 +804,21 @@ def test_both_pages_show_the_gated_verdicts_and_the_lrs_the_runs_recorded(output
     drawn = {float(x) for t in fig.data if t.marker.symbol != "star" for x in t.x}
     assert drawn == {1.5e-3, 3e-3, 6e-3}  # the candidate at 1.2e-2, trained otherwise, is left out
     assert "fig-lr" in files["report"].read_text()
+
+
+def test_the_growth_increment_is_drawn_a_point_per_paired_seed(outputs):
+    """obs3-single's evidence as a figure: each seed's (pre-grow - post-grow) - (pre-single - post-single), the
+    mean's interval as its band, the reference's grow gap as a line."""
+    grow, single = [0.05, 0.08, 0.02, 0.07], [0.01, 0.03, 0.04, 0.00]
+    write_study(outputs, grow_gaps=grow, joint_gaps=[0.0] * 4, single_gaps=single)
+    rep = report.build_report("tiny")
+    fig = report_figures.increment_figure(rep)
+    (points,) = fig.data
+    expected = [g - s for g, s in zip(grow, single)]
+    assert list(points.x) == ["0", "1", "2", "3"] and list(points.y) == pytest.approx(expected, abs=1e-9)
+    ci = stats.mean_ci(expected)
+    band = [s for s in fig.layout.shapes if s.type == "rect"]
+    assert len(band) == 1 and (band[0].y0, band[0].y1) == pytest.approx((ci["ci_low"], ci["ci_high"]), abs=1e-9)
+    lines = sorted(round(s.y0, 6) for s in fig.layout.shapes if s.type == "line")
+    assert lines == sorted(round(v, 6) for v in (0.0, ci["mean"], load_reference().gaps["grow"].reference))
+    assert "fig-increment" in report.report_html(rep, report.figures(rep))

@@ -228,6 +228,39 @@ def lr_figure(rep: Report):
     return style_figure(fig, height=380)
 
 
+def increment_figure(rep: Report):
+    """The growth increment per paired seed, (pre-grow - post-grow) - (pre-single - post-single) from the reference's
+    grow and single gaps: a point per seed, the mean and its interval (obs3-single's), and the reference's whole grow
+    gap as a line (the reference reports no single-block control, so it has no increment of its own)."""
+    import plotly.graph_objects as go
+
+    from ..analysis.stats import mean_ci, paired_differences
+    from ..analysis.variants import load_reference
+    from .render import style_figure
+    gaps = load_reference().gaps
+    grow, single = (paired_differences(rep.runs, gaps[g].a, gaps[g].b) for g in ("grow", "single"))
+    seeds = sorted(set(grow.index) & set(single.index))
+    increment = pd.Series([grow[s] - single[s] for s in seeds], index=seeds, dtype=float)
+    ci = mean_ci(increment.values, rep.level)
+    fig = go.Figure(go.Scatter(x=[str(s) for s in seeds], y=increment.values, mode="markers", name="a paired seed",
+                               marker={"size": 9, "color": "#333333"}))
+    if len(seeds) > 1:
+        fig.add_hrect(y0=ci["ci_low"], y1=ci["ci_high"], fillcolor="#999999", opacity=0.2, line_width=0)
+        fig.add_hline(y=ci["mean"], line={"color": "#333333"},
+                      annotation_text=f"mean {ci['mean']:+.4f}, {round(rep.level * 100)}% interval "
+                                      f"[{ci['ci_low']:+.4f}, {ci['ci_high']:+.4f}]", annotation_position="top left")
+    fig.add_hline(y=0, line={"color": "#999999", "dash": "dot"})
+    if gaps["grow"].reference is not None:
+        fig.add_hline(y=gaps["grow"].reference, line={"color": "#777777", "dash": "dash"},
+                      annotation_text=f"the reference's whole grow gap {gaps['grow'].reference:+.4f}",
+                      annotation_position="top right")
+    fig.update_layout(title=f"Growth increment per paired seed ({len(seeds)} seeds): ({gaps['grow'].a} - "
+                            f"{gaps['grow'].b}) - ({gaps['single'].a} - {gaps['single'].b}), final val_ce",
+                      xaxis_title="seed", yaxis_title="nats/token (> 0: growth adds to post-norm's lead)",
+                      showlegend=False)
+    return style_figure(fig, height=360)
+
+
 def figures(rep: Report) -> dict:
     return {"curves": curves_figure(rep), "overlay": overlay_figure(rep), "crossover": crossover_figure(rep), "variants": variants_figure(rep),
-            "gaps": gaps_figure(rep), "lr": lr_figure(rep)}
+            "gaps": gaps_figure(rep), "increment": increment_figure(rep), "lr": lr_figure(rep)}
