@@ -128,13 +128,13 @@ def test_a_notebook_run_from_a_terminal_shows_its_progress_there(tmp_path, monke
     import sys
 
     import ipykernel  # noqa: F401 (a kernel's process has it loaded)
-    from normgrow import ranks
+    from normgrow import progress
 
     terminal, notebook = open(tmp_path / "terminal", "w+"), io.StringIO()
     monkeypatch.setattr(sys, "stdout", notebook)
     monkeypatch.setattr(sys, "stderr", terminal)
-    monkeypatch.delenv(ranks.RUNNER_KERNEL, raising=False)
-    bar = ranks.progress_bar(total=3, desc="run")
+    monkeypatch.delenv(progress.RUNNER_KERNEL, raising=False)
+    bar = progress.progress_bar(total=3, desc="run")
     bar.update(3)
     bar.close()
     shown = (tmp_path / "terminal").read_text()
@@ -142,8 +142,8 @@ def test_a_notebook_run_from_a_terminal_shows_its_progress_there(tmp_path, monke
     # within the notebook's 10 s only the finished bar reaches it, once, and ends its line
     assert notebook.getvalue().count("run: ") == 1 and "run: 100%" in notebook.getvalue(), notebook.getvalue()
     assert notebook.getvalue().endswith("\n")
-    monkeypatch.setenv(ranks.RUNNER_KERNEL, "1")
-    bar = ranks.progress_bar(total=3, desc="runner's")
+    monkeypatch.setenv(progress.RUNNER_KERNEL, "1")
+    bar = progress.progress_bar(total=3, desc="runner's")
     bar.update(3)
     bar.close()
     assert "runner's: 100%" in notebook.getvalue() and "runner's" not in (tmp_path / "terminal").read_text()

@@ -26,7 +26,7 @@ TABLES = ("summary", "variant_stats", "gaps", "crossover", "claims", "regime", "
 def test_a_committed_study_recomputes_to_its_committed_tables(profile, monkeypatch, tmp_path):
     committed = ROOT / "outputs" / "study" / profile
     monkeypatch.delenv("NORMGROW_OUTPUTS", raising=False)  # the repository's committed outputs
-    monkeypatch.setattr(report, "baselines", lambda name: json.loads((committed / "baselines.json").read_text()))
+    monkeypatch.setattr(report, "baselines", lambda name, teacher_key=None: json.loads((committed / "baselines.json").read_text()))
     files = report.write_report(report.build_report(profile), out_dir=tmp_path)
     changed = [name for name in TABLES if files[name].read_text() != (committed / f"{name}.csv").read_text()]
     assert not changed, f"outputs/study/{profile}: today's code counts {changed} differently"
@@ -53,7 +53,7 @@ def test_a_committed_grid_recomputes_to_its_committed_table(where, monkeypatch):
     committed = ROOT / "outputs" / "grid" / where
     monkeypatch.delenv("NORMGROW_OUTPUTS", raising=False)
     frame = pd.read_csv(committed / "grid.csv").set_index("setting")
-    monkeypatch.setattr(grid, "setting_unigram", lambda plan, setting: frame.loc[setting.name, "unigram_val_ce"])
+    monkeypatch.setattr(grid, "setting_unigram", lambda plan, setting, runs: frame.loc[setting.name, "unigram_val_ce"])
     plan = grid_plan.plan_grid(profile, grid_plan.load_grid(name), json.loads((committed / "grid.json").read_text())["seeds"])
     runs = grid.read_cells(plan)
     assert grid.grid_frame(plan, runs).to_csv(index=False) == (committed / "grid.csv").read_text()

@@ -37,7 +37,7 @@ def outputs(tmp_path, monkeypatch):
 def trained(monkeypatch):
     """Baselines as a teacher cache would give them (unigram at UNIGRAM), so that the synthetic students pass the
     regime gate's level criterion."""
-    monkeypatch.setattr(report, "baselines", lambda profile: {
+    monkeypatch.setattr(report, "baselines", lambda profile, teacher_key=None: {
         "teacher_val_ce": 3.0, "teacher_source": "synthetic", "unigram_val_ce": UNIGRAM, "unigram_source": "synthetic"})
 
 
@@ -822,3 +822,10 @@ def test_the_growth_increment_is_drawn_a_point_per_paired_seed(outputs):
     lines = sorted(round(s.y0, 6) for s in fig.layout.shapes if s.type == "line")
     assert lines == sorted(round(v, 6) for v in (0.0, ci["mean"], load_reference().gaps["grow"].reference))
     assert "fig-increment" in report.report_html(rep, report.figures(rep))
+    shutil.rmtree(outputs / "runs" / "tiny")  # no seed with both pairs: no figure, a line that says so
+    write_study(outputs, grow_gaps=grow, joint_gaps=[0.0] * 4)
+    for s in range(4):
+        shutil.rmtree(outputs / "runs" / "tiny" / f"pre-single-s{s}")
+    rep = report.build_report("tiny")
+    assert report_figures.increment_figure(rep) is None
+    assert "no seed has both the grow and the single-block pairs" in report.report_html(rep, report.figures(rep))

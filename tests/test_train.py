@@ -443,10 +443,10 @@ def test_a_run_redraws_its_bar_at_the_bar_s_interval_not_at_every_step(outputs, 
     import sys
 
     import ipykernel  # noqa: F401 (a kernel's process has it loaded)
-    from normgrow import ranks
+    from normgrow import progress
     notebook = io.StringIO()
     monkeypatch.setattr(sys, "stdout", notebook)
-    monkeypatch.setenv(ranks.RUNNER_KERNEL, "1")
+    monkeypatch.setenv(progress.RUNNER_KERNEL, "1")
     run_variant(make_run_spec(profile="tiny", norm="pre", schedule="joint", overrides=fakes.TINY_OVERRIDES,
                               run_name="drawn"), progress=True)
     assert notebook.getvalue().count("drawn: ") == 2, notebook.getvalue()

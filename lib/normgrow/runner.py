@@ -46,7 +46,8 @@ from tqdm.auto import tqdm
 
 from .config import ParamError, read_yaml
 from .paths import NOTEBOOKS, PARAMS_DIR, REPO_ROOT
-from .ranks import RUNNER_KERNEL, outside_launch
+from .progress import RUNNER_KERNEL
+from .ranks import outside_launch
 from .identity import directory_conflict
 from .rundir import (NOTEBOOK, RunDirError, is_finished, read_finished, read_identity,
                      read_metrics, run_path, runs_root, writable_dir)
@@ -317,7 +318,7 @@ def _worker_init(threads: int | None) -> None:
     worker's kernels before the worker exits, so no orphan keeps training a run a restarted runner would resume."""
     if threads is not None:
         os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)
-    os.environ[RUNNER_KERNEL] = "1"  # its kernels' bars stay in their notebooks (ranks.progress_bar)
+    os.environ[RUNNER_KERNEL] = "1"  # its kernels' bars stay in their notebooks (progress.progress_bar)
     if sys.platform == "linux":
         import ctypes
         ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG

@@ -419,7 +419,7 @@ def _tokenize_and_pack(params: DataParams, spec: dict, tokenizer, bos_id: int, p
     buf = {s: [] for s in want}
     rows = {s: RowCount(L) for s in want}
     ids = {s: [] for s in want}
-    from ..ranks import progress_bar
+    from ..progress import progress_bar
     bar = progress_bar(total=sum(want.values()), desc="tokenize and pack the corpus (once)", unit="tok",
                        disable=not progress)
     batch: list[tuple[str, str]] = []

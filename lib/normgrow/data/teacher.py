@@ -167,7 +167,7 @@ def convert_gguf(gguf: Path, out: Path, progress: bool = True) -> Path:
                                ) from e
     from transformers import AutoModelForCausalLM, AutoTokenizer
     if progress:
-        from ..ranks import say
+        from ..progress import say
         say(f"converting teacher {gguf.name} -> {out} (once, about a minute: later loads read the converted folder)")
     folder = str(gguf.parent)
     try:

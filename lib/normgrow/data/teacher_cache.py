@@ -58,7 +58,8 @@ from .cache import (CacheDamagedError, CacheMismatchError, check_marker, damaged
                     reuse_or_clear, temp_build_dir, verify_cache)
 from .corpus import (DataSet, document_start_id, ensure_data, loss_mask_np, normalize_source, tokenizer_identity,
                      unigram_logp)
-from ..ranks import Ranks, check_processes, launched_ranks, on_ranks, progress_bar, say
+from ..progress import progress_bar, say
+from ..ranks import Ranks, check_processes, launched_ranks, on_ranks
 from ..utils import atomic_write_json, read_json, resolve_device, stable_hash
 from . import teacher
 

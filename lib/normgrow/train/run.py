@@ -60,7 +60,8 @@ from ..data.token_classes import DEFAULT_N, group_masks, make_batch
 from ..student.boundary import boundary_rms
 from ..student.growth_ops import GROWTH_OPS
 from ..student.model import Student, StudentConfig, save_student
-from ..ranks import Ranks, check_processes, on_ranks, progress_bar
+from ..progress import progress_bar
+from ..ranks import Ranks, check_processes, on_ranks
 from ..rundir import (BOUNDARY, CHECKPOINTS, FINAL, GROWTH, LAST, METRICS,
                       PhaseSummary, RunLock, Summary, metrics_record,
                       phase_checkpoint, read_summary, run_path, write_summary)
@@ -116,7 +117,7 @@ class Run:
     evaluations: dict  # global step -> Evaluation (evaluation_plan)
     eval_subset: np.ndarray  # the validation rows of a subset evaluation (subset_rows)
     resume_optimizer: dict | None  # the optimiser state of last.pt, consumed by the phase it belongs to
-    bar: object  # a tqdm bar (ranks.progress_bar)
+    bar: object  # a tqdm bar (progress.progress_bar)
     ranks: Ranks = Ranks()
     accelerator: object = None  # accelerate.Accelerator of a data-parallel run (DDP wrapping, backward)
     compiled: bool = False
@@ -323,7 +324,7 @@ def train_phase(run: Run, phase: Phase, phase_start: int, optimizer: torch.optim
                        "active_layer_tokens": counters["active_layer_tokens"], "tok_s": run.tokens_per_step / step_s})
         run.bar.set_postfix(phase=phase.index, depth=phase.depth, tokens=f"{counters['tokens']:,}",
                             loss=f"{means['loss']:.3f}", tok_s=f"{run.tokens_per_step / step_s:.0f}",
-                            refresh=False)  # drawn at the bar's next redraw (ranks.progress_bar's interval)
+                            refresh=False)  # drawn at the bar's next redraw (progress.progress_bar's interval)
         run.bar.update(1)
         if evaluation is not None:
             run.log.write(record)

@@ -343,9 +343,14 @@ def report_html(rep: Report, figs: dict | None = None) -> str:
              f"~{ratio['reference_ratio']:.0f}x){caveat}.</p>", f"<p class='note'>{e(GAP_RESOLUTION)}</p>",
              _gaps_table(rep, "val_ce"))
     page.figure(figs["gaps"], div_id="fig-gaps")
-    page.figure(figs["increment"], div_id="fig-increment", caption="Does growth add to post-norm's lead over what its "
-                "single block already has (obs3-single)? Each point is one seed's difference of its grow gap and "
-                "its single-block gap; the band is the mean's interval, the claim's evidence.")
+    if figs.get("increment") is None:
+        page.add("<p class='note'>Growth increment per seed: no seed has both the grow and the single-block pairs "
+                 "finished yet.</p>")
+    else:
+        page.figure(figs["increment"], div_id="fig-increment", caption="Does growth add to post-norm's lead over "
+                    "what its single block already has (obs3-single)? Each point is one seed's (pre-grow - post-grow) "
+                    "- (pre-single - post-single), final val_ce; > 0: growth adds to post-norm's lead. The band is the "
+                    "mean's interval, the claim's evidence.")
     page.add(details("the same gaps in val_kd_ce (soft-target CE against the teacher)", _gaps_table(rep, "val_kd_ce")),
              f"</section><section id='crossover'><h2>Crossover: {e(rep.grow.a)} vs {e(rep.grow.b)} at every stage "
              "end</h2>",
