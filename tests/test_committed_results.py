@@ -26,7 +26,8 @@ TABLES = ("summary", "variant_stats", "gaps", "crossover", "claims", "regime", "
 def test_a_committed_study_recomputes_to_its_committed_tables(profile, monkeypatch, tmp_path):
     committed = ROOT / "outputs" / "study" / profile
     monkeypatch.delenv("NORMGROW_OUTPUTS", raising=False)  # the repository's committed outputs
-    monkeypatch.setattr(report, "baselines", lambda name, teacher_key=None: json.loads((committed / "baselines.json").read_text()))
+    monkeypatch.setattr(report, "baselines",
+                        lambda name, teacher_key=None: json.loads((committed / "baselines.json").read_text()))
     files = report.write_report(report.build_report(profile), out_dir=tmp_path)
     changed = [name for name in TABLES if files[name].read_text() != (committed / f"{name}.csv").read_text()]
     assert not changed, f"outputs/study/{profile}: today's code counts {changed} differently"

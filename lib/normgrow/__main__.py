@@ -80,9 +80,8 @@ def _events(args: argparse.Namespace) -> None:
     import subprocess
     import sys
 
-    from tqdm import tqdm
-
     from .config import ParamError, profile_name
+    from .progress import progress_bar
     from .rundir import SUMMARY, runs_root
     from .study import load_study
     from .train.tracking import TENSORBOARD_DIR, replay_events
@@ -94,7 +93,12 @@ def _events(args: argparse.Namespace) -> None:
     if not chosen:
         raise ParamError(f"--runs {' '.join(patterns)}: no finished run of {root} matches (study: the study's runs; "
                          "all: every run; else run names or globs such as 'sweep-*')")
-    written = sum(replay_events(root / name) for name in tqdm(chosen, desc="event files", unit="run", file=sys.stdout))
+    bar = progress_bar(total=len(chosen), desc="event files", unit="run")
+    written = 0
+    for name in chosen:
+        written += replay_events(root / name)
+        bar.update(1)
+    bar.close()
     print(f"{len(chosen)} finished runs of {root}: event files written for {written}, the others had theirs")
     if args.serve:
         spec = ",".join(f"{name}:{root / name / TENSORBOARD_DIR}" for name in chosen)

@@ -47,12 +47,17 @@ def _kernel_terminal():
     return open(fd, "w", closefd=False)
 
 
-def say(text: str) -> None:
-    """A line that announces a step (a one-time build, what it costs): on stdout, and in a notebook kernel that is
-    not one of the runner's also on the terminal it was started in, where the card's papermill command shows it."""
-    print(text, flush=True)
+def _own_kernel_terminal():
+    """The terminal of a notebook kernel that is not one of the runner's (they report their runs themselves), else
+    None: where the card's papermill command shows a kernel's bars and announcements."""
     kernel = "ipykernel" in sys.modules and sys.stdout is not sys.__stdout__
-    terminal = _kernel_terminal() if kernel and not os.environ.get(RUNNER_KERNEL) else None
+    return _kernel_terminal() if kernel and not os.environ.get(RUNNER_KERNEL) else None
+
+
+def say(text: str) -> None:
+    """A line that announces a step (a one-time build, what it costs): on stdout, and on a kernel's own terminal."""
+    print(text, flush=True)
+    terminal = _own_kernel_terminal()
     if terminal is not None:
         terminal.write(text + "\n")
         terminal.flush()
@@ -65,8 +70,7 @@ def progress_bar(**kwargs):
     2 s on the kernel's terminal and every 10 s in the notebook (_NotebookAndTerminal). Elsewhere on stdout, redrawn
     every 10 s at most."""
     import tqdm.std
-    kernel = "ipykernel" in sys.modules and sys.stdout is not sys.__stdout__
-    terminal = _kernel_terminal() if kernel and not os.environ.get(RUNNER_KERNEL) else None
+    terminal = _own_kernel_terminal()
     if terminal is not None:
         return tqdm.std.tqdm(file=_NotebookAndTerminal(terminal), mininterval=2.0, **kwargs)
     return tqdm.std.tqdm(file=sys.stdout, mininterval=0.1 if sys.stdout.isatty() else 10.0, **kwargs)

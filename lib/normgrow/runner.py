@@ -414,7 +414,7 @@ def execute_runs(profile: str, pending: list[Job], jobs: int, processes: int | N
                 else:
                     notebook = run_path(profile, r.name) / NOTEBOOK
                     failed[r.name] = f"executed notebook {notebook}" if notebook.exists() else error
-                    print(f"\nFAILED {r.name}: {error}" + (f"\n  {failed[r.name]}" if notebook.exists() else ""))
+                    print(f"\nFAILED {r.name}: {error}" + (f"\n  {failed[r.name]}" if failed[r.name] != error else ""))
                 bar.update(1)
     except KeyboardInterrupt:
         print(f"\n{desc} interrupted: stopping its runs (they resume from their last checkpoint next time)")

@@ -249,11 +249,12 @@ def paired_gap(runs: pd.DataFrame, a: str, b: str, metric: str = "val_ce", phase
 
 
 def gap_table(runs: pd.DataFrame, gaps: dict[str, GapSpec], metrics=METRICS, level: float = LEVEL) -> pd.DataFrame:
-    """The paired gaps (params/reference.yaml's gaps, variants.load_reference: a - b by seed) for every metric, with the reference values beside them
-    and two resolution columns. mde (minimum detectable effect): the half-width of the gap's interval at its number
-    of paired seeds, the smallest |mean| these seeds at this spread resolve from zero. seeds_to_resolve_reference:
-    seeds_needed(sd, |reference|), how many paired seeds at the observed per-seed spread would resolve a gap of the
-    reference's size from zero (None without a nonzero reference, or without a measured spread)."""
+    """The paired gaps (params/reference.yaml's gaps, variants.load_reference: a - b by seed) for every metric, with the
+    reference values beside them and two resolution columns. mde (minimum detectable effect): the half-width of the
+    gap's interval at its number of paired seeds, the smallest |mean| these seeds at this spread resolve from zero.
+    seeds_to_resolve_reference: seeds_needed(sd, |reference|), how many paired seeds at the observed per-seed spread
+    would resolve a gap of the reference's size from zero (None without a nonzero reference, or without a measured
+    spread)."""
     rows = []
     for metric in metrics:
         for spec in gaps.values():
@@ -271,13 +272,19 @@ def gap_table(runs: pd.DataFrame, gaps: dict[str, GapSpec], metrics=METRICS, lev
     return df
 
 
-def difference_in_gaps(runs: pd.DataFrame, first: GapSpec, second: GapSpec, metric: str = "val_ce",
-                       level: float = LEVEL) -> dict:
-    """(first.a - first.b) - (second.a - second.b), per seed on the seeds all four variants finished."""
+def gap_differences(runs: pd.DataFrame, first: GapSpec, second: GapSpec, metric: str = "val_ce") -> pd.Series:
+    """(first.a - first.b) - (second.a - second.b) per seed, on the seeds all four variants finished (index: seed)."""
     d1 = paired_differences(runs, first.a, first.b, metric)
     d2 = paired_differences(runs, second.a, second.b, metric)
     common = sorted(set(d1.index) & set(d2.index))
-    return {**mean_ci([d1[s] - d2[s] for s in common], level), "seeds": " ".join(map(str, common))}
+    return pd.Series([d1[s] - d2[s] for s in common], index=pd.Index(common, name="seed"), dtype=float)
+
+
+def difference_in_gaps(runs: pd.DataFrame, first: GapSpec, second: GapSpec, metric: str = "val_ce",
+                       level: float = LEVEL) -> dict:
+    """The mean and interval of gap_differences, with the seeds they pair on."""
+    d = gap_differences(runs, first, second, metric)
+    return {**mean_ci(list(d.values), level), "seeds": " ".join(map(str, d.index))}
 
 
 def gap_ratio(gaps: pd.DataFrame, metric: str = "val_ce", first: str = "grow", second: str = "joint") -> dict:
@@ -487,14 +494,15 @@ def runs_teacher_key(summaries) -> str | None:
 
 
 def baselines(profile: str, overrides: dict | None = None, teacher_key: str | None = None) -> dict:
-    """{"teacher_val_ce", "unigram_val_ce"} on the validation positions of the profile (with dotted overrides: a
-    grid setting's data) (the levels that frame a student's val_ce) with where each comes from ("teacher_source",
+    """{"teacher_val_ce", "unigram_val_ce"} on the validation positions of the profile (with dotted overrides: a grid
+    setting's data) (the levels that frame a student's val_ce) with where each comes from ("teacher_source",
     "unigram_source"), or {} when no teacher pass was recorded for it (no cache and no teacher.json, or runs without
     a profile file). teacher_key: the cache the runs recorded (Summary.teacher_key), which on another CPU kind is
-    not the one the profile resolves to (auto's dtype); None: the profile's. The unigram model is fitted on the cache's training tokens; where the cache itself is absent
-    but its teacher.json (committed with the results) is there, on the same tokens re-made from the corpus
-    (corpus.ensure_data: seconds, no teacher pass; the data key teacher.json records must match), so that a grid
-    table or page rebuilt on a machine without the cache keeps the level every regime gate reads."""
+    not the one the profile resolves to (auto's dtype); None: the profile's. The unigram model is fitted on the
+    cache's training tokens; where the cache itself is absent but its teacher.json (committed with the results) is
+    there, on the same tokens re-made from the corpus (corpus.ensure_data: seconds, no teacher pass; the data key
+    teacher.json records must match), so that a grid table or page rebuilt on a machine without the cache keeps the
+    level every regime gate reads."""
     from ..config import ParamError, load_profile
     from ..data.corpus import ensure_data, unigram_val_ce
     from ..data.teacher import TeacherLoadError, teacher_root

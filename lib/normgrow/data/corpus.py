@@ -472,9 +472,9 @@ class RowCount:
     def add(self, length: int) -> None:
         if self.pending == 0:  # the next row begins at this document's S
             self.fresh = True
-        available = self.pending + length
-        while available >= (self.seq_len if self.fresh else self.seq_len - 1):
-            available -= self.seq_len if self.fresh else self.seq_len - 1
+        available, capacity = self.pending + length, self.seq_len if self.fresh else self.seq_len - 1
+        while available >= capacity:  # a row that begins mid-document takes seq_len - 1 behind its prepended S
+            available, capacity = available - capacity, self.seq_len - 1
             self.rows += 1
             self.fresh = False
         self.pending = available

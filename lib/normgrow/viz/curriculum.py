@@ -18,7 +18,8 @@ def legend(norms: list[str], width: float) -> tuple[list[str], float]:
     every entry inside the image however many placements the grid compares."""
     entries = [(f"<line x1='{{x}}' x2='{{x18}}' y1='{{ym}}' y2='{{ym}}' stroke='{PLACEMENTS[n].colour}' "
                 "stroke-width='2'/>", f"{PLACEMENTS[n].label}: grown, each phase's end") for n in norms]
-    entries += [("<rect x='{x}' y='{yt}' width='9' height='9' fill='none' stroke='#444'/>", "single (first stage alone)"),
+    entries += [("<rect x='{x}' y='{yt}' width='9' height='9' fill='none' stroke='#444'/>",
+                 "single (first stage alone)"),
                 ("<path d='M{x5},{yt} l5,5 l-5,5 l-5,-5 z' fill='#444'/>", "joint (all blocks from step 0)")]
     out, x, y = [], LEFT, 12
     for mark, text in entries:

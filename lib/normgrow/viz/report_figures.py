@@ -234,16 +234,15 @@ def increment_figure(rep: Report):
     gap as a line (the reference reports no single-block control, so it has no increment of its own)."""
     import plotly.graph_objects as go
 
-    from ..analysis.stats import mean_ci, paired_differences
+    from ..analysis.stats import difference_in_gaps, gap_differences
     from ..analysis.variants import load_reference
     from .render import style_figure
     gaps = load_reference().gaps
-    grow, single = (paired_differences(rep.runs, gaps[g].a, gaps[g].b) for g in ("grow", "single"))
-    seeds = sorted(set(grow.index) & set(single.index))
+    increment = gap_differences(rep.runs, gaps["grow"], gaps["single"])
+    seeds = list(increment.index)
     if not seeds:
         return None  # the page says what is missing instead of an empty figure
-    increment = pd.Series([grow[s] - single[s] for s in seeds], index=seeds, dtype=float)
-    ci = mean_ci(increment.values, rep.level)
+    ci = difference_in_gaps(rep.runs, gaps["grow"], gaps["single"], level=rep.level)
     fig = go.Figure(go.Scatter(x=[str(s) for s in seeds], y=increment.values, mode="markers", name="a paired seed",
                                marker={"size": 9, "color": "#333333"}))
     if len(seeds) > 1:
