@@ -1,11 +1,11 @@
 """The benchmark's code path on tiny shapes (no timing assertions): every candidate runs, the JSON has the fields, the
-student is the profile's, normgrow_v1 differs from normgrow only where numerics version 1 does, and the FLOP count
-matches torch's counter."""
+student is the profile's, earlier numerics versions come from the record, and the FLOP count matches torch's
+counter."""
 import json
+from pathlib import Path
 from dataclasses import replace
 
 import fakes
-from normgrow.rundir import NUMERICS_VERSION
 import pytest
 import torch
 
@@ -86,54 +86,41 @@ def test_corpus_vocabulary_without_a_cache_needs_a_stated_size():
         bench.load_batch(profile, "auto", cache=fakes.fake_cache(), vocab_size=40)
 
 
-def _v1_v2(dtype, overrides=CORPUS):
+def _normgrow(dtype, overrides=CORPUS):
     profile = run_profile("tiny", "pre", "joint", overrides)
     batch = bench.load_batch(profile, "cache", cache=fakes.fake_cache())
-    built, _ = bench.build_candidates(profile, batch, ("normgrow", "normgrow_v1"), dtype)
-    return built["normgrow"], built["normgrow_v1"]
+    return bench.build_candidates(profile, batch, ("normgrow",), dtype)[0]["normgrow"]
 
 
-def test_v1_differs_only_in_the_optimizer_in_float32():
-    """In float32 there is no autocast, so both attention kernels run in float32: the loss is the same bit for bit
-    and one step of the fused and the for-loop AdamW moves the parameters alike up to rounding."""
-    v2, v1 = _v1_v2(torch.float32)
-    assert v2.model.cfg.attention_kernel == "auto" and v1.model.cfg.attention_kernel == "autocast"
-    assert v2.step() == v1.step()
-    for (name, a), (_, b) in zip(v2.model.named_parameters(), v1.model.named_parameters()):
-        assert (a - b).abs().max() <= 1e-6, name
-
-
-def test_v1_loss_within_bf16_rounding():
-    """Under bf16 autocast v1 runs attention in bf16 and v2 in float32, so the first step's losses (before any
-    update) differ, by bf16 rounding only: within 2^-9 relative, half a bf16 ulp, since the loss averages the
-    rounding of the attention outputs over every position (3e-6 measured here)."""
-    v2, v1 = _v1_v2(torch.bfloat16)
-    a, b = v2.step(), v1.step()
-    assert a != b and abs(a - b) <= 2 ** -9 * abs(a)
-
-
-def test_v2_is_this_step_with_its_blocks_eager():
-    """Where train.compile resolves to on, normgrow is numerics version 3's step (blocks compiled) and normgrow_v2
-    version 2's (the same step eager): in float32 their first losses differ by reordered sums only."""
-    profile = run_profile("tiny", "pre", "joint", CORPUS | {"train.compile": "on"})
-    batch = bench.load_batch(profile, "cache", cache=fakes.fake_cache())
-    built, _ = bench.build_candidates(profile, batch, ("normgrow", "normgrow_v2"), torch.float32)
-    v3, v2 = built["normgrow"], built["normgrow_v2"]
-    assert all(b._compiled_call_impl is not None for b in v3.model.blocks)
-    assert all(b._compiled_call_impl is None for b in v2.model.blocks)
-    assert v3.step() == pytest.approx(v2.step(), rel=1e-5)
-
-
-def test_compare_times_this_numerics_version_against_the_previous(tmp_path):
+def test_earlier_numerics_come_from_the_record_and_are_carried_on(tmp_path):
+    """A record that timed an earlier numerics version (normgrow_v2, as the committed ones did) hands its step time
+    to the bench that replaces it, which prints it over today's step; the next bench carries it again."""
     out = tmp_path / "b.json"
-    bench.main(["--profile", "tiny", "--compare", "--repeats", "1", "--data", "synthetic", "--vocab-size", "96",
-                "--memory", "none", "--peak-size", "64", "--out", str(out)])
+    args = ["--profile", "tiny", "--candidates", "normgrow", "--repeats", "1", "--data", "synthetic",
+            "--vocab-size", "96", "--memory", "none", "--peak-size", "64", "--out", str(out)]
+    bench.main(args)
+    first = json.loads(out.read_text())
+    assert first["earlier_numerics"] == {}
+    first["candidates"]["normgrow_v2"] = first["candidates"]["normgrow"] | {"step_s": 0.25}
+    first["command"] = "python -m normgrow.bench (an earlier version)"
+    out.write_text(json.dumps(first))
+    bench.main(args)
+    bench.main(args)
     report = json.loads(out.read_text())
-    assert set(report["candidates"]) == set(bench.COMPARE) == {"normgrow", "normgrow_v2"}
-    assert set(report["ratios"]) == {"normgrow_vs_normgrow_v2"}
-    assert f"numerics version {NUMERICS_VERSION} vs 2" in bench.format_table(report)
-    with pytest.raises(SystemExit):
-        bench.main(["--profile", "tiny", "--compare", "--candidates", "normgrow"])
+    assert set(report["candidates"]) == {"normgrow"}
+    assert report["earlier_numerics"] == {"normgrow_v2": {"step_s": 0.25, "cpu": first["machine"]["cpu"],
+                                                          "command": "python -m normgrow.bench (an earlier version)"}}
+    base = report["candidates"]["normgrow"]["step_s"]
+    assert "normgrow_v2 (recorded: python -m normgrow.bench (an earlier version)" in bench.format_table(report)
+    assert f"{0.25 / base:.2f}x this step" in bench.format_table(report)
+
+
+def test_the_committed_records_hold_the_earlier_versions():
+    for kind in ("amx", "avx512bf16"):
+        record = json.loads((Path(__file__).resolve().parents[1] / "outputs" / "bench" /
+                             f"cpu-{kind}.json").read_text())
+        held = set(record["candidates"]) | set(record.get("earlier_numerics", {}))
+        assert {"normgrow_v1", "normgrow_v2"} <= held, kind
 
 
 def test_mfu_label_follows_the_dtype():
@@ -165,7 +152,7 @@ def test_step_flops_match_torchs_counter():
     matmuls the counter sees (it has no formula for the CPU flash kernel)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.utils.flop_counter import FlopCounterMode
-    v2, _ = _v1_v2(torch.float32)
+    v2 = _normgrow(torch.float32)
     B, L = fakes.TINY_OVERRIDES["train.batch_size"], fakes.TINY_OVERRIDES["data.seq_len"]
     with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
         v2.step()

@@ -39,3 +39,38 @@ def test_readme_names_the_current_numerics_version():
     from normgrow.rundir import NUMERICS_VERSION
     said = re.findall(r"`rundir\.NUMERICS_VERSION`, now (\d+)", (ROOT / "README.md").read_text())
     assert said == [str(NUMERICS_VERSION)], f"README says numerics version {said}, the code records {NUMERICS_VERSION}"
+
+
+NAMED_BY = [ROOT / "README.md", ROOT / "docs" / "DESIGN.md", ROOT / "requirements.txt", ROOT / "Makefile"]
+MODULE = re.compile(r"(?<![\w.])normgrow(?:\.[a-z_]\w*)+")
+SOURCE = re.compile(r"(?<![\w/:.])((?:lib/)?(?:normgrow/)?(?:train|student|data|analysis|viz|tests)/\w+\.py"
+                    r"|(?:lib/)?normgrow/\w+\.py)")
+
+
+def _resolves(dotted: str) -> bool:
+    """A module of lib/normgrow, or an attribute of one (normgrow.analysis.stats.tost)."""
+    import importlib
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ModuleNotFoundError:
+            continue
+        for name in parts[i:]:
+            if not hasattr(obj, name):
+                return False
+            obj = getattr(obj, name)
+        return True
+    return False
+
+
+@pytest.mark.parametrize("doc", NAMED_BY, ids=lambda p: p.name)
+def test_every_module_and_source_file_named_exists(doc):
+    """README, DESIGN, requirements.txt and the Makefile name modules (normgrow.x.y) and source files
+    (train/step.py, tests/test_x.py) that exist; a path after `git show <commit>:` is history and not checked."""
+    text = doc.read_text()
+    modules = sorted({m for m in MODULE.findall(text) if not _resolves(m)})
+    assert not modules, f"{doc.name} names modules or attributes that do not exist: {modules}"
+    files = sorted({f for f in SOURCE.findall(text) if not any(
+        (base / f.removeprefix("lib/")).is_file() for base in (ROOT, ROOT / "lib", ROOT / "lib" / "normgrow"))})
+    assert not files, f"{doc.name} names source files that do not exist: {files}"

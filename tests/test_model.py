@@ -223,3 +223,18 @@ def test_the_boundary_operation_acts_where_blocks_attach_once_a_block_sits_above
             assert torch.equal(shallow(idx), make(n_layers=1)(idx))
     with pytest.raises(ValueError, match="one factor per boundary depth"):
         make(boundary="scale", boundary_scale=(2.0,), boundary_depths=(1, 2))
+
+
+def test_attention_kernel_runs_in_float32_on_cpu_under_bf16_autocast(monkeypatch):
+    """The projections stay in bf16; the attention kernel gets float32 q, k, v and its output is cast back."""
+    from normgrow.student import model as model_module
+    seen, sdpa = [], model_module.F.scaled_dot_product_attention
+
+    def recording(q, k, v, **kw):
+        seen.append((q.dtype, k.dtype, v.dtype))
+        return sdpa(q, k, v, **kw)
+    monkeypatch.setattr(model_module.F, "scaled_dot_product_attention", recording)
+    m = make()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = m(tokens())
+    assert seen == [(torch.float32,) * 3] * 2 and logits.dtype == torch.bfloat16

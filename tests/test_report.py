@@ -73,19 +73,6 @@ def claims_by_id(rep):
 
 # ------------------------------------------------------------------------------------------------------ statistics
 
-@pytest.mark.parametrize("df", sorted(T975))
-def test_t_quantile_matches_scipy_values(df):
-    assert stats.t_quantile(0.975, df) == pytest.approx(T975[df], rel=1e-9)
-
-
-def test_t_quantile_other_levels_and_large_df():
-    assert stats.t_quantile(0.95, 1) == pytest.approx(6.313751514675041, rel=1e-9)
-    assert stats.t_quantile(0.995, 5) == pytest.approx(4.032142983557536, rel=1e-9)
-    assert stats.t_quantile(0.975, 100000) == pytest.approx(1.959963984540054, rel=1e-4)
-    with pytest.raises(ValueError):
-        stats.t_quantile(0.4, 3)
-
-
 def test_mean_ci_hand_computation():
     x = [1.0, 2.0, 4.0]
     s = stats.mean_ci(x)

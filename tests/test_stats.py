@@ -1,5 +1,5 @@
-"""normgrow.analysis.stats' tests of resolution: the t CDF, the equivalence test (TOST) and the seeds a gap needs, checked
-against scipy's values (scipy.stats 1.17, not a dependency: the numbers are written here) and hand computations."""
+"""normgrow.analysis.stats' tests of resolution: the equivalence test (TOST) and the seeds a gap needs, checked against
+scipy's paired t-tests (values written here) and hand computations."""
 from __future__ import annotations
 
 import json
@@ -19,24 +19,6 @@ MIDDLE = [0.004, 0.012, -0.003, 0.009, 0.001]  # 5 seeds, mean 0.0046
 def t_cdf_df2(t: float) -> float:
     """Student's t CDF with 2 df in closed form."""
     return 0.5 + t / (2 * math.sqrt(2 + t * t))
-
-
-@pytest.mark.parametrize("t,df,expected", [
-    (2.0, 2, 0.908248290463863), (1.3, 7, 0.8826160823038114), (3.1, 4, 1 - 0.018110555518719575),
-    (-0.7, 30, 0.24466022174983582), (0.25, 1, 0.5779791303773694), (-1.7, 12, 0.057439932697604626)])
-def test_t_cdf_matches_scipy(t, df, expected):  # scipy.stats.t.cdf(t, df)
-    assert stats.t_cdf(t, df) == pytest.approx(expected, abs=1e-13)
-
-
-def test_t_cdf_closed_form_symmetry_and_inverse():
-    for t in (-3.0, -0.4, 0.0, 0.9, 5.0):
-        assert stats.t_cdf(t, 2) == pytest.approx(t_cdf_df2(t), abs=1e-14)
-    assert stats.t_cdf(math.inf, 3) == 1.0 and stats.t_cdf(-math.inf, 3) == 0.0
-    for p, df in ((0.95, 1), (0.975, 4), (0.9, 17), (0.995, 60)):
-        assert stats.t_cdf(stats.t_quantile(p, df), df) == pytest.approx(p, abs=1e-12)
-        assert stats.t_cdf(-stats.t_quantile(p, df), df) == pytest.approx(1 - p, abs=1e-12)
-    with pytest.raises(ValueError):
-        stats.t_cdf(1.0, 0)
 
 
 @pytest.mark.parametrize("values,p_lower,p_upper,equivalent", [

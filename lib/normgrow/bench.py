@@ -1,11 +1,7 @@
-"""Training-throughput benchmark: the study's training step against its earlier numerics versions and transformers
-baselines, in one process.
-
-Kept as one module: one command, whose candidates (this version's step, earlier ones, transformers baselines) must be
-timed in one process to be compared.
+"""Training-throughput benchmark: the study's training step against transformers baselines, timed in one process,
+and against earlier numerics versions as their records measured them.
 
     python -m normgrow.bench --profile cpu          (make bench)
-    python -m normgrow.bench --profile cpu --compare   (this numerics version's step against the previous one's)
 
 The student is the profile's own, as the study builds it: student.* width and heads at the full depth
 train.stages[-1], pre-norm (the placement that maps to Qwen3ForCausalLM), the vocabulary of student.vocab resolved by
@@ -19,12 +15,8 @@ grad-norm clip, AdamW step, loss.item()):
   normgrow           the study's step: train.step.train_step (the run loop's) with train.step.DistillStep (the
                      student's blocks, compiled when train.compile resolves to on here, + the fused distillation
                      head) and train.optim.make_optimizer's AdamW (blocks compiled on CUDA and for bf16 on CPU,
-                     attention kernel in float32 on CPU, fused AdamW; numerics versions 4 and 5 changed evaluations,
-                     not this step, which is version 3's). Compiled, its first call compiles, so it needs warmup >= 1
-  normgrow_v2        the same step under numerics version 2: the blocks eager; ratios.normgrow_vs_normgrow_v2 is
-                     v2 / this version's step time (--compare times these two alone)
-  normgrow_v1        the step under numerics version 1: eager, StudentConfig.attention_kernel="autocast" and
-                     make_optimizer(fused=False)
+                     attention kernel in float32 on CPU, fused AdamW). Compiled, its first call compiles, so it needs
+                     warmup >= 1
   hf_cached          transformers Qwen3ForCausalLM converted from the same student (same vocabulary) under the same
                      autocast, full logits + distill.distill_loss: the same cached loss, another model/head
   hf_online          a Qwen3ForCausalLM student over the teacher's full vocabulary (the online KL needs every teacher
@@ -39,6 +31,8 @@ Also reported: the distillation head alone (bench_head), the teacher's forward t
 and the study-level teacher cost (one cached pass over the profile's tokens vs one teacher pass per run of
 params/study.yaml), and peak memory per step (RSS sampling, see measure_memory). Writes
 outputs/bench/<profile>-<CPU kind>.json (utils.cpu_kind: amx, avx512bf16 or nobf16), one file per CPU kind.
+Earlier numerics versions' steps (normgrow_v1, normgrow_v2, ...) are not kept as code: their step times come from
+the record this bench replaces (earlier_numerics) and are carried into the new one.
 """
 from __future__ import annotations
 
@@ -75,14 +69,11 @@ from .train.evaluate import autocast, evaluation_plan, subset_rows
 from .train.optim import make_optimizer
 from .train.step import DistillStep, StepSetup, compile_enabled, train_step
 from .train.spec import _choice, run_profile
-from .rundir import NUMERICS_VERSION
 from .analysis.variants import load_variants
 from .utils import (TRAIN_DTYPES, cpu_kind, dtype_name, json_safe, machine_description, matmul_peak_sampler,
                     resolve_dtype)
 
-CANDIDATES = ("normgrow", "normgrow_v2", "normgrow_v1", "hf_cached", "hf_online")
-COMPARE = ("normgrow", "normgrow_v2")
-"""--compare: the step of this NUMERICS_VERSION against the previous version's."""
+CANDIDATES = ("normgrow", "hf_cached", "hf_online")
 CPU = torch.device("cpu")
 
 
@@ -240,12 +231,12 @@ def build_candidates(profile, batch: BenchBatch, names, dtype: torch.dtype, teac
     candidates: dict[str, Candidate] = {}
     info: dict = {"student": proto.cfg}
 
-    def normgrow(attention_kernel: str = "auto", fused: bool | None = None, compiled: bool | None = None):
-        model = Student(config(batch.vocab_size, attention_kernel=attention_kernel))
+    def normgrow():
+        model = Student(config(batch.vocab_size))
         model.load_state_dict(proto.state_dict())
         model.train()
-        optimizer = make_optimizer(model, tp, None, fused=fused)
-        forward = DistillStep(model, P, compile_enabled(tp.compile, CPU, dtype) if compiled is None else compiled)
+        optimizer = make_optimizer(model, tp, None)
+        forward = DistillStep(model, P, compile_enabled(tp.compile, CPU, dtype))
         setup = StepSetup(forward, optimizer, [p for p in model.parameters() if p.requires_grad], tp.grad_clip, CPU,
                           dtype)
         lr, positions = optimizer.param_groups[0]["lr"], int(batch.student["mask"].sum())
@@ -260,10 +251,6 @@ def build_candidates(profile, batch: BenchBatch, names, dtype: torch.dtype, teac
 
     if "normgrow" in names:
         candidates["normgrow"] = normgrow()
-    if "normgrow_v2" in names:
-        candidates["normgrow_v2"] = normgrow(compiled=False)
-    if "normgrow_v1" in names:
-        candidates["normgrow_v1"] = normgrow(attention_kernel="autocast", fused=False, compiled=False)
     if "hf_cached" in names:
         hf, opt = hf_model(proto)
         rows = distill.flatten_batch({k: v for k, v in batch.student.items() if k != "tokens"})
@@ -563,11 +550,26 @@ def run_bench(profile_name: str = "cpu", repeats: int = 5, warmup: int = 1, cand
               "teacher": info.get("teacher"), "study_teacher_cost": teacher_cost, "head": head,
               "study_compute": compute}
     out = out or outputs_dir() / "bench" / f"{profile.name}-{cpu_kind()}.json"
+    report["earlier_numerics"] = earlier_numerics(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(json_safe(report), indent=1, default=str, allow_nan=False))  # strict JSON
     print(format_table(report))
     print(f"wrote {out}")
     return report
+
+
+def earlier_numerics(record: Path) -> dict:
+    """The earlier numerics versions' step times on this CPU kind from the record at `record` (the one this bench
+    replaces): its own earlier_numerics and any normgrow_v<N> candidate it timed, each with the command and CPU that
+    measured it. Empty when there is no record."""
+    if not record.exists():
+        return {}
+    old = json.loads(record.read_text())
+    kept = dict(old.get("earlier_numerics", {}))
+    for name, r in old["candidates"].items():
+        if name.startswith("normgrow_v"):
+            kept[name] = {"step_s": r["step_s"], "command": old["command"], "cpu": old["machine"]["cpu"]}
+    return kept
 
 
 def format_table(report: dict) -> str:
@@ -586,11 +588,9 @@ def format_table(report: dict) -> str:
         lines.append(f"| {n} | {sizes[r['vocabulary']]} | {r['step_s']:.3f} | {r['tok_s']:,.0f} | "
                      f"{r['step_s'] / base if base else float('nan'):.2f} | {r['step_flops'] / 1e9:.1f} | "
                      f"{100 * r['mfu']:.1f}% | {'n/a' if mem is None else f'{mem / 2**20:,.0f} MiB'} |")
-    for name, what in (("normgrow_v2", "v2: the blocks eager"),
-                       ("normgrow_v1", "v1: eager, attention kernel in the autocast dtype, for-loop AdamW")):
-        if f"normgrow_vs_{name}" in report["ratios"]:
-            lines.append(f"numerics version {NUMERICS_VERSION} vs {name[-1]}: {name} / normgrow step time = "
-                         f"{report['ratios'][f'normgrow_vs_{name}']:.3f} ({what})")
+    for name, r in report.get("earlier_numerics", {}).items():
+        lines.append(f"{name} (recorded: {r['command']}, {r['cpu']}): {r['step_s']:.3f} s, "
+                     f"{r['step_s'] / base if base else float('nan'):.2f}x this step (another process)")
     lines.append(f"student step: {report['flops']['step'] / 1e9:.1f} GFLOP (head {100 * report['flops']['head_fraction']:.0f}% "
                  f"of forward); matmul peak {pk['dtype']} {pk['flop_s'] / 1e9:.0f} GFLOP/s (median of one "
                  f"{pk['size']}^3 sample per round; rounds {min(pk['per_round']) / 1e9:.0f}-"
@@ -622,9 +622,7 @@ def main(argv=None) -> int:
         ap.error(f"--candidates {' '.join(unknown)}: allowed values: {', '.join(CANDIDATES)}")
     if args.dtype not in (None, *TRAIN_DTYPES):
         ap.error(f"--dtype {args.dtype}: allowed values: {', '.join(TRAIN_DTYPES)}")
-    if args.compare and args.candidates:
-        ap.error("--compare chooses the candidates; pass --candidates or --compare, not both")
-    args.candidates = list(COMPARE) if args.compare else args.candidates or list(CANDIDATES)
+    args.candidates = args.candidates or list(CANDIDATES)
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.memory_probe:

@@ -180,15 +180,14 @@ def grid_parser() -> argparse.ArgumentParser:
 
 def bench_parser() -> argparse.ArgumentParser:
     parser = _parser("python -m normgrow.bench", "Training-throughput benchmark: one training step of the profile's "
-                     "student against its earlier numerics versions and transformers baselines, in one process.",
+                     "student against transformers baselines, in one process, and against earlier numerics versions' "
+                     "recorded step times.",
                      "bench/<profile>.json (or --out)")
     parser.add_argument("--repeats", type=int, default=5, help="timed rounds (default 5)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed rounds first (default 1; a compiled step "
                         "compiles in its first call)")
     parser.add_argument("--candidates", nargs="+", help="the steps to time (default: all of them; the module's "
                         "docstring describes each, an unknown name is an error naming them)")
-    parser.add_argument("--compare", action="store_true", help="time this numerics version's step against the "
-                        "previous one's alone")
     parser.add_argument("--data", default="auto", choices=("auto", "cache", "synthetic"),
                         help="the batch: the teacher cache's, a synthetic one, or auto: the cache's when usable")
     parser.add_argument("--dtype", help="autocast dtype: auto, bfloat16 or float32 (default: the profile's "

@@ -338,9 +338,48 @@ def compare_studies(a_dir: Path, b_dir: Path) -> str:
     return "\n".join(lines)
 
 
+def width_table(profile: str) -> str:
+    """The width grid (width.csv): a row per quantity, a column per rung: the mean over paired seeds with its 95%
+    interval, the seeds and the rung's verdict where the quantity is a claim's; a drift as last phase over first
+    with obs4's verdict; a rung whose study has not finished says so."""
+    w = pd.read_csv(grid_dir(profile, "width") / "width.csv")
+    rungs = list(dict.fromkeys(w["rung"]))
+    cell = {}
+    for _, r in w[w["quantity"].notna()].iterrows():
+        drift = r["quantity"].startswith("top-boundary drift")
+        value = f"x{r['mean']:.2f}" if drift else interval(r["mean"], r["ci_low"], r["ci_high"], 4, sign=True)
+        status = "" if pd.isna(r["status"]) else f" {'obs4 ' if drift else ''}{r['status']}"
+        cell[r["quantity"], r["rung"]] = f"{value} ({int(r['n'])}){status}"
+    unfinished = dict(w.loc[w["quantity"].isna(), ["rung", "status"]].values)
+    rows = [[q, *(cell.get((q, g), "") for g in rungs)] for q in dict.fromkeys(w["quantity"].dropna())]
+    return _table(["quantity (seeds)", *rungs], [["study", *(unfinished.get(g, "finished") for g in rungs)], *rows])
+
+
+def width_trend_table(profile: str) -> str:
+    """The width grid's trends (trend.csv): each quantity's least-squares slope per doubling of width over the rungs'
+    per-seed values, its 95% interval, and the reading."""
+    t = pd.read_csv(grid_dir(profile, "width") / "trend.csv")
+    return _table(["quantity", "points", "rungs", "slope per doubling [95% CI]", "reference", "reading"],
+                  [[r["quantity"], int(r["n"]), int(r["rungs"]), interval(r["slope"], r["ci_low"], r["ci_high"], 4,
+                                                                          sign=True),
+                    "" if pd.isna(r["reference"]) else r["reference"], r["direction"]] for _, r in t.iterrows()])
+
+
+def width_transfer_table(profile: str) -> str:
+    """The lr brackets of the width grid (transfer.csv): each arm's mean final val_ce at each factor of its
+    transferred lr, the best factor, how far x1 is from the best, and whether the transfer holds."""
+    t = pd.read_csv(grid_dir(profile, "width") / "transfer.csv")
+    return _table(["profile", "parametrization", "arm", "x0.5", "x1", "x2", "best", "x1 - best", "reading"],
+                  [[r["profile"], r["parametrization"], "" if pd.isna(r["arm"]) else r["arm"],
+                    *(_num(r[f], 3) for f in ("x0.5", "x1", "x2")),
+                    "" if pd.isna(r["best_factor"]) else f"x{r['best_factor']:g}", _num(r["x1_minus_best"], 3),
+                    r["verdict"]] for _, r in t.iterrows()])
+
+
 TABLES = {"study": study_tables, "ladder": ladder_table, "ladder-runs": ladder_runs_table, "shapes": shapes_table,
           "robustness": robustness_table, "tuning": tuning_table, "basin": basin_table,
-          "crossover-curve": crossover_curve_table, "time-shares": time_shares_table}
+          "crossover-curve": crossover_curve_table, "time-shares": time_shares_table, "width": width_table,
+          "width-trend": width_trend_table, "width-transfer": width_transfer_table}
 
 
 def record_of(table: str, profile: str):

@@ -2,9 +2,6 @@
 variants, the phase-wise crossover, the training-regime check (is a variant clearly trained?) and the depth check
 (does depth pay at this scale?).
 
-Kept as one module: the statistics every verdict reads (intervals, paired gaps, TOST, gates, trends), each a small
-function of a runs table.
-
 A variant's mean over seeds has a two-sided Student-t confidence interval (95% by default); a gap ``a - b`` is
 computed per seed on the seeds both variants finished (paired) and summarised the same way. Fewer than two paired
 seeds give no interval (NaN). Every finished seed counts, whatever params/study.yaml lists (variants.collect_runs).
@@ -25,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from scipy import stats as scipy_stats
 
 from ..config import smoke_note
 from ..rundir import FLAT_TAIL, RunDirError, read_metrics, run_path
@@ -59,52 +57,9 @@ DEPTH_FIELDS = ("norm", "single", "joint", "single_n", "joint_n", "single_val_ce
 
 # ------------------------------------------------------------------------------------------------------ statistics
 
-def _t_two_sided(theta: float, df: int) -> float:
-    """P(|T| < sqrt(df) tan(theta)) for Student's t with integer df >= 1, theta in [0, pi/2]: the closed form of
-    Abramowitz & Stegun 26.7.3 (odd df) / 26.7.4 (even df), a finite sum of about df/2 terms (a cumulative product,
-    so that tens of thousands of df stay fast), so no scipy is needed."""
-    s, c2 = math.sin(theta), math.cos(theta) ** 2
-    if df % 2 == 0:
-        j = np.arange(1, df // 2)
-        return s * (1.0 + float(np.cumprod(c2 * (2 * j - 1) / (2 * j)).sum()))
-    if df == 1:
-        return 2.0 * theta / math.pi
-    j = np.arange(1, (df - 1) // 2)
-    c = math.sqrt(c2)
-    return 2.0 / math.pi * (theta + s * c * (1.0 + float(np.cumprod(c2 * (2 * j) / (2 * j + 1)).sum())))
-
-
-def _check_df(df) -> int:
-    if int(df) != df or df < 1:
-        raise ValueError(f"df={df} must be an integer >= 1")
-    return int(df)
-
-
-def t_cdf(t: float, df: int) -> float:
-    """P(T <= t) for Student's t with integer df, e.g. t_cdf(2.0, 2) = 0.5 + 1 / sqrt(6) = 0.9082 (df = 2 has the
-    closed form 1/2 + t / (2 sqrt(2 + t^2))). Exact up to rounding: the absolute error is ~1e-16, so a tail
-    probability below ~1e-15 is not resolved (irrelevant to tests at alpha 0.05)."""
-    df = _check_df(df)
-    if math.isnan(t):
-        return math.nan
-    half = 0.5 * _t_two_sided(math.atan(abs(t) / math.sqrt(df)), df)  # atan(inf) = pi/2: the whole mass
-    return 0.5 + half if t >= 0 else 0.5 - half
-
-
 def t_quantile(p: float, df: int) -> float:
-    """Quantile of Student's t with integer df (p > 0.5), e.g. t_quantile(0.975, 2) = 4.3027: bisection on the
-    two-sided CDF of t_cdf, exact to double precision."""
-    if not 0.5 < p < 1.0:
-        raise ValueError(f"p={p} must be in (0.5, 1)")
-    df, target = _check_df(df), 2.0 * p - 1.0  # P(|T| < t) = 2p - 1
-    lo, hi = 0.0, math.pi / 2
-    for _ in range(64):  # (pi / 2) / 2^64 is below the spacing of doubles near theta: converged
-        mid = 0.5 * (lo + hi)
-        if _t_two_sided(mid, df) < target:
-            lo = mid
-        else:
-            hi = mid
-    return math.sqrt(df) * math.tan(0.5 * (lo + hi))
+    """The p-quantile of Student's t with df degrees of freedom (scipy.stats.t), e.g. t_quantile(0.975, 2) = 4.3027."""
+    return float(scipy_stats.t.ppf(p, df))
 
 
 def _finite(values) -> np.ndarray:
@@ -144,7 +99,7 @@ def tost(values, margin: float, alpha: float = ALPHA) -> dict:
         t_lower = t_upper = math.nan
     else:
         t_lower, t_upper = (mean + margin) / se, (mean - margin) / se
-        p_lower, p_upper = 1.0 - t_cdf(t_lower, n - 1), t_cdf(t_upper, n - 1)
+        p_lower, p_upper = float(scipy_stats.t.sf(t_lower, n - 1)), float(scipy_stats.t.cdf(t_upper, n - 1))
     p = max(p_lower, p_upper)
     return out | {"t_lower": t_lower, "t_upper": t_upper, "p_lower": p_lower, "p_upper": p_upper, "p": p,
                   "equivalent": bool(p < alpha)}

@@ -6,12 +6,10 @@ Architecture (each choice follows transformers' Qwen3 so a pre-norm student expo
     per-head RMSNorm over head_dim on queries and keys (q_norm, k_norm) applied BEFORE RoPE, RoPE with the
     rotate_half convention and the default rope type (inv_freq = theta^(-2i/head_dim)), causal scaled
     dot-product attention with scale 1/sqrt(head_dim). No dropout anywhere.
-  - Attention kernel precision (cfg.attention_kernel): ``auto`` runs it in float32 on CPU whatever the autocast
-    dtype (q, k, v cast up, the output cast back): CPU kernels compute bf16 attention by converting inside the
-    kernel, and its backward took 62 ms of a 206 ms bf16 training step at the cpu profile's shapes against 29 ms in
-    float32 (AMD EPYC, AVX512-BF16); the projections around it stay in the autocast dtype. On CUDA ``auto`` keeps the
-    autocast dtype (flash attention). ``autocast`` keeps the autocast dtype everywhere (numerics version 1; the
-    bench's comparison).
+  - The attention kernel runs in float32 on CPU whatever the autocast dtype (q, k, v cast up, the output cast back):
+    CPU kernels compute bf16 attention by converting inside the kernel, which made its backward twice as slow
+    (docs/LOG.md); the projections around it stay in the autocast dtype. On CUDA it keeps the autocast dtype (flash
+    attention).
   - MLP: SwiGLU, down_proj(silu(gate_proj(x)) * up_proj(x)).
   - Head: tied to the embedding matrix (tie_embeddings) or a separate bias-free linear layer.
 
@@ -66,7 +64,6 @@ from ..settings import POSITIVE, UNIT_INTERVAL, setting
 from ..utils import disk_full_errors
 
 NORMS = tuple(PLACEMENTS)
-ATTENTION_KERNELS = ("auto", "autocast")
 BOUNDARY_OPS = ("none", "normalize", "scale")
 BOUNDARY_READS = {"scale": ("student.boundary_scale",)}
 """Profile keys only a boundary operation reads (train.spec.unread_keys records them at their defaults elsewhere)."""
@@ -109,7 +106,6 @@ class StudentConfig(ModelParams):
     n_layers: int
     norm: str = "pre"  # a name of placements.PLACEMENTS (NORMS)
     max_seq_len: int = 4096
-    attention_kernel: str = "auto"  # auto (float32 on CPU) | autocast; see the module docstring
     # The depth a depth-dependent placement refers to (Mix-LN's L, DeepNorm's N): the run's final depth
     # (train.stages[-1], set by train.start_run) for every schedule, so a grown student's blocks are those of its
     # joint counterpart (placements.py). None: n_layers.
@@ -119,9 +115,6 @@ class StudentConfig(ModelParams):
     boundary_depths: tuple = ()
 
     def __post_init__(self):
-        if self.attention_kernel not in ATTENTION_KERNELS:
-            raise ValueError(f"StudentConfig.attention_kernel={self.attention_kernel!r}; allowed values: "
-                             f"{', '.join(ATTENTION_KERNELS)}")
         if self.norm not in NORMS:
             raise ValueError(f"StudentConfig.norm={self.norm!r} is not supported; allowed values: {', '.join(NORMS)}")
         if not 0 <= self.mix_alpha <= 1:
@@ -200,7 +193,6 @@ class Attention(nn.Module):
     def __init__(self, cfg: StudentConfig):
         super().__init__()
         self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
-        self.float32_on_cpu = cfg.attention_kernel == "auto"
         self.q_proj = nn.Linear(cfg.d_model, cfg.n_heads * cfg.head_dim, bias=False)
         self.k_proj = nn.Linear(cfg.d_model, cfg.n_kv_heads * cfg.head_dim, bias=False)
         self.v_proj = nn.Linear(cfg.d_model, cfg.n_kv_heads * cfg.head_dim, bias=False)
@@ -215,7 +207,7 @@ class Attention(nn.Module):
         v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
         q, k = apply_rope(q, rope), apply_rope(k, rope)
         dtype = q.dtype
-        if self.float32_on_cpu and x.device.type == "cpu":  # module docstring; autocast would cast it back down
+        if x.device.type == "cpu":  # module docstring; autocast would cast it back down
             with torch.autocast("cpu", enabled=False):
                 y = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=True,
                                                    scale=self.head_dim ** -0.5,
