@@ -1,7 +1,7 @@
 """What a researcher sees, in a real browser: the tiny study's report.html and diagnostics.html, and an executed
 run_variant notebook exported to HTML, and the map's grid page, opened in headless Chromium with the network blocked (the study machine is
-offline). Each page must load without a JavaScript error or a plotly warning, draw every figure, and show the claims
-and the regime check. Screenshots go to outputs/screenshots/ (ignored by git) for a person to look at.
+offline). Each page must load without a JavaScript error or a plotly warning, draw every figure in the palette's
+colours and line styles, and show the claims and the regime check. Screenshots go to outputs/screenshots/ (ignored by git) for a person to look at.
 
 Chromium is the Debian package ``chromium`` (``apt-get install -y chromium``; .ci/run installs it when apt is
 there); Playwright (PyPI) drives that executable, it never downloads a browser. Without it the tests are skipped
@@ -32,6 +32,11 @@ DRAWN = """() => { const d = Array.from(document.querySelectorAll('.plotly-graph
 TRACES = """Array.from(document.querySelectorAll('.plotly-graph-div')).map(d => ({
   id: d.id, traces: (d._fullData || []).length,
   drawn: d.querySelectorAll('g.trace').length + d.querySelectorAll('.hm image').length}))"""
+# every trace that draws a placement or a schedule (palette.meta): its colours and line style
+STYLED = """Array.from(document.querySelectorAll('.js-plotly-plot')).flatMap(d => (d._fullData || [])
+  .filter(t => t.meta && (t.meta.norm || t.meta.schedule)).map(t => ({figure: d.id, name: t.name, meta: t.meta,
+    mode: t.mode || '', line: t.line ? t.line.color : null, dash: t.line ? t.line.dash : null,
+    marker: t.marker && typeof t.marker.color === 'string' ? t.marker.color : null})))"""
 
 TEXT_OVERLAPS = """() => { const out = [];
   for (const svg of document.querySelectorAll('svg')) {
@@ -79,6 +84,30 @@ def open_offline(browser, path: Path, shot: str) -> dict:
     return {**seen, "page": page, "figures": page.evaluate(TRACES)}
 
 
+def rgb(colour: str) -> tuple[int, ...]:
+    """'#rrggbb', 'rgb(r,g,b)' or 'rgba(r,g,b,a)' as (r, g, b)."""
+    if colour.startswith("#"):
+        return tuple(int(colour[i:i + 2], 16) for i in (1, 3, 5))
+    return tuple(int(float(v)) for v in colour[colour.index("(") + 1:-1].split(",")[:3])
+
+
+def check_palette(page) -> int:
+    """Every trace drawn for a placement has its colour and every line drawn for a schedule its line style, the
+    palette's (viz.palette), on this page; returns how many traces were checked."""
+    from normgrow.viz import palette
+    traces = page.evaluate(STYLED)
+    wrong = []
+    for t in traces:
+        norm, schedule = t["meta"].get("norm"), t["meta"].get("schedule")
+        drawn = [c for part, c in (("lines", t["line"]), ("markers", t["marker"])) if part in t["mode"] and c]
+        if norm and (not drawn or any(rgb(c) != rgb(palette.colour(norm)) for c in drawn)):
+            wrong.append((t["figure"], t["name"], norm, drawn))
+        if schedule and "lines" in t["mode"] and t["dash"] != palette.dash(schedule):
+            wrong.append((t["figure"], t["name"], schedule, t["dash"]))
+    assert not wrong, f"traces off the palette: {wrong[:5]}"
+    return len(traces)
+
+
 def check_page(seen: dict, min_figures: int) -> None:
     assert not seen["errors"], f"JavaScript errors: {seen['errors']}"
     overflow = seen["page"].evaluate("document.documentElement.scrollWidth")
@@ -91,6 +120,7 @@ def check_page(seen: dict, min_figures: int) -> None:
     assert not empty, f"figures without drawn traces: {empty}"
     overlaps = seen["page"].evaluate(TEXT_OVERLAPS)
     assert not overlaps, f"overlapping labels: {overlaps[:5]}"
+    assert check_palette(seen["page"]) > 0, "no figure drew a placement"
 
 
 @needs_chromium
@@ -113,7 +143,7 @@ def test_report_page_offline(browser, finished_study):
     assert claims.count() >= 8, claims.count()  # the 8 claims of docs/STUDY.md (plus observations 4 and 5)
     for claim in ("headline-joint", "headline-grow", "obs1-matched", "obs2-crossover", "obs3-controls"):
         assert claim in text
-    assert "obs4-boundary" in text and "obs5-identity" in text
+    assert "obs4-stability" in text and "obs4-structural" in text and "obs5-identity" in text
     curves = next(f for f in seen["figures"] if f["id"] == "fig-curves")
     assert curves["drawn"] >= summary["variant"].nunique()  # a line per variant (and bands, markers, baselines)
     legend = page.locator("#fig-curves").text_content()
@@ -131,8 +161,8 @@ def test_diagnostics_page_offline(browser, finished_study):
     check_page(seen, min_figures=6)
     page = seen["page"]
     text = page.inner_text("body")
-    assert page.locator(".claim").count() == 2  # observations 4 and 5, once (no second claims table)
-    assert "obs4-boundary" in text and "obs5-identity" in text
+    assert page.locator(".claim").count() == 3  # observations 4 (in two halves) and 5, once (no second claims table)
+    assert "obs4-stability" in text and "obs4-structural" in text and "obs5-identity" in text
     assert "Fixed batch" in text and "{" not in text  # no raw JSON
     page.close()
 
@@ -171,6 +201,7 @@ def test_every_committed_page_reads_at_a_laptops_width(browser, path):
     page.goto(path.as_uri(), wait_until="load")
     if path.suffix == ".html" and page.locator(".plotly-graph-div").count():
         page.wait_for_function(DRAWN, timeout=60_000)
+        check_palette(page)
     assert not errors, f"JavaScript errors: {errors}"
     width = page.evaluate("document.documentElement.scrollWidth")
     assert width <= WIDTH or path.suffix == ".svg", f"the page is {width} px wide in a {WIDTH} px window"

@@ -179,15 +179,16 @@ def test_diagnose_run_caches_and_claims(tmp_path, batch):
     reference = load_reference()
     grow = reference.gaps["grow"]
     counts = batch["meta"]["class_counts"]
-    c4, c5 = M.judge_measured(reference, runs, counts)
-    assert c4.claim == "obs4-boundary" and c4.supported in (True, False) and "pre x" in c4.sentence
+    c4, c4s, c5 = M.judge_measured(reference, runs, counts)
+    assert c4.claim == "obs4-stability" and c4.supported in (True, False) and "pre x" in c4.sentence
+    assert c4s.claim == "obs4-structural" and c4s.supported in (True, False) and c4s.evidence == c4.evidence
     assert c4.variants == ("pre-grow", "post-grow") and "pre/all" in c4.evidence
     assert c5.claim == "obs5-identity" and c5.supported in (True, False) and "rank" in c5.sentence
     assert boundary({"pre-grow-s0": runs["pre-grow-s0"]}, counts).status == "not testable"
     assert M.final_block_identity(reference.claim("obs5-identity"), {}, grow, counts).supported is None
     # runs are selected by their recorded variant, not their names
     renamed = {"mine": runs["pre-grow-s0"], "theirs": runs["post-grow-s0"]}
-    assert boundary(renamed, counts).sentence == c4.sentence
+    assert boundary(renamed, counts, "obs4-stability").sentence == c4.sentence
     rows = D.drift_rows(runs)
     assert len(rows) == 2 * len(TC.GROUPS)
 
@@ -199,10 +200,10 @@ def test_diagnose_run_caches_and_claims(tmp_path, batch):
     assert out.stat().st_size > 1000 and "cdn.plot.ly" not in out.read_text()[:2000]
 
 
-def boundary(runs: dict, counts: dict):
-    """Observation 4 judged from runs as the study judges it (its declaration in params/reference.yaml)."""
+def boundary(runs: dict, counts: dict, half: str = "obs4-structural"):
+    """A half of observation 4 judged from runs as the study judges it (its declaration in params/reference.yaml)."""
     reference = load_reference()
-    return M.boundary_drift(reference.claim("obs4-boundary"), runs, reference.gaps["grow"], counts)
+    return M.MEASURED_JUDGES[half](reference.claim(half), runs, reference.gaps["grow"], counts)
 
 
 def test_every_measured_claim_declared_has_a_judge(monkeypatch):
@@ -238,8 +239,19 @@ def test_observation_4_needs_structural_drift_beyond_content_drift_by_the_margin
     assert "first 9" in claim.sentence and "content 1729" in claim.sentence  # the group sizes
     assert "special: no positions, left out" in claim.sentence and "special: pre" not in claim.sentence
     assert "start token; 9 positions) on its own: pre x2.5" in claim.sentence  # the first position separately
-    assert "built in" in claim.sentence  # post-norm's boundary RMS is fixed by its construction
     assert claim.evidence["positions/special"] == 0 and "pre/special" not in claim.evidence
+    stability = boundary(drift_runs(pre, POST), COUNTS, "obs4-stability")
+    assert stability.supported  # the other half: post-norm flat (x1.0), pre-norm drifting (x1.5), whatever the tokens
+    assert "built in" in stability.sentence  # post-norm's boundary RMS is fixed by its construction
+
+
+@pytest.mark.parametrize("post_all, pre_all, supported", [(1.02, 3.0, True), (1.3, 3.0, False), (1.1, 1.05, False)])
+def test_observation_4_stability_needs_post_norm_in_the_band_and_below_pre_norm(post_all, pre_all, supported):
+    """The first half alone: post-norm's drift within [1/1.25, 1.25] and smaller than pre-norm's (x1.3 is outside the
+    band; x1.1 against pre-norm's x1.05 is not smaller), independent of where pre-norm's drift sits."""
+    pre = {g: pre_all for g in POST}
+    claim = boundary(drift_runs(pre, {g: post_all for g in POST}), COUNTS, "obs4-stability")
+    assert claim.supported is supported and claim.claim == "obs4-stability"
 
 
 def test_study_keeps_the_diagnostics_of_runs_whose_checkpoints_are_gone(tmp_path, monkeypatch, batch):
@@ -255,6 +267,7 @@ def test_study_keeps_the_diagnostics_of_runs_whose_checkpoints_are_gone(tmp_path
         ("pre-grow", 0): SimpleNamespace(run_name="pre-grow-s0"),
         ("post-grow", 0): SimpleNamespace(run_name="post-grow-s0")}))
     first = D.diagnose_study("tiny", progress=False)
+    assert [c["claim"] for c in first["claims"]] == ["obs4-stability", "obs4-structural", "obs5-identity"]
     assert first["claims"][0]["status"] in ("supported", "not supported")
     for run in ("pre-grow-s0", "post-grow-s0"):
         shutil.rmtree(root / run / "checkpoints")

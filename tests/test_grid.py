@@ -354,7 +354,7 @@ def test_forest_plots_colour_error_bars_by_verdict_and_mark_zero_and_the_referen
     drawn black, with a console warning), the legend names each verdict and the reference; the SVG has x ticks
     labelled 0 and the reference's value in each panel."""
     from normgrow.viz.forest import forest_figure, forest_svg
-    from normgrow.viz.render import STATUS_COLORS
+    from normgrow.viz.palette import STATUS_COLOUR
     rows = [{"setting": s, "a": "pre", "b": "post", "n_seeds": 3, "grow_gap": g, "grow_ci_low": g - 0.1,
              "grow_ci_high": g + 0.1, "interaction": g, "interaction_ci_low": g - 0.2, "interaction_ci_high": g + 0.2,
              "grow_verdict": v, "interaction_verdict": v} for s, g, v in (("x", 0.05, NOT_JUDGED_DEPTH),
@@ -362,7 +362,7 @@ def test_forest_plots_colour_error_bars_by_verdict_and_mark_zero_and_the_referen
     frame, reference = pd.DataFrame(rows), {"grow": 0.0328, "interaction": 0.0324}
     fig = forest_figure(frame, reference)
     bars = [t for t in fig.data if t.error_x.array is not None]
-    assert all(t.error_x.color == t.marker.color == STATUS_COLORS[t.name] for t in bars) and len(bars) == 4
+    assert all(t.error_x.color == t.marker.color == STATUS_COLOUR[t.name] for t in bars) and len(bars) == 4
     assert {t.name for t in fig.data if t.showlegend is not False} == {NOT_JUDGED_DEPTH, NOT_TESTABLE, "reference"}
     svg = forest_svg(frame, reference)
     assert svg.count(">0</text>") == 2 and ">+0.033</text>" in svg and ">+0.032</text>" in svg

@@ -37,20 +37,42 @@ def test_table_drops_empty_columns_and_formats():
     assert ">yes<" in out and ">no<" in out
 
 
-def test_variant_styles_are_distinct():
-    variants = [f"{n}-{f}" for n in ("pre", "post") for f in render.FAMILY_COLOR]
-    styles = {v: tuple(render.variant_style(v).values()) for v in variants}
-    assert len(set(styles.values())) == len(variants)
+def test_palette_gives_each_placement_and_schedule_its_own_look():
+    """A colour per registered placement, none of them a verdict's; a line style and a marker per schedule family;
+    every variant of the study's run files a look of its own."""
+    from normgrow.analysis.variants import load_variants
+    from normgrow.student.placements import PLACEMENTS
+    from normgrow.viz import palette
+    assert set(palette.PLACEMENT_COLOUR) == set(PLACEMENTS)
+    colours = list(palette.PLACEMENT_COLOUR.values())
+    assert len(set(colours)) == len(colours) and not set(colours) & set(palette.STATUS_COLOUR.values())
+    assert len(set(palette.SCHEDULE_DASH.values())) == len(palette.SCHEDULE_DASH)
+    assert len(set(palette.SCHEDULE_SYMBOL.values())) == len(palette.SCHEDULE_SYMBOL)
+    assert set(palette.SCHEDULE_DASH.values()) | {palette.OTHER_DASH} <= set(palette.SVG_DASH)
+    styles = {tuple(palette.variant_style(*render.split_variant(v)).values()) for v in load_variants()}
+    assert len(styles) == len(load_variants())
 
 
-def test_page_inlines_plotlyjs_once():
+def test_pages_load_one_shared_plotlyjs(tmp_path, monkeypatch):
+    """Pages written under the outputs root load the one plotly.js of outputs/assets/ by a relative path, none inlines
+    it; a page that is not a file (html() alone) inlines it once."""
     import plotly.graph_objects as go
+    from plotly.offline import get_plotlyjs_version
+    monkeypatch.setenv("NORMGROW_OUTPUTS", str(tmp_path))
     page = render.Page("t")
     for _ in range(3):
         page.figure(go.Figure(go.Scatter(x=[1, 2], y=[1, 2])))
     text = page.html()
     assert text.count("window.Plotly = Plotly") == 1 and text.count("Plotly.newPlot") == 3
     assert not re.search(r"<script[^>]*\bsrc=", text)
+    asset = tmp_path / "assets" / f"plotly-{get_plotlyjs_version()}.min.js"
+    for where in ("study/tiny/report.html", "grid/tiny/shapes/report.html"):
+        written = page.write(tmp_path / where).read_text()
+        src = re.findall(r"<script src='([^']+)'>", written)
+        assert len(src) == 1 and (tmp_path / where).parent.joinpath(src[0]).resolve() == asset.resolve()
+        assert "window.Plotly = Plotly" not in written and len(written) < 100_000
+    assert asset.stat().st_size > 1_000_000 and "window.Plotly = Plotly" in asset.read_text()
+    assert "<script" not in render.Page("no figures").add("<p>x</p>").html()
 
 
 @pytest.mark.integration
@@ -112,6 +134,21 @@ def test_widget_defaults_and_metric_toggle():
     assert "phase 1 (depth 2)" in phase1.layout.title.text
 
 
+def test_widget_overlay_draws_each_placement_in_its_colour():
+    """The overlay of pre vs post: every trace of both runs in its placement's colour (the two were one colour, the
+    schedule's, when colour meant schedule), each schedule in its line style."""
+    from normgrow.viz import palette
+    study = synthetic_study()
+    for fig in diagplots.widget_figures(study, "pre-grow-s0", overlay=True):
+        styled = [t for t in fig.data if t.meta]
+        assert {t.meta["norm"] for t in styled} == {"pre", "post"}, fig.layout.title.text
+        for t in styled:
+            drawn = t.line.color if "lines" in t.mode else t.marker.color
+            assert palette.faint(palette.colour(t.meta["norm"]), 0.45) == drawn or drawn == palette.colour(
+                t.meta["norm"]), (t.name, drawn)
+            assert "lines" not in t.mode or t.line.dash == palette.dash(t.meta["schedule"])
+
+
 def test_drift_draws_grown_variants_and_joint_as_reference():
     study = synthetic_study()
     fig = diagplots.drift_figure(study, kind="top")
@@ -128,7 +165,7 @@ def test_drift_draws_grown_variants_and_joint_as_reference():
 
 def test_diagnostics_page_is_styled_and_has_no_raw_json(tmp_path):
     study = synthetic_study()
-    claims = [Claim("obs4-boundary", "stable", SUPPORTED, "Supported: post x1.01",
+    claims = [Claim("obs4-stability", "stable", SUPPORTED, "Supported: post x1.01",
                     {"post/all": 1.0086903086999, "pre/all": 1.6045070867976667}).to_json()]
     study["claims_table"] = {"boundary_drift": [
         {"run": n, "group": g, "ratio": 1.5, "variant": n[:-3]} for n in study["runs"] for g in ("all", "first")]}

@@ -9,12 +9,13 @@ import shutil
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
+from plotly.offline import get_plotlyjs_version
 import pytest
 
 from normgrow import config
 from normgrow.analysis import claims, stats
 from normgrow.analysis import variants
-from normgrow.viz import report, report_figures
+from normgrow.viz import palette, report, report_figures
 from normgrow.rundir import unfinished_runs
 from normgrow.analysis.variants import collect_runs, load_reference
 from synthetic_runs import write_metrics, write_run
@@ -285,10 +286,16 @@ def test_claims_not_supported_when_wrong_direction(outputs, trained):
 
 
 def test_crossover_not_supported_when_post_leads_from_the_start(outputs, trained):
-    write_study(outputs, grow_gaps=[0.03, 0.035, 0.04], joint_gaps=[0.0, 0.0, 0.0],
+    write_study(outputs, grow_gaps=[0.03, 0.035, 0.04], joint_gaps=[0.002, -0.001, 0.0005],
                 stage0_gaps=[0.05, 0.06, 0.055])
-    c = claims_by_id(report.build_report("tiny"))["obs2-crossover"]
-    assert c["status"] == claims.NOT_SUPPORTED and "already leads" in c["sentence"]
+    by_id = claims_by_id(report.build_report("tiny"))
+    c = by_id["obs2-crossover"]
+    assert c["status"] == claims.NOT_SUPPORTED
+    assert c["sentence"].startswith("Not supported: no crossover: post-norm leads from the first stage (depth 1)")
+    # a joint gap level with zero gives no ratio: the sentence says why instead of printing one
+    ratio = by_id["headline-ratio"]["sentence"]
+    assert "No ratio of gaps is read" in ratio and "so a ratio to it is unbounded" in ratio
+    assert not re.search(r"[-+]?\d+\.\dx \(", ratio) and "ratio" not in by_id["headline-ratio"]["evidence"]
 
 
 def test_single_seed_and_missing_variants(outputs, trained):
@@ -328,8 +335,9 @@ def test_write_report_files_and_diagnostics(outputs, trained):
     assert page.index("Baselines on the same") < page.index("Training regime") < page.index("<h2>Claims")
     assert f"not recorded, 18 runs, {18 * 1.5 / 3600:.2f} run-hours" in page  # synthetic runs: no environment
     assert "students trained: claims judged" in page and "flatness per run" in page
-    assert "<script src=" not in page and "<script type=\"text/javascript\" src=" not in page  # no CDN
-    assert "Plotly" in page and len(page) > 1_000_000  # plotly.js embedded
+    # plotly.js from the outputs root's one copy, by a relative path (no CDN, not inlined)
+    assert re.findall(r"<script[^>]*src='([^']+)'", page) == [f"../../assets/plotly-{get_plotlyjs_version()}.min.js"]
+    assert (outputs / "assets" / f"plotly-{get_plotlyjs_version()}.min.js").is_file() and len(page) < 1_000_000
     assert "Diagnostics are not available" in page
     assert str(outputs) not in page  # a committed page names no folder of the machine that wrote it
 
@@ -652,8 +660,10 @@ def test_lr_figure_shows_every_arm_of_the_sweep(outputs, trained):
     stars = [t for t in fig.data if t.mode == "markers" and t.marker.symbol == "star"]
     seeds = [t for t in fig.data if t.mode == "markers" and t.marker.symbol == "circle"]
     off = [t for t in fig.data if t.mode == "markers" and t.marker.symbol == "x"]
-    # 2 placements x 2 schedules, each at the one warmup its runs trained at: a solid line, the runs' lr, seeds
-    assert len(lines) == len(stars) == len(seeds) == 4 and all(t.line.dash == "solid" for t in lines)
+    # 2 placements x 2 schedules, each at the one warmup its runs trained at: a bold line in the schedule's style
+    # (palette), the runs' lr, seeds
+    assert len(lines) == len(stars) == len(seeds) == 4 and all(t.line.width == 2 for t in lines)
+    assert {(t.meta["schedule"], t.line.dash) for t in lines} == {(s, palette.dash(s)) for s in ("joint", "grow")}
     best = min(r["val_ce"] for r in rows if r["schedule"] == "joint")
     mean = [min(5.0 + abs(lr - 1e-2) * 100 + 0.005, best + report_figures.LR_SHOWN) for lr in (2.5e-3, 5e-3, 1e-2, 2e-2)]
     assert list(lines[0].y) == pytest.approx(mean)  # the mean of the two seeds, clipped to the panel's edge
@@ -759,7 +769,7 @@ def test_both_pages_show_the_gated_verdicts_and_the_lrs_the_runs_recorded(output
     from normgrow.viz import diagplots
     write_study(outputs, **SUPPORTED_STUDY, depth_gain=0.05)
     study = outputs / "study" / "tiny"
-    ungated = [claims.Claim("obs4-boundary", "post-norm's boundary is stable", claims.SUPPORTED, "Supported: x1.02",
+    ungated = [claims.Claim("obs4-stability", "post-norm's boundary is stable", claims.SUPPORTED, "Supported: x1.02",
                             {}, ("pre-grow", "post-grow")),
                claims.Claim("obs5-identity", "pre-norm's final block is near identity", claims.NOT_SUPPORTED,
                             "Not supported: rank 3", {}, ("pre-grow",))]
@@ -777,10 +787,10 @@ def test_both_pages_show_the_gated_verdicts_and_the_lrs_the_runs_recorded(output
     diag_page = diagplots.export_html({"profile": "tiny", "runs": {}}, study / "diagnostics.html",
                                       [c.to_json() for c in rep.diagnostics_claims])
     gated = {c.claim: c.status for c in rep.claims + rep.diagnostics_claims}
-    assert gated["obs4-boundary"] == gated["obs5-identity"] == claims.NOT_JUDGED_DEPTH
+    assert gated["obs4-stability"] == gated["obs5-identity"] == claims.NOT_JUDGED_DEPTH
     shown = PAGE_VERDICT.findall(files["report"].read_text())
     assert dict(shown) == gated and len(shown) == len(gated)
-    assert dict(PAGE_VERDICT.findall(diag_page.read_text())) == {k: gated[k] for k in ("obs4-boundary",
+    assert dict(PAGE_VERDICT.findall(diag_page.read_text())) == {k: gated[k] for k in ("obs4-stability",
                                                                                          "obs5-identity")}
 
     fig = report_figures.lr_figure(rep)

@@ -153,7 +153,7 @@ def test_the_map_table_reads_each_setting_s_gaps_and_verdicts(monkeypatch):
 
 
 def test_the_width_table_reads_each_rung_s_quantities_and_an_unfinished_rung(tmp_path, monkeypatch):
-    """A rung's gap with its interval, seeds and verdict; a drift as a factor with obs4's verdict; a rung without a
+    """A rung's gap with its interval, seeds and verdict; a drift as a factor with obs4-stability's verdict; a rung without a
     finished study in the first row, its cells empty."""
     monkeypatch.setenv("NORMGROW_OUTPUTS", str(tmp_path))
     folder = tmp_path / "grid" / PROFILE / "width"
@@ -164,7 +164,7 @@ def test_the_width_table_reads_each_rung_s_quantities_and_an_unfinished_rung(tmp
         {"rung": "cpu-w32", "width": 32, "quantity": "single gap", "mean": 0.03, "ci_low": -0.016, "ci_high": 0.077,
          "n": 3, "status": None},
         {"rung": "cpu-w32", "width": 32, "quantity": "top-boundary drift (pre)", "mean": 3.3384, "n": 3,
-         "status": "not supported"},
+         "status": "supported"},
         {"rung": "cpu-w128", "width": 128, "quantity": None, "status": "study not finished"},
     ]).to_csv(folder / "width.csv", index=False)
     lines = results.width_table(PROFILE).splitlines()
@@ -172,4 +172,4 @@ def test_the_width_table_reads_each_rung_s_quantities_and_an_unfinished_rung(tmp
     assert lines[2] == "| study | finished | study not finished |"
     assert lines[3] == "| grow gap | +0.0643 [+0.0365, +0.0921] (3) supported |  |"
     assert lines[4] == "| single gap | +0.0300 [-0.0160, +0.0770] (3) |  |"
-    assert lines[5] == "| top-boundary drift (pre) | x3.34 (3) obs4 not supported |  |"
+    assert lines[5] == "| top-boundary drift (pre) | x3.34 (3) obs4-stability supported |  |"

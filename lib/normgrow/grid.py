@@ -373,13 +373,13 @@ def trend_sentence(norm: str, trend: dict) -> str:
 
 
 def grid_report_html(plan: GridPlan, frame: pd.DataFrame, machines: dict[str, dict],
-                     items: list[dict] | None = None) -> str:
+                     items: list[dict] | None = None, at: Path | None = None) -> str:
     """The grid's page; items: curriculum's (grids with grown runs), drawn and tabled under "How the grown students
-    fared"."""
+    fared"; at: where it will be written (plotly.js from the shared asset; inlined without)."""
     import html
     from .viz.depth import depth_figure
     from .viz.forest import forest_figure, reference_marks
-    from .viz.render import Page, details, table
+    from .viz.render import Page, details, plotly_src, table
     e = html.escape
     ref = reference_marks()
     page = Page(f"normgrow grid: {plan.grid.name} ({plan.profile})")
@@ -444,7 +444,7 @@ def grid_report_html(plan: GridPlan, frame: pd.DataFrame, machines: dict[str, di
              "<p>Trained on (runs.csv's machine: bf16 rounds differently from one machine to another, the teacher "
              "cache's pass included): " + "; ".join(f"{e(m)}, {v['runs']} runs, {v['run_hours']:.2f} run-hours"
                                                     for m, v in machines.items()) + ".</p>")
-    return page.html()
+    return page.html(plotly_src(at) if at and page.figures else None)
 
 
 def write_grid(plan: GridPlan, command: str = "", level: float = LEVEL) -> dict[str, Path]:
@@ -470,7 +470,7 @@ def write_grid(plan: GridPlan, command: str = "", level: float = LEVEL) -> dict[
         "rows": frame.to_dict("records"), "depth_trend": depth_trends(frame, load_reference().depth_margin),
         "machines": machines})
     items = curriculum(plan, runs, level) if "grow" in plan.grid.schedules else None
-    write_text(files["report"], grid_report_html(plan, frame, machines, items))
+    write_text(files["report"], grid_report_html(plan, frame, machines, items, at=files["report"]))
     if spans_computes(frame):
         files["depth"] = out / "depth.svg"
         write_text(files["depth"], depth_svg(frame, depth_trends(frame, load_reference().depth_margin)))

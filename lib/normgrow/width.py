@@ -109,7 +109,7 @@ def rung_drift(profile: str) -> tuple[dict[str, float], str]:
     if not path.is_file():
         return {}, ""
     claims = {c["claim"]: c for c in json.loads(path.read_text()).get("claims", [])}
-    obs4 = claims.get("obs4-boundary", {})
+    obs4 = claims.get("obs4-stability", {})
     evidence = obs4.get("evidence", {})
     return ({f"top-boundary drift ({norm})": evidence[f"{norm}/all"] for norm in ("pre", "post")
              if f"{norm}/all" in evidence}, obs4.get("status", ""))

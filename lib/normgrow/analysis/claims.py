@@ -134,15 +134,15 @@ def _ratio_claim(spec: ClaimSpec, reference: Reference, runs: pd.DataFrame, metr
     first, second = spec.gaps
     one, two = reference.gaps[first], reference.gaps[second]
     ratio = gap_ratio(gap_table(runs, reference.gaps, (metric,), level), metric, first, second)
-    if np.isfinite(ratio["ratio"]):
+    stated = f"the reference states +{one.reference} / +{two.reference} = ~{ratio['reference_ratio']:.0f}x"
+    if np.isfinite(ratio["ratio"]) and ratio["second_resolved"]:
         note = (f" Ratio of mean gaps: {first} {signed(ratio['first_mean'])} / {second} "
-                f"{signed(ratio['second_mean'])} = {ratio['ratio']:.1f}x (reference +{one.reference} / "
-                f"+{two.reference} = ~{ratio['reference_ratio']:.0f}x)"
-                + ("" if ratio["second_resolved"] else f"; the {second} gap's interval includes zero, so the ratio "
-                   "is unbounded and only the difference above is meaningful") + ".")
-    else:
-        note = f" The ratio of mean gaps is undefined ({second} gap mean is zero or missing)."
-    return dataclasses.replace(c, sentence=c.sentence + note, evidence=c.evidence | {"ratio": ratio["ratio"]})
+                f"{signed(ratio['second_mean'])} = {ratio['ratio']:.1f}x ({stated}).")
+        return dataclasses.replace(c, sentence=c.sentence + note, evidence=c.evidence | {"ratio": ratio["ratio"]})
+    why = (f"is {signed(ratio['second_mean'])} and its interval includes zero, so a ratio to it is unbounded"
+           if np.isfinite(ratio["ratio"]) else "mean is zero or missing")
+    note = f" No ratio of gaps is read ({stated}): the {second} gap {why}; the difference above is the reading."
+    return dataclasses.replace(c, sentence=c.sentence + note)
 
 
 def _all_of(spec: ClaimSpec, parts: list[Claim]) -> Claim:
@@ -232,7 +232,8 @@ def _crossover_claim(spec: ClaimSpec, reference: Reference, runs: pd.DataFrame, 
         why = (f"pre-norm leads before any block is appended and post-norm leads from stage {later_post[0]} on "
                f"(intervals exclude zero)")
     elif first_lead == grow.b:
-        status, why = NOT_SUPPORTED, "post-norm already leads before any block is appended, so there is no crossover"
+        status = NOT_SUPPORTED
+        why = f"no crossover: post-norm leads from the first stage (depth {int(first['depth'])}), before any block is appended"
     elif last_lead == grow.a:
         status, why = NOT_SUPPORTED, "pre-norm still leads at the end of the curriculum"
     elif last_lead == grow.b:

@@ -36,59 +36,81 @@ def _of_variant(runs: dict[str, dict], variant: str) -> dict[str, dict]:
     return {n: d for n, d in runs.items() if d.get("variant") == variant}
 
 
-def boundary_drift(spec: ClaimSpec, runs: dict[str, dict], grow: GapSpec, class_counts: dict[str, int]) -> Claim:
-    """Observation 4 from the grow gap's variants (grow.a pre-norm, grow.b post-norm), see the evidence text.
-    class_counts: positions per token group in the fixed batch, in the diagnostics' group order (groups with none
-    are left out of the evidence)."""
-    name, statement = spec.name, spec.statement
-    variants = (grow.a, grow.b)
+def _drift(runs: dict[str, dict], grow: GapSpec, class_counts: dict[str, int]) -> dict | None:
+    """What both halves of observation 4 read from the grow gap's variants (grow.a pre-norm, grow.b post-norm): the
+    top-boundary RMS at the last phase over the first (r) and at the last growth boundary over the first top (rg) per
+    placement and token group, geometric means over seeds; None without multi-phase runs of both."""
     pre = {n: d for n, d in _of_variant(runs, grow.a).items() if len(d["checkpoints"]) > 1}
     post = {n: d for n, d in _of_variant(runs, grow.b).items() if len(d["checkpoints"]) > 1}
     if not pre or not post:
-        return Claim(name, statement, NOT_TESTABLE,
-                     f"Not testable: needs finished multi-phase runs of both {grow.a} ({len(pre)}) and {grow.b} "
-                     f"({len(post)}).", {}, variants)
+        return None
     groups = [g for g, count in class_counts.items() if count > 0]
 
-    def ratios(group_runs, g, kind="top"):  # geometric mean over seeds of last/first-phase RMS
+    def ratios(group_runs, g, kind="top"):
         return geo_mean_of_logs([_log_ratio(d["drift"][kind][g][0], d["drift"][kind][g][-1]) for d in group_runs.values()])
 
     r = {(norm, g): ratios(rs, g) for norm, rs in (("pre", pre), ("post", post)) for g in groups}
     rg = {(norm, g): ratios(rs, g, "growth") for norm, rs in (("pre", pre), ("post", post)) for g in groups}
-    dev = {k: abs(math.log(v)) if v else None for k, v in r.items()}
-    post_stable = dev.get(("post", "all")) is not None and dev[("post", "all")] <= math.log(STABLE_RATIO)
-    post_less = None not in (dev.get(("post", "all")), dev.get(("pre", "all"))) and \
-        dev[("post", "all")] < dev[("pre", "all")]
-    structural, content = dev.get(("pre", "structural")), dev.get(("pre", "content"))
-    concentrated = None not in (structural, content) and structural >= content + math.log(CONCENTRATION_MARGIN)
-    supported = bool(post_stable and post_less and concentrated)
     sizes = ", ".join(f"{g} {class_counts[g]}" for g in groups)
     empty = [g for g, count in class_counts.items() if count == 0]
-    per_class = "; ".join(f"{g}: pre x{sig(r[('pre', g)])}, post x{sig(r[('post', g)])}"
-                          for g in groups if g != "first")
+    per_class = "; ".join(f"{g}: pre x{sig(r[('pre', g)])}, post x{sig(r[('post', g)])}" for g in groups if g != "first")
     first = (f" The first position of each sequence (the start token; {class_counts['first']} positions) on its own: "
              f"pre x{sig(r[('pre', 'first')])}, post x{sig(r[('post', 'first')])}." if "first" in groups else "")
     growth = "; ".join(f"{g}: pre x{sig(rg[('pre', g)])}, post x{sig(rg[('post', g)])}"
                        for g in ("all", "structural", "content") if g in groups)
-    evidence = (f"Top-boundary RMS (h_N, what the head's norm and the next appended block receive) at the last phase "
+    measured = (f"Top-boundary RMS (h_N, what the head's norm and the next appended block receive) at the last phase "
                 f"over the first phase, geometric mean over seeds ({len(pre)} pre-grow, {len(post)} post-grow runs); "
                 f"positions per group in the fixed batch: {sizes}"
                 + (f" ({', '.join(empty)}: no positions, left out)" if empty else "") + f". {per_class}.{first} "
-                f"Post-norm all-token drift x{sig(r.get(('post', 'all')))} is "
-                f"{'within' if post_stable else 'outside'} the stability band [1/{STABLE_RATIO}, {STABLE_RATIO}] and "
-                f"{'smaller' if post_less else 'not smaller'} than pre-norm's x{sig(r.get(('pre', 'all')))}; by "
-                "construction a post-norm boundary is an RMSNorm's output, so its RMS is that norm's learned gain "
-                "(1 at initialisation) and its stability is built in rather than found. Pre-norm structural drift "
-                f"x{sig(r.get(('pre', 'structural')))} "
-                f"{'exceeds' if concentrated else 'does not exceed'} content drift x{sig(r.get(('pre', 'content')))} "
-                f"by the margin x{CONCENTRATION_MARGIN} (in |log ratio|)"
-                + ("" if concentrated else ": the drift is not concentrated on structural tokens") +
-                f". At the growth boundary of the last phase against the first phase's top boundary: {growth}.")
-    return Claim(name, statement, SUPPORTED if supported else NOT_SUPPORTED,
-                 f"{'Supported' if supported else 'Not supported'}: {evidence}",
-                 {f"{norm}/{g}": v for (norm, g), v in r.items()} | {f"growth/{norm}/{g}": v for (norm, g), v in rg.items()}
-                 | {f"positions/{g}": count for g, count in class_counts.items()},
-                 variants)
+                f"At the growth boundary of the last phase against the first phase's top boundary: {growth}.")
+    evidence = ({f"{norm}/{g}": v for (norm, g), v in r.items()} | {f"growth/{norm}/{g}": v for (norm, g), v in rg.items()}
+                | {f"positions/{g}": count for g, count in class_counts.items()})
+    return {"r": r, "dev": {k: abs(math.log(v)) if v else None for k, v in r.items()}, "measured": measured,
+            "evidence": evidence, "pre": len(pre), "post": len(post)}
+
+
+def _untestable(spec: ClaimSpec, runs: dict[str, dict], grow: GapSpec) -> Claim:
+    counts = [len([d for d in _of_variant(runs, v).values() if len(d["checkpoints"]) > 1]) for v in (grow.a, grow.b)]
+    return Claim(spec.name, spec.statement, NOT_TESTABLE, f"Not testable: needs finished multi-phase runs of both "
+                 f"{grow.a} ({counts[0]}) and {grow.b} ({counts[1]}).", {}, (grow.a, grow.b))
+
+
+def boundary_stability(spec: ClaimSpec, runs: dict[str, dict], grow: GapSpec, class_counts: dict[str, int]) -> Claim:
+    """Observation 4's first half: post-norm's top-boundary RMS (all positions) stays within the stability band
+    across growth and drifts less than pre-norm's."""
+    d = _drift(runs, grow, class_counts)
+    if d is None:
+        return _untestable(spec, runs, grow)
+    r, dev = d["r"], d["dev"]
+    stable = dev.get(("post", "all")) is not None and dev[("post", "all")] <= math.log(STABLE_RATIO)
+    less = None not in (dev.get(("post", "all")), dev.get(("pre", "all"))) and dev[("post", "all")] < dev[("pre", "all")]
+    supported = bool(stable and less)
+    why = (f"post-norm's all-token drift x{sig(r.get(('post', 'all')))} is "
+           f"{'within' if stable else 'outside'} the stability band [1/{STABLE_RATIO}, {STABLE_RATIO}] and "
+           f"{'smaller' if less else 'not smaller'} than pre-norm's x{sig(r.get(('pre', 'all')))}. By construction a "
+           "post-norm boundary is an RMSNorm's output, so its RMS is that norm's learned gain (1 at initialisation) and "
+           "its stability is built in rather than found. ")
+    return Claim(spec.name, spec.statement, SUPPORTED if supported else NOT_SUPPORTED,
+                 f"{'Supported' if supported else 'Not supported'}: {why}{d['measured']}", d["evidence"],
+                 (grow.a, grow.b))
+
+
+def structural_drift(spec: ClaimSpec, runs: dict[str, dict], grow: GapSpec, class_counts: dict[str, int]) -> Claim:
+    """Observation 4's second half: pre-norm's top-boundary drift on structural tokens exceeds its drift on content
+    tokens by CONCENTRATION_MARGIN (in |log ratio|)."""
+    d = _drift(runs, grow, class_counts)
+    if d is None:
+        return _untestable(spec, runs, grow)
+    r, dev = d["r"], d["dev"]
+    structural, content = dev.get(("pre", "structural")), dev.get(("pre", "content"))
+    concentrated = None not in (structural, content) and structural >= content + math.log(CONCENTRATION_MARGIN)
+    why = (f"pre-norm's structural drift x{sig(r.get(('pre', 'structural')))} "
+           f"{'exceeds' if concentrated else 'does not exceed'} its content drift x{sig(r.get(('pre', 'content')))} by "
+           f"the margin x{CONCENTRATION_MARGIN} (in |log ratio|)"
+           + ("" if concentrated else ": the whole stream drifts, not structural tokens alone") + ". ")
+    return Claim(spec.name, spec.statement, SUPPORTED if concentrated else NOT_SUPPORTED,
+                 f"{'Supported' if concentrated else 'Not supported'}: {why}{d['measured']}", d["evidence"],
+                 (grow.a, grow.b))
 
 
 def final_block_identity(spec: ClaimSpec, runs: dict[str, dict], grow: GapSpec,
@@ -132,7 +154,8 @@ def final_block_identity(spec: ClaimSpec, runs: dict[str, dict], grow: GapSpec,
                  variants)
 
 
-MEASURED_JUDGES = {"obs4-boundary": boundary_drift, "obs5-identity": final_block_identity}
+MEASURED_JUDGES = {"obs4-stability": boundary_stability, "obs4-structural": structural_drift,
+                   "obs5-identity": final_block_identity}
 """The judge of each measured claim params/reference.yaml declares, by its name."""
 
 

@@ -13,7 +13,7 @@ placements depend on the layer index (Mix-LN, LayerNorm-Scaling) or on the depth
   init_block       a scaling of a freshly initialised block's weights, applied after model.init_weights
   exports_to_qwen3 whether a student maps one to one onto transformers' Qwen3ForCausalLM (export.py); every
                    other placement is exported as a normgrow checkpoint
-  label, colour    its display name and plotly hex colour
+  label            its display name (its colour is viz.palette's)
 
 Depth-dependent placements read ``cfg.placement_depth``, the depth the definition refers to: the run's final depth
 (train.stages[-1], set by train.start_run) for every schedule, so a grown student's blocks get exactly the placement
@@ -42,10 +42,9 @@ def register(cls: type["Placement"]) -> type["Placement"]:
 
 
 class Placement:
-    """The interface (module docstring); a subclass sets name, label, colour and forward."""
+    """The interface (module docstring); a subclass sets name, label and forward."""
     name: str
     label: str
-    colour: str
     norms: tuple[str, ...] = ("attn_norm", "mlp_norm")
     output_norm: bool = False
     final_norm: bool = True
@@ -67,7 +66,7 @@ class Pre(Placement):
     """Pre-norm (GPT-2, Radford et al. 2019; analysed by Xiong et al. 2020; Llama, Qwen3):
     h = h + attn(attn_norm(h)); h = h + mlp(mlp_norm(h)), and a final norm before the head. The residual stream is
     never normalised, so its scale can drift with depth."""
-    name, label, colour = "pre", "pre-norm", "#d62728"
+    name, label = "pre", "pre-norm"
     exports_to_qwen3 = True
 
     def forward(self, block, x, rope):
@@ -81,7 +80,7 @@ class Post(Placement):
     """Post-norm (Vaswani et al. 2017): h = attn_norm(h + attn(h)); h = mlp_norm(h + mlp(h)), and no separate final
     norm: the last block's output norm already feeds the head. Every block boundary is an RMSNorm output, so its
     scale is pinned by the gains."""
-    name, label, colour = "post", "post-norm", "#1f77b4"
+    name, label = "post", "post-norm"
     output_norm = True
     final_norm = False
 
@@ -100,7 +99,7 @@ class Mix(Placement):
     first stage's depth, so it is pre-norm whenever the first stage holds the post-norm blocks
     (floor(alpha * L) <= train.stages[0]: every profile here); otherwise it is the post-norm block its joint
     counterpart has at that index."""
-    name, label, colour = "mix", "Mix-LN", "#9467bd"
+    name, label = "mix", "Mix-LN"
     reads = ("student.mix_alpha",)
 
     def __init__(self, cfg, index):
@@ -119,7 +118,7 @@ class Peri(Placement):
     residual stream is not normalised, and a final norm feeds the head. The output norms are two extra RMSNorms per
     block (attn_out_norm, mlp_out_norm). RMSNorm maps 0 to 0, so a block whose output projections are zero is still
     an identity (growth_ops.ZeroOut)."""
-    name, label, colour = "peri", "Peri-LN", "#2ca02c"
+    name, label = "peri", "Peri-LN"
     norms = ("attn_norm", "mlp_norm", "attn_out_norm", "mlp_out_norm")
 
     def forward(self, block, x, rope):
@@ -136,7 +135,7 @@ class DeepNorm(Placement):
     decoder-only constants of the paper (its Table 1): alpha = (2N)^(1/4), beta = (8N)^(-1/4), N = the number of
     blocks, here cfg.placement_depth (the module docstring: the run's final depth). As for post-norm, no final
     norm."""
-    name, label, colour = "deepnorm", "DeepNorm", "#ff7f0e"
+    name, label = "deepnorm", "DeepNorm"
     output_norm = True
     final_norm = False
     SCALED = ("self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
@@ -164,7 +163,7 @@ class LNS(Placement):
     mlp(mlp_norm(h) / sqrt(l)), with a final norm. It damps the growth of the output variance with depth that
     leaves deep pre-norm blocks close to identities. The scale is the block's own, so an appended block gets its
     layer's."""
-    name, label, colour = "lns", "LayerNorm-Scaling", "#8c564b"
+    name, label = "lns", "LayerNorm-Scaling"
 
     def __init__(self, cfg, index):
         super().__init__(cfg, index)

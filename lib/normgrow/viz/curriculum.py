@@ -1,33 +1,45 @@
 """How the grown students fared, per setting of a grid with grown runs (grid.curriculum): one panel per setting, the
 mean phase-end val_ce of each placement's grown runs against depth, beside its single run (the first stage alone,
 at the first stage's depth) and its joint run (the last stage's depth), as a static SVG for README and the grid's
-page. Colours are the placements' own (student.placements)."""
+page. Colours, line styles and markers are the palette's (a colour per placement, a line and marker per schedule)."""
 from __future__ import annotations
 
 import html
 import math
 
 from ..student.placements import PLACEMENTS
+from . import palette
 
 PANEL_W, PANEL_H, GAP, LEFT, BOTTOM, PER_ROW = 230, 210, 18, 56, 44, 4
 CHAR_W, LINE_H = 6.4, 16  # the width of a character of the 11 px sans-serif labels (an upper bound), a legend line
 
 
+def marker(schedule: str, x: float, y: float, colour: str, filled: bool = True) -> str:
+    """The schedule's marker (palette.SCHEDULE_SYMBOL: circle, square or diamond) centred at (x, y)."""
+    paint = f"fill='{colour}'" if filled else f"fill='none' stroke='{colour}' stroke-width='1.5'"
+    shape = palette.symbol(schedule)
+    if shape == "square":
+        return f"<rect x='{x - 3.5:.1f}' y='{y - 3.5:.1f}' width='7' height='7' {paint}/>"
+    if shape == "diamond":
+        return f"<path d='M{x:.1f},{y - 5:.1f} l5,5 l-5,5 l-5,-5 z' {paint}/>"
+    return f"<circle cx='{x:.1f}' cy='{y:.1f}' r='4' {paint}/>"
+
+
 def legend(norms: list[str], width: float) -> tuple[list[str], float]:
     """The legend's SVG, its entries wrapped onto as many lines as the image's width needs, and the height it takes:
     every entry inside the image however many placements the grid compares."""
-    entries = [(f"<line x1='{{x}}' x2='{{x18}}' y1='{{ym}}' y2='{{ym}}' stroke='{PLACEMENTS[n].colour}' "
-                "stroke-width='2'/>", f"{PLACEMENTS[n].label}: grown, each phase's end") for n in norms]
-    entries += [("<rect x='{x}' y='{yt}' width='9' height='9' fill='none' stroke='#444'/>",
-                 "single (first stage alone)"),
-                ("<path d='M{x5},{yt} l5,5 l-5,5 l-5,-5 z' fill='#444'/>", "joint (all blocks from step 0)")]
+    grown = lambda n: lambda x, y: (f"<line x1='{x}' x2='{x + 18}' y1='{y}' y2='{y}' stroke='{palette.colour(n)}' "
+                                    f"stroke-width='2' stroke-dasharray='{palette.SVG_DASH[palette.dash('grow')]}'/>"
+                                    + marker("grow", x + 9, y, palette.colour(n)))
+    entries = [(grown(n), f"{PLACEMENTS[n].label}: grown, each phase's end") for n in norms]
+    entries += [(lambda x, y: marker("single", x + 9, y, "#444", filled=False), "single (first stage alone)"),
+                (lambda x, y: marker("joint", x + 9, y, "#444"), "joint (all blocks from step 0)")]
     out, x, y = [], LEFT, 12
     for mark, text in entries:
         w = 22 + CHAR_W * len(text) + 24
         if x > LEFT and x + w > width - 10:
             x, y = LEFT, y + LINE_H
-        out.append(mark.format(x=x, x18=x + 18, x5=x + 5, ym=y, yt=y - 5) +
-                   f"<text x='{x + 22}' y='{y + 4}'>{html.escape(text)}</text>")
+        out.append(mark(x, y) + f"<text x='{x + 22}' y='{y + 4}'>{html.escape(text)}</text>")
         x += w
     return out, y + 4
 
@@ -66,21 +78,20 @@ def curriculum_svg(items: list[dict]) -> str:
                 out.append(f"<text x='{x0 - 4}' y='{y(v) + 4}' text-anchor='end' fill='#666'>{v:.2f}</text>")
         drawn = False
         for k, (norm, arm) in enumerate(it["arms"].items()):
-            colour, nudge = PLACEMENTS[norm].colour, (-3 if k == 0 else 3)
+            colour, nudge = palette.colour(norm), (-3 if k == 0 else 3)
             points = [(x(d) + nudge, y(v)) for d, v in zip(it["stages"], arm["phases"])
                       if v is not None and math.isfinite(v)]
             if len(points) > 1:
                 out.append(f"<polyline points='{' '.join(f'{px:.1f},{py:.1f}' for px, py in points)}' fill='none' "
-                           f"stroke='{colour}' stroke-width='1.5'/>")
-            out += [f"<circle cx='{px:.1f}' cy='{py:.1f}' r='3' fill='{colour}'/>" for px, py in points]
+                           f"stroke='{colour}' stroke-width='1.5' stroke-dasharray='{palette.SVG_DASH[palette.dash('grow')]}'/>")
+            out += [marker("grow", px, py, colour) for px, py in points]
             drawn |= bool(points)
             if arm["single"] is not None and math.isfinite(arm["single"]):
                 sx, sy = x(it["stages"][0]) + nudge, y(arm["single"])
-                out.append(f"<rect x='{sx - 4:.1f}' y='{sy - 4:.1f}' width='8' height='8' fill='none' "
-                           f"stroke='{colour}' stroke-width='1.5'/>")
+                out.append(marker("single", sx, sy, colour, filled=False))
             if arm["joint"] is not None and math.isfinite(arm["joint"]):
                 jx, jy = x(it["stages"][-1]) + nudge, y(arm["joint"])
-                out.append(f"<path d='M{jx:.1f},{jy - 5:.1f} l5,5 l-5,5 l-5,-5 z' fill='{colour}' opacity='0.8'/>")
+                out.append(marker("joint", jx, jy, colour))
         if not drawn:
             out.append(f"<text x='{x0 + PANEL_W / 2}' y='{y0 + PANEL_H / 2}' text-anchor='middle' fill='#666'>"
                        "no finished grown runs yet</text>")

@@ -10,17 +10,18 @@ import math
 import pandas as pd
 
 from ..student.placements import PLACEMENTS
+from . import palette
 
 def _points(frame: pd.DataFrame) -> list[dict]:
     """One point per setting and placement with a finished joint run: setting, placement, its side (a or b), x
-    (TFLOP), gain, interval, and the placement's own colour (student.placements, as on every page)."""
+    (TFLOP), gain, interval, and the placement's colour (palette, as on every page)."""
     points = []
     for _, r in frame[pd.to_numeric(frame["joint_tflop"], errors="coerce").notna()].iterrows():
         for side in "ab":
             if pd.notna(r[f"depth_gain_{side}"]):
                 points.append({"setting": r["setting"], "norm": r[side], "side": side, "x": float(r["joint_tflop"]),
                                "gain": float(r[f"depth_gain_{side}"]), "low": r[f"depth_gain_{side}_ci_low"],
-                               "high": r[f"depth_gain_{side}_ci_high"], "colour": PLACEMENTS[r[side]].colour})
+                               "high": r[f"depth_gain_{side}_ci_high"], "colour": palette.colour(r[side])})
     return points
 
 
@@ -45,9 +46,10 @@ def depth_figure(frame: pd.DataFrame, trends: dict | None = None):
     points = _points(frame)
     for norm in dict.fromkeys(p["norm"] for p in points):
         mine = [p for p in points if p["norm"] == norm]
-        colour = PLACEMENTS[norm].colour
+        colour = palette.colour(norm)
         fig.add_trace(go.Scatter(
             x=[p["x"] for p in mine], y=[p["gain"] for p in mine], mode="markers", marker=dict(size=9, color=colour),
+            meta=palette.meta(norm),
             name=PLACEMENTS[norm].label,
             error_y=dict(type="data", symmetric=False, color=colour,
                          array=[p["high"] - p["gain"] if pd.notna(p["high"]) else 0 for p in mine],
@@ -56,7 +58,7 @@ def depth_figure(frame: pd.DataFrame, trends: dict | None = None):
             hovertemplate="%{text}: %{y:.3f} nats at %{x:.1f} TFLOP<extra></extra>"))
     for line in _trend_lines(points, trends):
         fig.add_trace(go.Scatter(x=line["x"], y=line["y"], mode="lines", name=f"{line['norm']}: trend",
-                                 line=dict(color=line["colour"], dash="dot", width=1)))
+                                 line=dict(color=line["colour"], dash="dot", width=1), meta=palette.meta(line["norm"])))
     margin = frame["depth_margin"].dropna()
     if len(margin):
         fig.add_hline(y=float(margin.iloc[0]), line=dict(color="#888", dash="dash"), annotation_text="depth margin",

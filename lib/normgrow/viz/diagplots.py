@@ -9,10 +9,10 @@ Choices, and why:
 
 - Variants, not runs: a study has ~30 runs (10 variants x 3 seeds), too many lines for one panel. A variant is drawn
   as the mean over its seeds (a line) with every seed as a faint marker, so the spread shows without a legend entry
-  per run. Colour per schedule family, pre-norm solid with circles, post-norm dashed with squares
-  (render.variant_style): no two variants look alike and a pre/post pair reads at a glance.
+  per run. Colour per placement, line style and marker per schedule family (palette, as on every page): no two
+  variants look alike and a pre/post pair reads at a glance.
 - Curriculum plots (drift across phases) draw grown runs only, against the depth reached at each phase checkpoint;
-  a joint run has one checkpoint, so it is drawn as a dotted horizontal reference line at its final value (at the
+  a joint run has one checkpoint, so it is drawn as a thin horizontal reference line at its final value (at the
   same boundary), not as a stray point. Single-block runs have one shallow checkpoint and are left out there.
 - The per-run drift table (runs x token groups, 150+ rows) is a heatmap of the last/first-phase ratio per grown
   variant and token group instead; diagnostics.json keeps every row.
@@ -33,11 +33,12 @@ from plotly.subplots import make_subplots
 from ..data.token_classes import GROUPS
 from ..analysis.measured_claims import geo_mean_of_logs
 from ..student.placements import PLACEMENTS
-from .render import (Page, claims_html, details, faint, split_variant, style_figure, table,
-                     variant_style, write_text)
+from . import palette
+from .palette import faint
+from .render import Page, claims_html, details, split_variant, style_figure, table
 
 METRIC_LABEL = {"rms": "boundary RMS", "max_abs": "max |activation|"}
-REFERENCE_DASH = {"pre": "dot", "post": "dashdot"}  # joint reference lines: thin, pre dotted, post dash-dotted
+LEGEND_TITLE = "variant (colour: placement; line and marker: schedule)"
 MAX_COLS = 3  # panels per row: five token groups on a laptop screen stay readable at three per row
 
 
@@ -124,10 +125,11 @@ def _grid(groups: list[str], shared_y: bool = True):
 
 
 def _variant_traces(fig, variant: str, x_by_seed: list[list], y_by_seed: list[list], row: int, col: int,
-                    showlegend: bool, hover: str, dash: str | None = None, mode: str = "lines+markers") -> None:
+                    showlegend: bool, hover: str, mode: str = "lines+markers") -> None:
     """One variant in one panel: the mean over seeds (line) and each seed (faint markers, when there are several).
     Seeds share x (same schedule); the mean is taken point by point over the seeds that have a value."""
-    st = variant_style(variant)
+    norm, family = split_variant(variant)
+    st = palette.variant_style(norm, family)
     xs = x_by_seed[0]
     mean = [_mean([y[i] if i < len(y) else None for y in y_by_seed]) for i in range(len(xs))]
     n = len(y_by_seed)
@@ -135,10 +137,11 @@ def _variant_traces(fig, variant: str, x_by_seed: list[list], y_by_seed: list[li
         fig.add_trace(go.Scatter(
             x=[x for xx in x_by_seed for x in xx], y=[v for yy in y_by_seed for v in yy], mode="markers",
             marker=dict(color=faint(st["color"], 0.45), size=6, symbol=st["symbol"]), legendgroup=variant,
+            meta=palette.meta(norm, family),
             showlegend=False, hovertemplate=f"{variant} (one seed)<br>{hover}<extra></extra>"), row=row, col=col)
     fig.add_trace(go.Scatter(
         x=xs, y=mean, mode=mode, name=f"{variant} ({n} seed{'s' if n != 1 else ''})", legendgroup=variant,
-        showlegend=showlegend, line=dict(color=st["color"], dash=dash or st["dash"], width=2),
+        showlegend=showlegend, line=dict(color=st["color"], dash=st["dash"], width=2), meta=palette.meta(norm, family),
         marker=dict(symbol=st["symbol"], size=6, color=st["color"]),
         hovertemplate=f"{variant}, mean of {n}<br>{hover}<extra></extra>"), row=row, col=col)
 
@@ -178,7 +181,7 @@ def boundary_figure(study: dict, runs=None, groups=None, checkpoint: int = -1, m
     _axis_titles(fig, rows, cols, "boundary h_i (after i blocks)", label, log_y)
     fig.update_xaxes(dtick=1)
     fig.update_layout(title=f"{label} at every block boundary, {checkpoint_label(runs, checkpoint)}")
-    return style_figure(fig, height=150 + 280 * rows, legend_title="variant (pre solid, post dashed)")
+    return style_figure(fig, height=150 + 280 * rows, legend_title=LEGEND_TITLE)
 
 
 def _drift_index(run: dict, ckpt: dict, kind: str, layer: int | None, fixed: int | None = None) -> int | None:
@@ -199,8 +202,8 @@ def drift_figure(study: dict, runs=None, groups=None, kind: str = "top", layer: 
     """Scale drift across the curriculum, for grown runs: the value at one boundary at every phase checkpoint,
     against the depth reached. kind: 'top' (h_N), 'growth' (the growth boundary of each phase), 'fixed' (h_{depth of
     phase 0}); layer=i overrides kind with boundary h_i. Joint runs (one checkpoint) are dotted horizontal reference
-    lines at their final value at the same boundary (none for 'growth': a joint run has no growth boundary), pre
-    dotted and post dash-dotted (REFERENCE_DASH)."""
+    lines at their final value at the same boundary (none for 'growth': a joint run has no growth boundary), thin,
+    in the joint schedule's line style."""
     runs = _select(study, runs)
     groups = groups or _groups_present(study)
     fig, rows, cols = _grid(groups)
@@ -232,11 +235,11 @@ def drift_figure(study: dict, runs=None, groups=None, kind: str = "top", layer: 
                 y = _mean(vals)
                 if y is None:
                     continue
-                line = dict(color=variant_style(variant)["color"], width=1.5,
-                            dash=REFERENCE_DASH.get(split_variant(variant)[0], "dot"))
+                norm, family = split_variant(variant)
+                line = dict(color=palette.colour(norm), width=1, dash=palette.dash(family))
                 fig.add_trace(go.Scatter(
                     x=[depths[0], depths[-1]], y=[y, y], mode="lines", name=f"{variant} (final, reference)",
-                    legendgroup=variant, showlegend=k == 0, line=line,
+                    legendgroup=variant, showlegend=k == 0, line=line, meta=palette.meta(norm, family),
                     hovertemplate=f"{variant} final, mean of {len(members)}: {y:.4g}<extra></extra>"),
                     row=k // cols + 1, col=k % cols + 1)
     where = f"h_{layer}" if layer is not None else {"top": "the top boundary h_N", "growth": "the growth boundary",
@@ -244,9 +247,9 @@ def drift_figure(study: dict, runs=None, groups=None, kind: str = "top", layer: 
     label = METRIC_LABEL.get(metric, metric)
     _axis_titles(fig, rows, cols, "depth at the phase checkpoint", label, log_y)
     fig.update_xaxes(tickvals=depths)
-    drawn = "grown runs; dotted: joint runs" if references else "grown runs"
+    drawn = "grown runs; thin lines: joint runs" if references else "grown runs"
     fig.update_layout(title=f"Drift across the curriculum: {label} at {where} ({drawn})")
-    return style_figure(fig, height=150 + 280 * rows, legend_title="variant (pre solid, post dashed)")
+    return style_figure(fig, height=150 + 280 * rows, legend_title=LEGEND_TITLE)
 
 
 def block_figure(study: dict, runs=None, checkpoint: int = -1, group: str = "all") -> go.Figure:
@@ -269,10 +272,11 @@ def block_figure(study: dict, runs=None, checkpoint: int = -1, group: str = "all
                         "block %{x}: %{y:.4f}")
         normed = [i for i in range(len(xs[0])) if all("cosine_residual_sum" in c["blocks"][i] for c in ckpts)]
         if normed:  # the blocks with an output norm (diagnostics.py): all under post-norm, the lower ones of Mix-LN
-            st = variant_style(variant)
+            norm, family = split_variant(variant)
+            st = palette.variant_style(norm, family)
             fig.add_trace(go.Scatter(
                 x=normed, y=[_mean([c["blocks"][i]["cosine_residual_sum"][group] for c in ckpts]) for i in normed],
-                mode="markers", legendgroup=variant, showlegend=False,
+                mode="markers", legendgroup=variant, showlegend=False, meta=palette.meta(norm, family),
                 marker=dict(symbol=st["symbol"] + "-open", size=8, color=st["color"]),
                 hovertemplate=f"{variant} residual sum, block %{{x}}: %{{y:.4f}}<extra></extra>"), row=1, col=2)
         skip = [[b.get("skip_delta_ce") for b in c["blocks"]] for c in ckpts]
@@ -283,7 +287,7 @@ def block_figure(study: dict, runs=None, checkpoint: int = -1, group: str = "all
     fig.update_yaxes(title_text="cosine", row=1, col=2)
     fig.update_yaxes(title_text="delta val CE (nats/token)", row=1, col=3)
     fig.update_layout(title=f"Blocks at the {checkpoint_label(runs, checkpoint)}")
-    return style_figure(fig, height=480, legend_title="variant (pre solid, post dashed)")
+    return style_figure(fig, height=480, legend_title=LEGEND_TITLE)
 
 
 def drift_heatmap(study: dict, groups=None) -> go.Figure:
@@ -386,7 +390,7 @@ def batch_html(study: dict) -> str:
 
 
 def export_html(study: dict, path, claims: list[dict], figures: dict | None = None) -> Path:
-    """diagnostics.html: one self-contained page in the report's style (plotly.js inlined once, no CDN): the fixed
+    """diagnostics.html: one page in the report's style (plotly.js from the shared asset, no CDN): the fixed
     batch, the claims, the static figures with headings and captions, the final-block table.
 
     claims: observations 4 and 5 as the study judges them, through its regime and depth gates (Claim.to_json of
@@ -397,8 +401,8 @@ def export_html(study: dict, path, claims: list[dict], figures: dict | None = No
     runs = study.get("runs", {})
     page.add(f"<h1>Boundary diagnostics: study <code>{html.escape(str(study.get('profile')))}</code></h1>",
              f"<p class='note'>{len(runs)} runs of {len(by_variant(runs)) if runs else 0} variants; each line is a "
-             "variant's mean over its seeds, faint markers are the seeds. Pre-norm solid with circles, post-norm "
-             "dashed with squares; one colour per schedule.</p>",
+             "variant's mean over its seeds, faint markers are the seeds. One colour per placement (pre-norm red, post-norm blue) and one line "
+             "style and marker per schedule, as on the study's report.</p>",
              batch_html(study), "<h2>Observations 4 and 5</h2>",
              claims_html(claims) or "<p class='note'>No claims (no diagnosed runs).</p>")
     for name, fig in figures.items():
@@ -410,7 +414,7 @@ def export_html(study: dict, path, claims: list[dict], figures: dict | None = No
         page.add("<h2>Final block per variant (observation 5)</h2>",
                  details(f"{len(final)} variants (every run: diagnostics.json, claims_table.final_block)",
                          table(final, rename=FINAL_BLOCK_NAMES), open_=True))
-    return write_text(Path(path), page.html())
+    return page.write(Path(path))
 
 
 def default_run(study: dict) -> str:

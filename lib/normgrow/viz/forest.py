@@ -14,7 +14,8 @@ import pandas as pd
 
 from ..analysis.claims import NOT_JUDGED
 from ..analysis.variants import load_reference
-from .render import STATUS_COLORS, style_figure
+from .palette import STATUS_COLOUR
+from .render import style_figure
 
 
 def reference_marks() -> dict[str, float]:
@@ -81,7 +82,7 @@ def forest_figure(frame: pd.DataFrame, reference: dict[str, float]):
         lo, hi = span = panel_span(judged, quantity, mean, reference)
         verdict = f"{quantity}_verdict"
         for status, rows in judged.groupby(verdict, sort=False):
-            colour = STATUS_COLORS.get(status, "#000")
+            colour = STATUS_COLOUR.get(status, "#000")
             x = rows[mean].clip(lo, hi)
             fig.add_trace(go.Scatter(
                 x=x, y=rows["label"], mode="markers", name=status, legendgroup=status, showlegend=False,
@@ -100,7 +101,7 @@ def forest_figure(frame: pd.DataFrame, reference: dict[str, float]):
                 text=[m["text"] for m in marks], textfont=dict(size=10),
                 textposition=["top right" if m["side"] == "left" else "top left" for m in marks],
                 marker=dict(size=11, symbol=[f"triangle-{m['side']}" for m in marks],
-                            color=[STATUS_COLORS.get(m["status"], "#000") for m in marks]),
+                            color=[STATUS_COLOUR.get(m["status"], "#000") for m in marks]),
                 name=BEYOND, legendgroup=BEYOND, showlegend=False, hovertemplate="%{y}: %{text}<extra></extra>"), 1, col)
             legend.setdefault(BEYOND, dict(size=11, symbol="triangle-left", color="#444"))
         fig.update_xaxes(range=[lo, hi], row=1, col=col)
@@ -155,7 +156,7 @@ def forest_svg(frame: pd.DataFrame, reference: dict[str, float]) -> str:
                        "reference</text>")
         for i, r in rows.iterrows():
             y = top + row_h * i + row_h / 2
-            colour = STATUS_COLORS.get(r[f"{quantity}_verdict"], "#000")
+            colour = STATUS_COLOUR.get(r[f"{quantity}_verdict"], "#000")
             if pd.notna(r[f"{quantity}_ci_low"]):
                 out.append(f"<line x1='{x(r[f'{quantity}_ci_low'])}' x2='{x(r[f'{quantity}_ci_high'])}' y1='{y}' "
                            f"y2='{y}' stroke='{colour}' stroke-width='2'/>")
@@ -165,13 +166,13 @@ def forest_svg(frame: pd.DataFrame, reference: dict[str, float]) -> str:
             y, xe = top + row_h * m["row"] + row_h / 2, x(m["x"])
             d, anchor = (1, "start") if m["side"] == "left" else (-1, "end")  # the triangle points out of the panel
             out.append(f"<polygon points='{xe - 7 * d},{y} {xe},{y - 5} {xe},{y + 5}' "
-                       f"fill='{STATUS_COLORS.get(m['status'], '#000')}'/><text class='beyond' x='{xe + 3 * d}' "
+                       f"fill='{STATUS_COLOUR.get(m['status'], '#000')}'/><text class='beyond' x='{xe + 3 * d}' "
                        f"y='{y - 5}' text-anchor='{anchor}' font-size='10'>{html.escape(m['text'])}</text>")
         axis_y = top + row_h * len(rows) + 34
         out.append(f"<text x='{x0}' y='{axis_y}'>{lo:+.2f}</text><text x='{x0 + panel_w}' y='{axis_y}' "
                    f"text-anchor='end'>{hi:+.2f}</text><text x='{x0 + panel_w / 2}' y='{axis_y + 14}' "
                    "text-anchor='middle' fill='#666'>nats/token (&lt; 0: a better, &gt; 0: b better)</text>")
-    legend = ", ".join(f"<tspan fill='{c}'>{html.escape(s)}</tspan>" for s, c in STATUS_COLORS.items())
+    legend = ", ".join(f"<tspan fill='{c}'>{html.escape(s)}</tspan>" for s, c in STATUS_COLOUR.items())
     if any(marks):
         out.append(f"<text x='8' y='{height - 18}' font-size='10'>a triangle at a panel's edge: the interval runs "
                    "beyond the axis (the axis spans the rows whose students trained); its value is written beside "

@@ -15,7 +15,9 @@ from plotly.subplots import make_subplots
 from .. import rundir
 from ..rundir import METRICS
 from ..student.placements import PLACEMENTS
-from .render import faint, split_variant, style_figure
+from . import palette
+from .palette import faint
+from .render import split_variant, style_figure
 
 VAL_KINDS = ("eval", "phase_end", rundir.GROWTH_EVAL)  # the curves draw the evaluations after growth too
 
@@ -94,15 +96,14 @@ def seed_curve(run_dirs: list[Path], metric: str = "val_ce") -> pd.DataFrame | N
 
 
 def _family_order(families) -> list[str]:
-    from .render import FAMILY_COLOR
-    known = [f for f in FAMILY_COLOR if f in families]
+    known = [f for f in palette.SCHEDULE_DASH if f in families]
     return known + sorted(set(families) - set(known))
 
 
 def learning_curves(run_dirs: dict[str, list[Path]], baselines: dict | None = None, metric: str = "val_ce",
                     title: str = "") -> go.Figure:
     """Validation CE against active-layer tokens per variant: one panel per schedule family (joint, grow, single,
-    grow-freeze, joint-matched), pre-norm and post-norm in each (red, blue). A line is the mean over the variant's
+    grow-freeze, joint-matched), each placement in its colour and the family's line style (palette). A line is the mean over the variant's
     seeds and the band their range (min to max): at 2-3 seeds a t-interval is 4-13 sds wide and would hide the
     curves; the intervals of the final values are in the report's tables. Diamonds mark growth points (the end of
     every stage but the last, where blocks are appended), also drawn as dotted verticals. Horizontal lines: the
@@ -129,7 +130,7 @@ def learning_curves(run_dirs: dict[str, list[Path]], baselines: dict | None = No
         for variant in families[family]:
             norm = split_variant(variant)[0]
             placement = PLACEMENTS.get(norm)  # None for a variant without a placement prefix
-            color = placement.colour if placement else "#555555"
+            color = palette.colour(norm)
             c = seed_curve(run_dirs[variant], metric)
             if c is None:
                 continue
@@ -143,7 +144,8 @@ def learning_curves(run_dirs: dict[str, list[Path]], baselines: dict | None = No
                                          mode="lines", fill="toself", fillcolor=faint(color), line=dict(width=0),
                                          hoverinfo="skip", showlegend=False, legendgroup=norm), row=row, col=col)
             fig.add_trace(go.Scatter(
-                x=x, y=c["mean"], mode="lines", line=dict(color=color, width=2), legendgroup=norm,
+                x=x, y=c["mean"], mode="lines", line=dict(color=color, width=2, dash=palette.dash(family)),
+                legendgroup=norm, meta=palette.meta(norm, family),
                 name=placement.label if placement else variant, showlegend=norm not in legend_norms,
                 customdata=c[["n", "depth"]], hovertemplate=f"{variant}<br>%{{x:,}} active-layer tokens<br>"
                 f"{metric} %{{y:.4f}} (mean of %{{customdata[0]}} seeds)<br>depth %{{customdata[1]}}<extra></extra>"),
@@ -247,15 +249,15 @@ def schedule_overlay(run_dirs: dict[str, list[Path]], metric: str = "val_ce", wi
             variant = by_norm[norm].get(family)
             if variant is None:
                 continue
-            dash = "solid" if family == schedules[0] else "dash"
             val = seed_curve(run_dirs[variant], metric)
             train = train_curve(run_dirs[variant], window)
             for row, curve, what in ((1, val, metric), (2, train, f"train loss, mean of {window} steps")):
                 if curve is None:
                     continue
                 fig.add_trace(go.Scatter(
-                    x=curve["tokens"], y=curve["mean"], mode="lines", line=dict(color=placement.colour, dash=dash,
-                    width=2 if row == 1 else 1.5), name=f"{placement.label} {family}", legendgroup=f"{norm}-{family}",
+                    x=curve["tokens"], y=curve["mean"], mode="lines", line=dict(color=palette.colour(norm),
+                    dash=palette.dash(family), width=2 if row == 1 else 1.5), meta=palette.meta(norm, family),
+                    name=f"{placement.label} {family}", legendgroup=f"{norm}-{family}",
                     showlegend=row == 1, hovertemplate=f"{variant}<br>{what} %{{y:.4f}}<extra></extra>"),
                     row=row, col=col)
                 for axis in OVERLAY_X:
@@ -265,7 +267,7 @@ def schedule_overlay(run_dirs: dict[str, list[Path]], metric: str = "val_ce", wi
                 grow = val[val["phase_end"] & (val["phase"] < val["phase"].max())]
                 fig.add_trace(go.Scatter(x=grow["tokens"], y=grow["mean"], mode="markers", name="growth point",
                                          legendgroup="growth", showlegend=col == 1, marker=dict(
-                                             symbol="diamond", size=9, color=placement.colour,
+                                             symbol="diamond", size=9, color=palette.colour(norm),
                                              line=dict(color="white", width=1)),
                                          hovertemplate=f"{variant}: blocks appended after depth %{{customdata}}"
                                                        "<extra></extra>", customdata=grow["depth"]), row=1, col=col)

@@ -3,8 +3,10 @@ renderer of the notebooks. report.py and diagplots.py build their pages with thi
 
 Choices, and why:
 
-- Offline first. The study machine has no network, so every page inlines plotly.js once (``Page.figure``) and
-  figures never reference MathJax (none uses LaTeX).
+- Offline first, plotly.js once. The study machine has no network, so a page loads plotly.js from the one copy under
+  the outputs root (``plotly_asset``: outputs/assets/plotly-<version>.min.js, committed with the pages) by a relative
+  path, instead of inlining 4.8 MB into every page; a page moved away from it says so where its figures would be.
+  Figures never reference MathJax (none uses LaTeX).
 - Notebooks keep their figures outside JupyterLab. ``notebook_setup()`` (the first code cell of every notebook)
   makes each figure carry two outputs: ``application/vnd.plotly.v1+json``, which JupyterLab draws with its plotly
   extension, and ``text/html`` without plotly.js, which nbconvert keeps; plotly.js itself is displayed once, inline,
@@ -15,22 +17,22 @@ Choices, and why:
 - Numbers are formatted by column (``formats.cell``): validation CE and gaps with 4 decimals (the gaps of interest are
   0.0004-0.03 nats), ratios with 3 significant digits, token counts with thousands separators, booleans yes/no,
   NaN as an empty cell; a column that is empty everywhere is dropped (it only costs width).
-- Colours: pre-norm red, post-norm blue wherever a figure compares the two placements (report), one colour per
-  schedule family with pre solid/circle and post dashed/square where many variants share a panel (diagnostics), so
-  that no two variants look alike (``variant_style``).
+- Colours, line styles and markers come from ``palette``: a colour per placement and a line style per schedule on
+  every page.
 """
 from __future__ import annotations
 
 import html
 import math
+import os
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from ..analysis.formats import cell
-from ..student.placements import PLACEMENTS
-from ..analysis.claims import GATED, NOT_JUDGED, NOT_JUDGED_DEPTH, NOT_RESOLVED, NOT_SUPPORTED, NOT_TESTABLE, SUPPORTED
+from ..analysis.claims import GATED
+from . import palette
 
 # ----------------------------------------------------------------------------------------------------------- style
 
@@ -61,15 +63,6 @@ nav.toc a{margin-right:1em}
 FIGURE_CONFIG = {"displaylogo": False, "responsive": True}
 FONT = dict(family="system-ui, -apple-system, Segoe UI, Roboto, sans-serif", size=12)
 
-NORM_COLOR = {name: placement.colour for name, placement in PLACEMENTS.items()}  # one colour per placement
-# schedule families (the variant without its norm prefix) in the study's order; colours: plotly D3
-FAMILY_COLOR = {"joint": "#1f77b4", "grow": "#ff7f0e", "single": "#2ca02c", "grow-freeze": "#d62728",
-                "joint-matched": "#9467bd"}
-EXTRA_COLORS = ("#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
-NORM_DASH = {"pre": "solid", "post": "dash"}
-NORM_SYMBOL = {"pre": "circle", "post": "square"}
-
-
 def split_variant(variant: str) -> tuple[str, str]:
     """(placement, schedule family) of a variant from its run file, never from its name (variants.load_variants:
     pre-grow-freeze.yaml says norm pre, schedule grow, freeze_prefix true -> ('pre', 'grow-freeze'); a matched run's
@@ -80,19 +73,6 @@ def split_variant(variant: str) -> tuple[str, str]:
         return "", variant
     family = v.schedule + ("-freeze" if v.freeze_prefix else "") + ("-matched" if v.match_active_layer_tokens else "")
     return v.norm, family
-
-
-def variant_style(variant: str) -> dict:
-    """Colour (per schedule family), dash and marker symbol (per norm placement) of a variant."""
-    norm, family = split_variant(variant)
-    color = FAMILY_COLOR.get(family) or EXTRA_COLORS[sum(map(ord, family)) % len(EXTRA_COLORS)]
-    return {"color": color, "dash": NORM_DASH.get(norm, "dot"), "symbol": NORM_SYMBOL.get(norm, "diamond")}
-
-
-def faint(color: str, alpha: float = 0.18) -> str:
-    """'#rrggbb' as an rgba string with this opacity (bands, seed markers)."""
-    r, g, b = (int(color[i:i + 2], 16) for i in (1, 3, 5))
-    return f"rgba({r},{g},{b},{alpha})"
 
 
 LOG_TICKS = [k * 10.0 ** e for e in range(-5, 7) for k in (1, 2, 5)]
@@ -146,10 +126,6 @@ def details(summary: str, body: str, open_: bool = False) -> str:
 
 # ---------------------------------------------------------------------------------------------------------- claims
 
-STATUS_COLORS = {SUPPORTED: "#2ca02c", NOT_SUPPORTED: "#d62728", NOT_RESOLVED: "#ff7f0e", NOT_TESTABLE: "#7f7f7f",
-                 NOT_JUDGED: "#9467bd", NOT_JUDGED_DEPTH: "#8c564b"}
-
-
 def claims_html(claims: list[dict]) -> str:
     """Claim records (claims.Claim.to_json(): claim, status, statement, sentence, evidence) as verdict boxes, the same
     on report.html and diagnostics.html: status, statement, the sentence with the numbers (closed for a not-judged
@@ -157,7 +133,7 @@ def claims_html(claims: list[dict]) -> str:
     e = html.escape
     parts = []
     for c in claims:
-        color = STATUS_COLORS.get(c["status"], "#000")
+        color = palette.STATUS_COLOUR.get(c["status"], "#000")
         sentence = (details("why not judged, and the ungated reading", e(c["sentence"]))
                     if c["status"] in GATED else f"<br>{e(c['sentence'])}")
         # inline border and padding: the box keeps its look in a notebook, where STYLE is absent
@@ -173,13 +149,35 @@ def claims_html(claims: list[dict]) -> str:
 
 # ----------------------------------------------------------------------------------------------------------- pages
 
+def plotly_asset() -> Path:
+    """The copy of plotly.js that the pages under the outputs root load, written once per plotly.js version."""
+    from plotly.offline import get_plotlyjs, get_plotlyjs_version
+
+    from ..paths import outputs_dir
+    path = outputs_dir() / "assets" / f"plotly-{get_plotlyjs_version()}.min.js"
+    if not path.exists():
+        write_text(path, get_plotlyjs())
+    return path
+
+
+def plotly_src(page: Path) -> str:
+    """The shared plotly.js (plotly_asset) as a URL relative to a page written at this path."""
+    return Path(os.path.relpath(plotly_asset().resolve(), Path(page).resolve().parent)).as_posix()
+
+
+MISSING_PLOTLY = ("<script>if (!window.Plotly) document.querySelectorAll('.fig').forEach(d => d.insertAdjacentHTML("
+                  "'afterbegin', \"<p class='note'>This figure needs plotly.js at {src} (the outputs folder's assets/), "
+                  "which is not there: open the page where it was written.</p>\"))</script>")
+
+
 class Page:
-    """A self-contained HTML page: STYLE, parts in order, plotly.js inlined with the first figure only."""
+    """An HTML page: STYLE, then its parts in order; plotly.js is loaded once, from the shared asset when the page is
+    written with ``write`` (inlined with the first figure by ``html()`` alone, for a page that is not a file)."""
 
     def __init__(self, title: str):
         self.title = title
         self.parts: list[str] = []
-        self._plotlyjs = False
+        self.figures = 0
 
     def add(self, *parts: str) -> "Page":
         self.parts.extend(parts)
@@ -187,18 +185,31 @@ class Page:
 
     def figure(self, fig, div_id: str | None = None, caption: str | None = None) -> "Page":
         self.parts.append("<div class='fig'>" + fig.to_html(
-            full_html=False, include_plotlyjs=not self._plotlyjs, include_mathjax=False, div_id=div_id,
+            full_html=False, include_plotlyjs=False, include_mathjax=False, div_id=div_id,
             config=FIGURE_CONFIG, default_width="100%") + "</div>")
-        self._plotlyjs = True
+        self.figures += 1
         if caption:
             self.parts.append(f"<p class='caption'>{html.escape(caption)}</p>")
         return self
 
-    def html(self) -> str:
+    def html(self, plotly_src: str | None = None) -> str:
+        """The page, with plotly.js from plotly_src (a relative URL) or, without one, inlined."""
+        if not self.figures:
+            script = ""
+        elif plotly_src:
+            script = f"<script src='{html.escape(plotly_src)}'></script>"
+        else:
+            from plotly.offline import get_plotlyjs
+            script = f"<script type='text/javascript'>{get_plotlyjs()}</script>"
+        missing = MISSING_PLOTLY.format(src=html.escape(plotly_src)) if self.figures and plotly_src else ""
         return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
                 f"<meta name='viewport' content='width=device-width, initial-scale=1'>"
-                f"<title>{html.escape(self.title)}</title><style>{STYLE}</style></head><body>\n"
-                + "\n".join(self.parts) + "\n</body></html>")
+                f"<title>{html.escape(self.title)}</title><style>{STYLE}</style>{script}</head><body>\n"
+                + "\n".join(self.parts) + f"\n{missing}</body></html>")
+
+    def write(self, path: Path) -> Path:
+        """Write the page at path, loading plotly.js from the shared asset by its path relative to the page."""
+        return write_text(Path(path), self.html(plotly_src(path) if self.figures else None))
 
 
 def write_text(path: Path, text: str) -> Path:

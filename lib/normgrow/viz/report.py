@@ -146,11 +146,12 @@ DEPTH_CRITERIA = (f"Depth pays for a placement when mean final val_ce of its sin
 def _regime_html(rep: Report) -> str:
     """The regime and depth checks, first on the page: both verdicts in a coloured box, the criteria, the per-variant
     table, (closed) every run's flatness, and the per-placement depth table."""
-    from .render import STATUS_COLORS, details, table
+    from .palette import STATUS_COLOUR
+    from .render import details, table
     e = html.escape
     depth_pays = len(rep.depth) and rep.depth["pays"].astype(bool).all()
     judged = len(rep.regime) and not len(undertrained(rep.regime)) and depth_pays
-    color = STATUS_COLORS[SUPPORTED] if judged else STATUS_COLORS[NOT_JUDGED]
+    color = STATUS_COLOUR[SUPPORTED] if judged else STATUS_COLOUR[NOT_JUDGED]
     per_run = ["run_name", "tokens", "v_start", "tokens_80", "v_80", "val_ce", "flat_ratio", "flattened", "flat_note"]
     names = {"n_seeds": "seeds", "val_ce_mean": "val_ce mean", "margin_below_unigram": "worst seed below unigram (nats)",
              "max_flat_ratio": "flat ratio (max over seeds)", "tokens_80": "tokens at 80%", "v_start": "val_ce start",
@@ -250,10 +251,10 @@ def _interaction_sentence(rep: Report) -> str:
 def answer_html(rep: Report) -> str:
     """The study's answer in a few sentences, first on the page: the two headline gaps with their verdicts, what
     'reference' and the sign mean, and the gates that decide whether the growth claims are judged."""
-    from .render import STATUS_COLORS
+    from .palette import STATUS_COLOUR
     e = html.escape
     status = {c.claim: c.status for c in rep.claims}
-    line = lambda claim, text: (f"<li><span class='status' style='color:{STATUS_COLORS.get(status.get(claim), '#000')}'>"
+    line = lambda claim, text: (f"<li><span class='status' style='color:{STATUS_COLOUR.get(status.get(claim), '#000')}'>"
                                 f"[{e(status.get(claim, NOT_TESTABLE))}]</span> {e(text)}</li>")
     return ("<section id='answer'><h2>The answer</h2><ul>"
             + line("headline-grow", f"Grown by appending blocks: {_gap_sentence(rep, 'grow')}. The reference finds "
@@ -268,10 +269,11 @@ def answer_html(rep: Report) -> str:
             "params/reference.yaml holds.</p></section>")
 
 
-def report_html(rep: Report, figs: dict | None = None) -> str:
-    """A self-contained page (render.Page: plotly.js inlined once, no CDN), in reading order: baselines and the
-    regime check, the claims, learning curves, final values, gaps, crossover, diagnostics, runs."""
-    from .render import Page, claims_html, details, table
+def report_html(rep: Report, figs: dict | None = None, at: Path | None = None) -> str:
+    """The study's page, in reading order: baselines and the regime check, the claims, learning curves, final values,
+    gaps, crossover, diagnostics, runs. at: where it will be written (plotly.js from the shared asset; inlined
+    without)."""
+    from .render import Page, claims_html, details, plotly_src, table
     figs = figs if figs is not None else figures(rep)
     e = html.escape
     pct = round(rep.level * 100)
@@ -328,19 +330,22 @@ def report_html(rep: Report, figs: dict | None = None) -> str:
         page.figure(figs["lr"], div_id="fig-lr", caption="Every arm (placement x schedule) trains at its own peak lr, "
                     "chosen by its sweep (python -m normgrow.sweep; a freeze control takes its placement's grow lr, a "
                     "matched run its joint lr). Lines and points: the sweep's candidates trained as this numerics "
-                    f"version trains (versions {', '.join(map(str, SAME_TRAINING))} train alike), a line per warmup (mean over seeds; solid: the warmup the study's runs trained at, "
-                    "dotted: the others tried) and each seed; stars: the lr the study's runs recorded in their "
+                    f"version trains (versions {', '.join(map(str, SAME_TRAINING))} train alike), a line per warmup (mean over seeds; bold: the warmup the study's runs trained at, "
+                    "thin and faint: the others tried) and each seed; stars: the lr the study's runs recorded in their "
                     f"config.json, at their mean final val_ce. Candidates more than {LR_SHOWN} nats above a panel's "
                     "best (diverged, or on the unigram plateau) are an x on its upper edge (hover for the value; "
                     "sweep.csv has every row).")
     page.add("</section><section id='variants'><h2>Final validation CE per variant</h2>", _stats_table(rep))
     page.figure(figs["variants"], div_id="fig-variants")
     ratio = rep.ratio
-    ratio_text = f"{ratio['ratio']:.1f}x" if np.isfinite(ratio["ratio"]) else "undefined"
-    caveat = "" if ratio["second_resolved"] else "; the joint gap's interval includes zero, so the ratio is unbounded"
+    if np.isfinite(ratio["ratio"]) and ratio["second_resolved"]:
+        ratio_text = f"Grow gap / joint gap (val_ce, ratio of means): {ratio['ratio']:.1f}x"
+    else:
+        ratio_text = ("Grow gap / joint gap: not read, the joint gap's interval includes zero (so the ratio is "
+                      "unbounded) or it is missing; headline-ratio reads their difference")
     page.add("</section><section id='gaps'><h2>Paired gaps (a - b by seed)</h2>",
-             f"<p>Grow gap / joint gap (val_ce, ratio of means): {ratio_text} (reference "
-             f"~{ratio['reference_ratio']:.0f}x){caveat}.</p>", f"<p class='note'>{e(GAP_RESOLUTION)}</p>",
+             f"<p>{ratio_text} (the reference's ~{ratio['reference_ratio']:.0f}x).</p>",
+             f"<p class='note'>{e(GAP_RESOLUTION)}</p>",
              _gaps_table(rep, "val_ce"))
     page.figure(figs["gaps"], div_id="fig-gaps")
     if figs.get("increment") is None:
@@ -373,7 +378,7 @@ def report_html(rep: Report, figs: dict | None = None) -> str:
                      "<ul>" + "".join(f"<li>{e(n)}: {e(w)}</li>" for n, w in rep.unassigned.items()) + "</ul>")
              if rep.unassigned else "",
              "</section>")
-    return page.html()
+    return page.html(plotly_src(at) if at and page.figures else None)
 
 
 def write_report(rep: Report, out_dir: Path | None = None, figs: dict | None = None) -> dict:
@@ -397,5 +402,5 @@ def write_report(rep: Report, out_dir: Path | None = None, figs: dict | None = N
         [(n, "damaged", w) for n, w in rep.damaged.items()] + [(n, "unassigned", w) for n, w in rep.unassigned.items()],
         columns=["run", "status", "reason"]).to_csv(index=False))
     atomic_write_json(files["baselines"], rep.baselines or {"note": rep.baselines_text()})
-    atomic_write_text(files["report"], report_html(rep, figs))
+    atomic_write_text(files["report"], report_html(rep, figs, at=files["report"]))
     return files

@@ -22,7 +22,8 @@ def crossover_figure(rep: Report):
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    from .render import NORM_COLOR, split_variant, style_figure
+    from . import palette
+    from .render import split_variant, style_figure
     t, a, b = rep.crossover, rep.grow.a, rep.grow.b
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.1, row_heights=[0.6, 0.4],
                         subplot_titles=("validation CE at each stage end", f"paired gap {a} - {b} (> 0: {b} leads)"))
@@ -31,7 +32,9 @@ def crossover_figure(rep: Report):
         for v in (a, b):
             err = (t[f"{v}_ci_high"] - t[f"{v}_mean"]).fillna(0)
             fig.add_trace(go.Scatter(x=x, y=t[f"{v}_mean"], error_y=dict(type="data", array=err), name=v,
-                                     mode="lines+markers", line=dict(color=NORM_COLOR.get(split_variant(v)[0], "#555555"))),
+                                     mode="lines+markers", meta=palette.meta(*split_variant(v)),
+                                     line=dict(color=palette.colour(split_variant(v)[0]),
+                                               dash=palette.dash(split_variant(v)[1]))),
                           row=1, col=1)
         err = (t["gap_ci_high"] - t["gap_mean"]).fillna(0)
         fig.add_trace(go.Scatter(x=x, y=t["gap_mean"], error_y=dict(type="data", array=err), name=f"{a} - {b}",
@@ -51,7 +54,8 @@ def variants_figure(rep: Report, metric: str = "val_ce"):
     faint dot, pre-norm red and post-norm blue."""
     import plotly.graph_objects as go
 
-    from .render import NORM_COLOR, faint, split_variant, style_figure
+    from . import palette
+    from .render import split_variant, style_figure
     fig = go.Figure()
     s = rep.stats
     if len(s):
@@ -59,15 +63,15 @@ def variants_figure(rep: Report, metric: str = "val_ce"):
         s = s.set_index("variant").loc[order].reset_index()
         r = rep.runs
         for norm in sorted({split_variant(v)[0] for v in order}):
-            color = NORM_COLOR.get(norm, "#555555")
+            color = palette.colour(norm)
             mine = s[[split_variant(v)[0] == norm for v in s["variant"]]]
             seeds = r[[split_variant(v)[0] == norm for v in r["variant"]]]
             fig.add_trace(go.Scatter(x=seeds["variant"], y=seeds[metric], mode="markers", legendgroup=norm,
                                      showlegend=False, text=[f"seed {x}" for x in seeds["seed"]],
-                                     marker=dict(size=7, color=faint(color, 0.45)),
+                                     marker=dict(size=7, color=palette.faint(color, 0.45)),
                                      hovertemplate="%{x} %{text}: %{y:.4f}<extra></extra>"))
             fig.add_trace(go.Scatter(x=mine["variant"], y=mine[f"{metric}_mean"], mode="markers",
-                                     name=f"{norm}-norm mean", legendgroup=norm,
+                                     name=f"{norm}-norm mean", legendgroup=norm, meta=palette.meta(norm),
                                      marker=dict(size=14, symbol="line-ew-open", color=color, line=dict(width=3)),
                                      error_y=dict(type="data", array=mine[f"{metric}_half_width"].fillna(0),
                                                   color=color)))
@@ -171,14 +175,16 @@ def lr_figure(rep: Report):
     """Final val_ce against peak lr for every arm of the study (placement x schedule) that the lr sweep measured
     under a numerics version that trains as this one (sweep_candidates), one panel per schedule, a line per placement and warmup: how
     sharp each arm's optimum is, and so how much of a gap between arms could be tuning. A line is the mean over the
-    sweep's seeds at one warmup (solid: the warmup the study's runs trained at; dotted: the others tried), its points
+    sweep's seeds at one warmup (bold: the warmup the study's runs trained at; thin and faint: the others tried), in its
+    schedule's line style, its points
     the seeds; a candidate more than LR_SHOWN above the panel's best (diverged, or on the unigram plateau) is an x on
     the panel's upper edge; the star is the lr and warmup the study's runs trained at (study_lrs) with their mean
     final val_ce. None without a candidate."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    from .render import NORM_COLOR, style_figure
+    from . import palette
+    from .render import style_figure
 
     if not len(rep.runs):
         return None
@@ -192,7 +198,7 @@ def lr_figure(rep: Report):
         arm_rows = rows[rows["schedule"] == schedule]
         best = min(arm_rows["val_ce"].min(), chosen.loc[chosen["schedule"] == schedule, "val_ce"].min())
         for norm, g in arm_rows.groupby("norm", sort=False):
-            color = NORM_COLOR.get(norm, "#555555")
+            color = palette.colour(norm)
             study = chosen[(chosen["norm"] == norm) & (chosen["schedule"] == schedule)]
             for warmup, w in g.sort_values("lr").groupby("warmup", sort=True):
                 studied = warmup in set(study["warmup"])
@@ -200,7 +206,8 @@ def lr_figure(rep: Report):
                 fig.add_trace(go.Scatter(
                     x=mean.index, y=mean.clip(upper=best + LR_SHOWN), mode="lines",
                     name=f"{norm}-norm, warmup {warmup}", legendgroup=f"{norm}-{warmup}", showlegend=col == 1,
-                    line=dict(color=color, dash="solid" if studied else "dot", width=2 if studied else 1),
+                    line=dict(color=color if studied else palette.faint(color, 0.5), dash=palette.dash(schedule),
+                              width=2 if studied else 1), meta=palette.meta(norm, schedule),
                     customdata=mean.values, hovertemplate=f"warmup {warmup}, lr %{{x:.3g}}: mean val_ce "
                                                           "%{customdata:.4f}<extra></extra>"), row=1, col=col)
                 off = w["val_ce"] > best + LR_SHOWN
