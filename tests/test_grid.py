@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 
 import pandas as pd
 import pytest
@@ -254,6 +255,22 @@ def test_a_gap_from_one_seed_reads_as_its_mean_alone(grids, outputs):
     frame.loc[0, ["grow_gap", "grow_ci_low", "grow_ci_high", "n_seeds"]] = [0.0123, math.nan, math.nan, 1]
     page = grid.grid_report_html(plan, frame, {})
     assert ">+0.0123</td>" in page and "nan]" not in page
+
+
+@pytest.mark.slow  # reads the committed ladder's runs (a few seconds)
+def test_a_grid_without_grown_runs_draws_no_forest_and_names_its_unfinished_settings(monkeypatch):
+    """The committed regime ladder trains joint and single runs only: its page asks where depth pays, describes no
+    forest or dashed reference lines it does not draw, lists the settings not finished with their run counts, and
+    speaks no function names."""
+    monkeypatch.delenv("NORMGROW_OUTPUTS", raising=False)  # the repository's committed runs
+    plan = grid_plan.plan_grid("cpu", grid_plan.load_grid("ladder"))
+    frame = grid.grid_frame(plan, grid.read_cells(plan))
+    page = re.sub(r"<script.*?</script>", "", grid.grid_report_html(plan, frame, {}), flags=re.S)
+    assert "fig-forest" not in page and "dashed lines" not in page and "grow verdict" not in page
+    assert "Where does depth pay? Grid <code>ladder</code>" in page and "stats." not in page
+    unfinished = frame[frame["runs_finished"] < frame["runs_needed"]]
+    assert len(unfinished) and all(f"{r.setting} ({r.runs_finished} of {r.runs_needed} runs)" in page
+                                   for r in unfinished.itertuples())
 
 
 def test_a_setting_is_judged_by_the_claim_declarations_on_its_own_pair(monkeypatch):

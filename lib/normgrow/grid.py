@@ -383,17 +383,30 @@ def grid_report_html(plan: GridPlan, frame: pd.DataFrame, machines: dict[str, di
     e = html.escape
     ref = reference_marks()
     page = Page(f"normgrow grid: {plan.grid.name} ({plan.profile})")
-    page.add(f"<h1>Where does the headline hold? Grid <code>{e(plan.grid.name)}</code>, profile "
-             f"<code>{e(plan.profile)}</code></h1>",
-             "<p>Each row is one setting of params/grids/" + e(plan.grid.name) + ".yaml: a - b is the placement pair "
-             "it compares (pre - post unless it says), gaps in final validation CE paired by seed, 95% Student-t "
-             "intervals. A positive gap means b is better. The reference study reports post-norm better grown by "
-             f"{ref['grow']:.4f} and an interaction of {ref['interaction']:.4f} (dashed lines; they apply to pre - "
-             "post). A row is judged only where every variant is trained and depth pays for both placements "
-             "(params/reference.yaml's depth_margin); otherwise its verdict names the failed gate and the interval "
-             "is the ungated reading.</p>")
-    if "grow" in plan.grid.schedules:
+    grows = "grow" in plan.grid.schedules
+    if grows:
+        page.add(f"<h1>Where does the headline hold? Grid <code>{e(plan.grid.name)}</code>, profile "
+                 f"<code>{e(plan.profile)}</code></h1>",
+                 "<p>Each row is one setting of params/grids/" + e(plan.grid.name) + ".yaml: a - b is the placement "
+                 "pair it compares (pre - post unless it says), gaps in final validation CE paired by seed, 95% "
+                 "Student-t intervals. A positive gap means b is better. The reference study reports post-norm better "
+                 f"grown by {ref['grow']:.4f} and an interaction of {ref['interaction']:.4f} (the forest's dashed "
+                 "lines; they apply to pre - post). A row is judged only where every variant is trained and depth pays "
+                 "for both placements (params/reference.yaml's depth_margin); otherwise its verdict names the failed "
+                 "gate and the interval is the ungated reading.</p>")
         page.figure(forest_figure(frame, ref), div_id="fig-forest")
+    else:
+        page.add(f"<h1>Where does depth pay? Grid <code>{e(plan.grid.name)}</code>, profile "
+                 f"<code>{e(plan.profile)}</code></h1>",
+                 "<p>Each row is one setting of params/grids/" + e(plan.grid.name) + ".yaml, trained in the joint "
+                 f"and single schedules only ({', '.join(map(e, plan.grid.schedules))}): it asks at which data, "
+                 "tokens and width nine blocks beat the first stage alone by the depth margin, not whether growth "
+                 "favours a placement (no grown runs: the growth claims are not testable here).</p>")
+    unfinished = frame[frame["runs_finished"] < frame["runs_needed"]]
+    if len(unfinished):
+        page.add("<p class='note'><b>Not finished</b>: " + "; ".join(
+            f"{e(str(r.setting))} ({int(r.runs_finished)} of {int(r.runs_needed)} runs)"
+            for r in unfinished.itertuples()) + ". Their rows read the runs done so far.</p>")
     interval = lambda table_, mean, ci: [formats.interval(m, lo, hi, digits=4, sign=True) for m, lo, hi in
                                          zip(table_[mean], table_[f"{ci}_ci_low"], table_[f"{ci}_ci_high"])]
     if items:
@@ -422,8 +435,8 @@ def grid_report_html(plan: GridPlan, frame: pd.DataFrame, machines: dict[str, di
     else:
         page.figure(depth_figure(frame, trends), div_id="fig-depth")
     if trends and spans:
-        page.add("<p>The trend (stats.depth_trend: least squares of the settings' depth gains on log10 TFLOP; the "
-                 "settings change data, tokens and width together, so it locates and does not separate them):</p><ul>"
+        page.add("<p>The trend (least squares of the settings' depth gains on log10 TFLOP; the settings change data, "
+                 "tokens and width together, so it locates and does not separate them):</p><ul>"
                  + "".join(f"<li>{e(trend_sentence(norm, t))}</li>" for norm, t in trends.items()) + "</ul>")
     shown = frame.assign(grow=interval(frame, "grow_gap", "grow"),
                          interaction_=interval(frame, "interaction", "interaction"),
@@ -431,12 +444,13 @@ def grid_report_html(plan: GridPlan, frame: pd.DataFrame, machines: dict[str, di
     names = {"interaction_": "interaction", "n_seeds": "seeds", "grow_mde": "grow MDE",
              "interaction_mde": "interaction MDE", "depth_gain_a": "depth gain a", "depth_gain_b": "depth gain b",
              "runs_finished": "runs done", "runs_needed": "runs", "grow_verdict": "grow verdict",
-             "interaction_verdict": "interaction verdict"}
+             "interaction_verdict": "interaction verdict", "depth_pays": "depth pays"}
     # the verdicts and their intervals fit a laptop's width; the numbers behind them and the long texts (the gate's
     # reason, the setting's sentence, its lrs) follow, closed, in tables of their own
+    verdicts = (["grow", "interaction_", "grow_verdict", "interaction_verdict"] if grows
+                else ["depth_gain_a", "depth_gain_b", "depth_pays"])
     page.add("<h2>Every setting</h2>",
-             table(shown, ["setting", "a", "b", "n_seeds", "grow", "interaction_", "grow_verdict",
-                           "interaction_verdict", "runs_finished", "runs_needed"], names),
+             table(shown, ["setting", "a", "b", "n_seeds", *verdicts, "runs_finished", "runs_needed"], names),
              details("the numbers behind each verdict: joint gap, MDEs, depth gains and the gates (every column: "
                      "grid.csv)", table(shown, ["setting", "joint", "grow_mde", "interaction_mde", "depth_gain_a",
                                                 "depth_gain_b", "depth_margin", "trained"], names)

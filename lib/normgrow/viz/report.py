@@ -302,12 +302,18 @@ def report_html(rep: Report, figs: dict | None = None, at: Path | None = None) -
     for grid_csv in sorted(grids_root(rep.profile).glob("*/grid.csv")):
         frame = pd.read_csv(grid_csv)
         name = grid_csv.parent.name
+        link = (f"<a href='../../grid/{e(rep.profile)}/{e(name)}/report.html'>outputs/grid/{e(rep.profile)}/{e(name)}/"
+                "report.html</a>")
+        if not frame["grow_gap"].notna().any():  # a grid without grown runs (the regime ladder) has no forest
+            page.add(f"</section><section id='grid-{e(name)}'><h2>Grid {e(name)}: where depth pays</h2>"
+                     f"<p>params/grids/{e(name)}.yaml trains no grown runs: it asks where depth pays (each "
+                     f"setting's depth gains against its compute), not whether growth favours a placement. Its "
+                     f"page: {link}.</p>")
+            continue
         page.add(f"</section><section id='grid-{e(name)}'><h2>Where does it hold? Grid {e(name)}</h2>"
                  f"<p>One row per setting of params/grids/{e(name)}.yaml (python -m normgrow.grid --profile "
                  f"{e(rep.profile)} --grid {e(name)}): the grow gap and the interaction with 95% intervals, the "
-                 f"marker's colour its verdict; every number, gate and lr is in <a href='../../grid/{e(rep.profile)}/"
-                 f"{e(name)}/report.html'>outputs/grid/{e(rep.profile)}/{e(name)}/report.html</a> and grid.csv next "
-                 "to it.</p>")
+                 f"marker's colour its verdict; every number, gate and lr is in {link} and grid.csv next to it.</p>")
         page.figure(forest_figure(frame, reference_marks()), div_id=f"fig-grid-{name}")
     page.add("</section><section id='curves'><h2>Learning curves</h2>")
     subset, whole = curve_positions(rep)
