@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from normgrow import bench
+from normgrow.train.step import step_flops
 from normgrow.train import distill
 from normgrow.student.model import StudentConfig
 from normgrow.train.growth import Phase
@@ -141,7 +142,7 @@ def test_peak_is_sampled_in_every_round(tmp_path):
 
 def test_step_flops_counts_every_matmul():
     cfg = StudentConfig(vocab_size=10, n_layers=1, d_model=4, n_heads=2, n_kv_heads=1, head_dim=2, d_ff=6)
-    f = bench.student_step_flops(cfg, batch=1, seq_len=3)
+    f = step_flops(cfg, batch=1, seq_len=3)
     linear = 4 * 4 + 2 * 4 * 2 + 4 * 4 + 3 * 4 * 6  # q, k+v, o, gate+up+down
     assert f["forward"] == 3 * (2 * linear + 2 * 2 * 3 * 2 * 2 + 2 * 4 * 10)
 
@@ -156,7 +157,7 @@ def test_step_flops_match_torchs_counter():
     B, L = fakes.TINY_OVERRIDES["train.batch_size"], fakes.TINY_OVERRIDES["data.seq_len"]
     with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
         v2.step()
-    analytic = bench.student_step_flops(v2.cfg, B, L)["step"]
+    analytic = step_flops(v2.cfg, B, L)["step"]
     assert abs(counter.get_total_flops() / analytic - 1) < 0.05, (counter.get_flop_counts(), analytic)
 
 
@@ -170,7 +171,7 @@ def test_study_compute_counts_every_step_and_evaluation(monkeypatch):
     monkeypatch.setattr(bench, "study_phases", lambda profile: ({"run": phases}, 2))
     profile = run_profile("tiny", "pre", "grow", {"train.eval_tokens": 2048})
     cfg = StudentConfig.from_params(profile.student, vocab_size=48, n_layers=2, norm="pre", max_seq_len=64)
-    one, two = (bench.student_step_flops(replace(cfg, n_layers=n), 1, 64)["forward"] / 64 for n in (1, 2))
+    one, two = (step_flops(replace(cfg, n_layers=n), 1, 64)["forward"] / 64 for n in (1, 2))
     block = two - one  # forward FLOPs per token of one block (the head's cancels)
     head = one - block
     train = 8 * 512 * 3 * (block + head) + 8 * 512 * (3 * (block + head) + block)

@@ -25,7 +25,7 @@ grad-norm clip, AdamW step, loss.item()):
 Timing: candidates are interleaved round by round (warmup rounds first) and each round ends with one sample of the
 matmul peak in the candidates' dtype, so machine noise (shared cores) hits steps and peak alike; every figure is a
 median over the timed rounds and ratios are taken between medians of the same run. MFU = a candidate's step FLOPs
-(student_step_flops of its own shape; hf_online's teacher forward is timed but not counted) / its median step time /
+(step_flops of its own shape; hf_online's teacher forward is timed but not counted) / its median step time /
 the median peak.
 Also reported: the distillation head alone (bench_head), the teacher's forward throughput (timed inside hf_online)
 and the study-level teacher cost (one cached pass over the profile's tokens vs one teacher pass per run of
@@ -67,7 +67,7 @@ from .student.model import Student, StudentConfig
 from .data.batches import rows_to_batch
 from .train.evaluate import autocast, evaluation_plan, subset_rows
 from .train.optim import make_optimizer
-from .train.step import DistillStep, StepSetup, compile_enabled, train_step
+from .train.step import DistillStep, StepSetup, compile_enabled, step_flops, train_step
 from .train.spec import _choice, run_profile
 from .analysis.variants import load_variants
 from .utils import (TRAIN_DTYPES, cpu_kind, dtype_name, json_safe, machine_description, matmul_peak_sampler,
@@ -78,28 +78,6 @@ CPU = torch.device("cpu")
 
 
 # ----------------------------------------------------------------------------------------------- FLOPs
-def student_step_flops(cfg: StudentConfig, batch: int, seq_len: int) -> dict:
-    """Matmul FLOPs of one training step (forward x 3 for forward + backward).
-
-    Forward, per token: 2 * in * out for every linear (q, k, v, o, gate, up, down per block, and the vocabulary head),
-    plus attention's QK^T and AV, 2 * seq_len * head_dim * n_heads each per token per block (the full square, not
-    halved for the causal mask). Norms, RoPE, softmax and the loss's elementwise work are not counted. The embedding
-    lookup is not a matmul. The backward pass is counted as 2 x forward (input and weight gradients).
-    tests/test_bench.py checks the count against torch's FlopCounterMode on a step.
-    """
-    d, hd, H, KV, ff = cfg.d_model, cfg.head_dim, cfg.n_heads, cfg.n_kv_heads, cfg.d_ff
-    linear_params = d * H * hd + 2 * d * KV * hd + H * hd * d + 3 * d * ff
-    per_token_block = 2 * linear_params + 2 * (2 * seq_len * hd * H)
-    per_token_head = 2 * d * cfg.vocab_size
-    tokens = batch * seq_len
-    fwd = tokens * (cfg.n_layers * per_token_block + per_token_head)
-    return {"forward": fwd, "step": 3 * fwd, "head_fraction": per_token_head / (cfg.n_layers * per_token_block
-                                                                                + per_token_head),
-            "method": "3 x forward matmul FLOPs: 2*in*out per token per linear (q,k,v,o,gate,up,down, vocab head) + "
-                      "attention QK^T and AV at 2*T*head_dim*n_heads per token each (full square); "
-                      "norms/RoPE/softmax/loss elementwise not counted"}
-
-
 def mfu_label(dtype: torch.dtype) -> str:
     """The MFU column's name: the dtype whose measured matmul peak it divides by."""
     return f"MFU ({'bf16' if dtype == torch.bfloat16 else dtype_name(dtype)} peak)"
@@ -437,7 +415,7 @@ def study_compute(profile, cfg: StudentConfig, peak_flop_s: float, cores: int) -
     3 x forward for the trainable blocks and the head and 1 x for a frozen prefix (nothing below it trains, so no
     gradient flows through it); each evaluation a run makes (train.evaluation_plan, plus step 0 and each grown
     model before its first update, both on the subset) counts one forward over its validation rows. cfg: the
-    study's student (its vocabulary); per-token FLOPs as student_step_flops counts them."""
+    study's student (its vocabulary); per-token FLOPs as step_flops counts them."""
     phases, seeds = study_phases(profile)
     tp, L = profile.train, profile.data.seq_len
     tps = tp.batch_size * L
@@ -445,7 +423,7 @@ def study_compute(profile, cfg: StudentConfig, peak_flop_s: float, cores: int) -
     subset_tokens = len(subset_rows(val_tokens // L, tp.eval_tokens, L)) * L
 
     def forward(depth: int) -> tuple[float, float]:  # (per token of one block, per token of the head)
-        f = student_step_flops(replace(cfg, n_layers=depth), 1, L)
+        f = step_flops(replace(cfg, n_layers=depth), 1, L)
         head = f["head_fraction"] * f["forward"] / L
         return (f["forward"] / L - head) / depth, head
 
@@ -465,7 +443,7 @@ def study_compute(profile, cfg: StudentConfig, peak_flop_s: float, cores: int) -
     total = seeds * (train + evals)
     return {"train_flops": seeds * train, "eval_flops": seeds * evals, "flops": total, "runs": len(phases) * seeds,
             "peak_flop_s": peak_flop_s, "cores": cores, "at_peak_s": total / (peak_flop_s * cores),
-            "method": "matmul FLOPs (student_step_flops per token) of every step and evaluation of params/study.yaml's "
+            "method": "matmul FLOPs (step_flops per token) of every step and evaluation of params/study.yaml's "
                       "runs x seeds; at_peak_s = flops / (the median matmul peak of one thread x cores)"}
 
 
@@ -509,10 +487,10 @@ def run_bench(profile_name: str = "cpu", repeats: int = 5, warmup: int = 1, cand
     results = {}
     for n in names:
         med = statistics.median(times[n])
-        step_flops = student_step_flops(built[n].cfg, B, L)["step"]
+        flops = step_flops(built[n].cfg, B, L)["step"]
         results[n] = {"step_s": med, "step_s_all": times[n], "warmup_s": warmup_times[n], "tok_s": tokens / med,
                       "vocabulary": built[n].vocabulary, "vocab_size": built[n].cfg.vocab_size,
-                      "step_flops": step_flops, "flop_s": step_flops / med, "mfu": step_flops / med / peak_flop_s,
+                      "step_flops": flops, "flop_s": flops / med, "mfu": flops / med / peak_flop_s,
                       "loss": losses[n]}
     if memory == "subprocess" and args is not None:
         for n in names:
@@ -540,7 +518,7 @@ def run_bench(profile_name: str = "cpu", repeats: int = 5, warmup: int = 1, cand
               "timing_method": "candidates interleaved round by round, each round ending with one matmul-peak sample; "
                                "median wall time of `repeats` steps after `warmup` rounds; each step = forward + loss "
                                "+ backward + clip + AdamW + loss.item()",
-              "candidates": results, "ratios": ratios, "flops": student_step_flops(cfg, B, L),
+              "candidates": results, "ratios": ratios, "flops": step_flops(cfg, B, L),
               "matmul_peak": {"dtype": dtype_name(dt), "size": peak_size, "flop_s": peak_flop_s,
                               "per_round": peaks, "warmup_rounds": warmup_peaks, "mfu_label": mfu_label(dt)},
               "memory_method": "peak RSS (psutil, sampled every 2 ms by a thread) over 2 steps minus the RSS just "

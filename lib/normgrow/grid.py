@@ -73,7 +73,7 @@ GRID_FIELDS = ("setting", "about", "a", "b", "n_seeds", "joint_gap", "joint_ci_l
 """grid.csv's columns. depth_gain_*: single - joint final val_ce of the placement (the depth gate's reading, means
 over seeds) and the 95% interval of its paired differences by seed; unique_tokens (data.train_tokens),
 run_tokens (train.stage_tokens summed), d_model and warmup_steps: the setting's regime; joint_tflop: the matmul
-TFLOP of one joint run of placement a (bench.student_step_flops per token x its tokens), the compute a depth gain
+TFLOP of one joint run of placement a (train.step.step_flops per token x its tokens), the compute a depth gain
 is plotted against."""
 
 
@@ -180,9 +180,9 @@ def setting_warmups(cells: list[Cell]) -> int | str:
 
 
 def joint_tflop(plan: GridPlan, setting: Setting, prof, runs: dict[str, CellRun]) -> float:
-    """The matmul TFLOP of a finished joint run of the setting's placement a (bench.student_step_flops per token of
+    """The matmul TFLOP of a finished joint run of the setting's placement a (train.step.step_flops per token of
     its student, prof: the setting's profile, vocabulary as it trained, x its tokens); NaN when there is none."""
-    from .bench import student_step_flops
+    from .train.step import step_flops
     from .student.model import StudentConfig
     a = setting.placements[0]
     joint = [runs[c.run_name] for c in plan.cells if (c.setting, c.norm, c.schedule) == (setting.name, a, "joint")]
@@ -192,7 +192,7 @@ def joint_tflop(plan: GridPlan, setting: Setting, prof, runs: dict[str, CellRun]
     summary = summaries[0]
     cfg = StudentConfig.from_params(prof.student, vocab_size=summary.vocab["size"], n_layers=summary.depth, norm=a,
                                     max_seq_len=prof.data.seq_len)
-    return student_step_flops(cfg, 1, prof.data.seq_len)["step"] * summary.tokens / prof.data.seq_len / 1e12
+    return step_flops(cfg, 1, prof.data.seq_len)["step"] * summary.tokens / prof.data.seq_len / 1e12
 
 
 def setting_gaps(runs: pd.DataFrame, a: str, b: str, level: float = LEVEL) -> dict[str, dict]:

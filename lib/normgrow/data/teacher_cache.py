@@ -152,7 +152,7 @@ def rows_per_forward(batch_rows: int, seq_len: int, vocab: int) -> int:
 def teacher_flops_per_token(model, seq_len: int) -> float:
     """Matmul FLOPs of the teacher's forward per token: 2 x in x out of every linear layer (the head included) plus
     attention's QK^T and AV over the full square (2 x 2 x seq_len x the query width per layer), as
-    bench.student_step_flops counts the student's."""
+    train.step.step_flops counts the student's."""
     linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
     cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads

@@ -127,3 +127,25 @@ def train_step(setup: StepSetup, batch: dict, lr: float, global_positions: int) 
     setup.optimizer.step()
     setup.optimizer.zero_grad(set_to_none=True)
     return means, grad_norm
+
+
+def step_flops(cfg, batch: int, seq_len: int) -> dict:
+    """Matmul FLOPs of one training step (forward x 3 for forward + backward).
+
+    Forward, per token: 2 * in * out for every linear (q, k, v, o, gate, up, down per block, and the vocabulary head),
+    plus attention's QK^T and AV, 2 * seq_len * head_dim * n_heads each per token per block (the full square, not
+    halved for the causal mask). Norms, RoPE, softmax and the loss's elementwise work are not counted. The embedding
+    lookup is not a matmul. The backward pass is counted as 2 x forward (input and weight gradients).
+    tests/test_bench.py checks the count against torch's FlopCounterMode on a step. cfg: a StudentConfig.
+    """
+    d, hd, H, KV, ff = cfg.d_model, cfg.head_dim, cfg.n_heads, cfg.n_kv_heads, cfg.d_ff
+    linear_params = d * H * hd + 2 * d * KV * hd + H * hd * d + 3 * d * ff
+    per_token_block = 2 * linear_params + 2 * (2 * seq_len * hd * H)
+    per_token_head = 2 * d * cfg.vocab_size
+    tokens = batch * seq_len
+    fwd = tokens * (cfg.n_layers * per_token_block + per_token_head)
+    return {"forward": fwd, "step": 3 * fwd, "head_fraction": per_token_head / (cfg.n_layers * per_token_block
+                                                                                + per_token_head),
+            "method": "3 x forward matmul FLOPs: 2*in*out per token per linear (q,k,v,o,gate,up,down, vocab head) + "
+                      "attention QK^T and AV at 2*T*head_dim*n_heads per token each (full square); "
+                      "norms/RoPE/softmax/loss elementwise not counted"}
