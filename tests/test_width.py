@@ -36,7 +36,7 @@ def test_quantities_and_trend_over_the_rungs(outputs):
     gaps = {"cpu-w32": 0.10, "cpu-w64": 0.08, "cpu-w128": 0.06}  # -0.02 nats per doubling of width
     for profile, gap in gaps.items():
         write_study(outputs, profile, gap)
-    table = width.width_table(GRID)
+    table = width.width_frame(GRID)
     grow = table[table["quantity"] == "grow gap"].set_index("width")
     assert grow.loc[64, "mean"] == pytest.approx(0.08 + 0.01) and grow.loc[64, "n"] == 3
     half = t_quantile(0.975, 2) * 0.01 / math.sqrt(3)  # per-seed values 0.08, 0.09, 0.10: sd 0.01
@@ -44,7 +44,7 @@ def test_quantities_and_trend_over_the_rungs(outputs):
     assert grow.loc[64, "status"] == "supported"
     increment = table[table["quantity"] == "growth increment"].set_index("width")
     assert increment.loc[128, "mean"] == pytest.approx(0.06 + 0.01)  # single gap 0
-    trend = width.trend_table(GRID).set_index("quantity")
+    trend = width.trend_frame(GRID).set_index("quantity")
     assert trend.loc["grow gap", "slope"] == pytest.approx(-0.02) and trend.loc["grow gap", "n"] == 9
     x = np.log2([32] * 3 + [64] * 3 + [128] * 3)
     y = [gaps[f"cpu-w{int(2 ** v)}"] + s / 100 for v, s in zip(x, [0, 1, 2] * 3)]
@@ -59,10 +59,10 @@ def test_quantities_and_trend_over_the_rungs(outputs):
 
 def test_a_rung_without_its_study_is_named_not_counted(outputs):
     write_study(outputs, "cpu-w32", 0.1)
-    table = width.width_table(GRID)
+    table = width.width_frame(GRID)
     assert set(table.loc[table["status"] == "study not finished", "rung"]) == {"cpu-w64", "cpu-w128"}
     assert "not yet" in width.width_svg(table)
-    assert width.trend_table(GRID).set_index("quantity").loc["grow gap", "direction"] == "not enough rungs"
+    assert width.trend_frame(GRID).set_index("quantity").loc["grow gap", "direction"] == "not enough rungs"
 
 
 def test_transfer_reads_each_arm_s_bracket(outputs, monkeypatch):
@@ -74,7 +74,7 @@ def test_transfer_reads_each_arm_s_bracket(outputs, monkeypatch):
                 rows.append({"norm": norm, "schedule": schedule, "lr": lr[norm][schedule] * factor, "warmup_steps": 48,
                              "seed": seed, "val_ce": loss + seed * 0.001})
     monkeypatch.setattr(width, "bracket_rows", lambda profile, factors, seeds: rows if profile == "cpu-w128" else [])
-    t = width.transfer_table(GRID).set_index("arm")
+    t = width.transfer_frame(GRID).set_index("arm")
     assert t.loc["pre-grow", "verdict"] == "bracket incomplete"
     assert t.loc["pre-joint", "verdict"] == "transfers" and t.loc["pre-joint", "x1_minus_best"] == pytest.approx(0)
     assert t.loc["post-grow", "best_factor"] == 0.5

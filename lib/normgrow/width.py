@@ -115,7 +115,7 @@ def rung_drift(profile: str) -> tuple[dict[str, float], str]:
              if f"{norm}/all" in evidence}, obs4.get("status", ""))
 
 
-def width_table(grid: dict) -> pd.DataFrame:
+def width_frame(grid: dict) -> pd.DataFrame:
     """width.csv: a row per rung and quantity."""
     rows = []
     for profile in grid["rungs"]:
@@ -135,7 +135,7 @@ def width_table(grid: dict) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["rung", "width", "quantity", "mean", "ci_low", "ci_high", "n", "status"])
 
 
-def trend_table(grid: dict) -> pd.DataFrame:
+def trend_frame(grid: dict) -> pd.DataFrame:
     """trend.csv: each per-seed quantity's slope against log2(width) over every finished rung's seeds. Toward the
     reference: the interval excludes 0 and the fitted gap moves toward the reference's value as width grows."""
     frames = []
@@ -180,7 +180,7 @@ def bracket_rows(profile: str, factors: list, seeds: list) -> list[dict]:
     return rows
 
 
-def transfer_table(grid: dict) -> pd.DataFrame:
+def transfer_frame(grid: dict) -> pd.DataFrame:
     """transfer.csv: per bracketed profile and arm, mean final val_ce over the bracket seeds at each lr factor of
     the transferred lr (its finished candidates: bracket_rows), the best factor, x1 - best and whether the transfer
     holds; an arm without every factor on every seed is incomplete."""
@@ -283,7 +283,7 @@ def report_html(table: pd.DataFrame, trend: pd.DataFrame, transfer: pd.DataFrame
 
 
 def write_record(grid: dict, out: Path) -> dict:
-    table, trend, transfer = width_table(grid), trend_table(grid), transfer_table(grid)
+    table, trend, transfer = width_frame(grid), trend_frame(grid), transfer_frame(grid)
     svg = width_svg(table)
     out.mkdir(parents=True, exist_ok=True)
     for name, frame in (("width.csv", table), ("trend.csv", trend), ("transfer.csv", transfer)):
