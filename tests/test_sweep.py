@@ -1,5 +1,6 @@
-"""The lr sweep: the profile's lr line rewrite, the choice and its grid warnings, and a tiny sweep end to end on the
-synthetic cache (tmp NORMGROW_OUTPUTS, a tmp copy of the profiles, so params/profiles is never touched)."""
+"""The lr sweep: the tuned file --write generates (the hand-written profile untouched), the choice and its grid
+warnings, and a tiny sweep end to end on the synthetic cache (tmp NORMGROW_OUTPUTS, a tmp copy of the profiles, so
+params/ is never touched)."""
 from __future__ import annotations
 
 import csv
@@ -11,23 +12,8 @@ import pytest
 import yaml
 
 import fakes
-from normgrow import runner, sweep
+from normgrow import config, runner, sweep
 from normgrow.config import PARAMS_DIR, ParamError
-
-PROFILE = """\
-# a synthetic profile: comments and odd spacing must survive
-student:
-  d_model: 32   # width
-  lr: 9.9e-9    # not train's lr
-train:
-  # peak lr below
-  stages: [1, 2, 3]
-  lr: 3.0e-3    # old comment
-  warmup_steps: 2
-distill:
-  temperature: 1.0
-"""
-
 
 # fakes' tiny profile, 3 steps per run
 OVERRIDES = dict(fakes.TINY_OVERRIDES, **{"train.stage_tokens": [128, 128, 128]})
@@ -38,54 +24,37 @@ def outputs(synthetic_outputs):
     return synthetic_outputs
 
 
-def changed_lines(old: str, new: str) -> list[tuple[str, str]]:
-    a, b = old.splitlines(keepends=True), new.splitlines(keepends=True)
-    assert len(a) == len(b)
-    return [(x, y) for x, y in zip(a, b) if x != y]
-
-
 ALL_3E3 = {"joint": 3e-3, "grow": 3e-3, "single": 3e-3}
+OTHERS = ("mix", "peri", "deepnorm", "lns")
 
 
-def rewrite_lr(text, chosen, comment):
-    return sweep.rewrite_arm_line(text, "lr", chosen, comment)
+def test_a_single_lr_becomes_a_value_per_arm_for_every_placement():
+    """merge_arms: the swept arms take the choice, every other arm keeps the profile's value; a single value applies
+    to every placement, so every placement is written out."""
+    merged = sweep.merge_arms("lr", 3e-3, {"pre": {"joint": 1e-3}, "post": {"grow": 1.5e-3}})
+    assert merged == {"pre": ALL_3E3 | {"joint": 1e-3}, "post": ALL_3E3 | {"grow": 1.5e-3}} | {n: ALL_3E3 for n in OTHERS}
 
 
-def test_float_lr_becomes_a_mapping_per_arm_and_nothing_else_changes():
-    new = rewrite_lr(PROFILE, {"pre": {"joint": 1e-3}, "post": {"grow": 1.5e-3}}, "sweep X")
-    others = "".join(f", {n}: {{joint: 3.0e-3, grow: 3.0e-3, single: 3.0e-3}}" for n in ("mix", "peri", "deepnorm", "lns"))
-    assert changed_lines(PROFILE, new) == [(
-        "  lr: 3.0e-3    # old comment\n",
-        "  lr: {pre: {joint: 1.0e-3, grow: 3.0e-3, single: 3.0e-3}, post: {joint: 3.0e-3, grow: 1.5e-3, "
-        f"single: 3.0e-3}}{others}}}  # sweep X\n")]
-    # the single value applied to every placement, so every placement keeps it
-    assert yaml.safe_load(new)["train"]["lr"] == {"pre": ALL_3E3 | {"joint": 1e-3}, "post": ALL_3E3 | {"grow": 1.5e-3}} | {
-        n: ALL_3E3 for n in ("mix", "peri", "deepnorm", "lns")}
+def test_partial_sweeps_keep_the_other_arms():
+    once = sweep.merge_arms("lr", {"pre": 3e-3, "post": 1e-3}, {"post": {"single": 2e-3}})
+    assert once == {"pre": ALL_3E3, "post": {"joint": 1e-3, "grow": 1e-3, "single": 2e-3}}
+    assert sweep.merge_arms("lr", once, {"pre": {"grow": 6e-3}}) == {
+        "pre": ALL_3E3 | {"grow": 6e-3}, "post": {"joint": 1e-3, "grow": 1e-3, "single": 2e-3}}
 
 
-def test_partial_sweep_keeps_the_other_arms():
-    per_norm = PROFILE.replace("  lr: 3.0e-3    # old comment\n", "  lr: {pre: 3.0e-3, post: 1.0e-3}\n")
-    once = rewrite_lr(per_norm, {"post": {"single": 2e-3}}, "c")
-    assert yaml.safe_load(once)["train"]["lr"] == {"pre": ALL_3E3,
-                                                   "post": {"joint": 1e-3, "grow": 1e-3, "single": 2e-3}}
-    again = rewrite_lr(once, {"pre": {"grow": 6e-3}}, "d")
-    assert yaml.safe_load(again)["train"]["lr"] == {"pre": ALL_3E3 | {"grow": 6e-3},
-                                                    "post": {"joint": 1e-3, "grow": 1e-3, "single": 2e-3}}
+def test_a_placement_outside_the_study_is_written_for_the_schedules_it_swept():
+    """mix swept for joint and grow: the value gains mix's two arms and keeps pre's and post's; a study placement
+    missing a schedule is still an error naming the sweep that fills it."""
+    current = {"pre": {"joint": 1e-3, "grow": 2e-3, "single": 3e-3}, "post": {"joint": 4e-4, "grow": 5e-4, "single": 6e-4}}
+    lr = sweep.merge_arms("lr", current, {"mix": {"joint": 6e-3, "grow": 6e-3}})
+    assert lr["mix"] == {"joint": 6e-3, "grow": 6e-3} and lr["pre"]["single"] == 3e-3 and lr["post"]["grow"] == 5e-4
+    del current["post"]["single"]
+    with pytest.raises(ParamError, match="no value for post-single; sweep it too"):
+        sweep.merge_arms("lr", current, {"mix": {"joint": 6e-3}})
 
 
-def test_block_mapping_and_crlf_line_endings():
-    text = PROFILE.replace("  lr: 3.0e-3    # old comment\n", "  lr:\n    pre: 2.0e-3\n    post: 1.0e-3\n")
-    text = text.replace("\n", "\r\n")
-    new = rewrite_lr(text, {"post": {"joint": 5e-4}}, "c")
-    line = ("  lr: {pre: {joint: 2.0e-3, grow: 2.0e-3, single: 2.0e-3}, post: {joint: 5.0e-4, grow: 1.0e-3, "
-            "single: 1.0e-3}}  # c\r\n")
-    assert line + "  warmup_steps: 2\r\n" in new
-    assert new.replace(line, "") == text.replace("  lr:\r\n    pre: 2.0e-3\r\n    post: 1.0e-3\r\n", "")
-
-
-def test_profile_without_a_train_lr_line_is_refused():
-    with pytest.raises(ParamError, match="the train section has no lr line"):
-        rewrite_lr(PROFILE.replace("  lr: 3.0e-3    # old comment\n", ""), {"pre": {"joint": 1e-3}}, "c")
+def written(profile_dir, name: str = "tiny") -> dict:
+    return yaml.safe_load((profile_dir.parent / "tuned" / f"{name}.yaml").read_text())
 
 
 def rows(norm, scores, schedule="joint"):
@@ -149,15 +118,20 @@ def test_tiny_sweep_end_to_end(outputs, tmp_path):
     assert saved["chosen"]["post"]["joint"]["lr"] == best["lr"]
     assert len(saved["warnings"]) == 2  # two-point grid: the best lr is always at an edge; one warmup tried
 
-    after = (profiles / "tiny.yaml").read_text()
-    ((old, new),) = changed_lines(before, after)
-    assert old == "  lr: 3.0e-3\n"
-    others = "".join(f", {n}: {{joint: 3.0e-3, grow: 3.0e-3, single: 3.0e-3}}" for n in ("mix", "peri", "deepnorm", "lns"))
-    assert new.startswith(f"  lr: {{pre: {{joint: 3.0e-3, grow: 3.0e-3, single: 3.0e-3}}, post: {{joint: "
-                          f"{sweep.yaml_float(best['lr'])}, grow: 3.0e-3, single: 3.0e-3}}{others}}}  # sweep "
-                          f"{saved['date']}: ")
-    assert str(out / "sweep.json") in new and f"(val_ce post-joint {best['val_ce']:.4f})" in new
+    # the choice goes to the generated tuned file; the hand-written profile is not touched
+    assert (profiles / "tiny.yaml").read_text() == before
+    tuned = written(profiles)
+    assert tuned["train.lr"] == {"pre": ALL_3E3, "post": ALL_3E3 | {"joint": best["lr"]}} | {n: ALL_3E3 for n in OTHERS}
+    assert "train.warmup_steps" not in tuned  # one warmup tried: the profile's stays
+    assert tuned["chosen_by"] == {"post-joint": {"record": str(out / "sweep.json"), "date": saved["date"], "seeds": [0],
+                                                 "val_ce": round(best["val_ce"], 4)}}
+    # the profile still sets train.lr itself: ambiguous until it says `lr: tuned`, then it trains at the choice
+    with pytest.raises(ParamError, match=r"sets train.lr itself while .*tuned/tiny.yaml holds a sweep's choice"):
+        config.load_profile(profiles / "tiny.yaml")
+    (profiles / "tiny.yaml").write_text(before.replace("  lr: 3.0e-3\n", "  lr: tuned\n"))
+    assert config.load_profile(profiles / "tiny.yaml").train.lr == tuned["train.lr"]
     assert (PARAMS_DIR / "profiles" / "tiny.yaml").read_text() == before
+    assert not (PARAMS_DIR / "tuned" / "tiny.yaml").exists()
 
     summary = outputs / "runs" / "tiny" / "sweep-post-joint-lr1e-03-wu2-s0" / "summary.json"
     stamp = summary.stat().st_mtime_ns
@@ -213,11 +187,28 @@ def test_a_record_names_the_machine_that_trained_each_candidate(outputs, monkeyp
 
 
 def test_write_is_refused_before_training(outputs, tmp_path):
-    (tmp_path / "tiny.yaml").write_text(PROFILE.replace("  lr: 3.0e-3    # old comment\n", ""))
     plan = sweep.make_plan("tiny", ["pre"], [1e-3], overrides=OVERRIDES)
-    with pytest.raises(ParamError, match="no lr line"):
+    with pytest.raises(ParamError, match="--write: no profile file"):
         sweep.sweep(plan, write=True, profiles_dir=tmp_path, progress=False)
     assert not (outputs / "runs").exists()
+
+
+def test_a_profile_reads_tuned_values_from_its_tuned_file_only(tmp_path):
+    """`lr: tuned` takes the tuned file's value; without the file, or without the key in it, it is an error naming
+    the sweep that writes it."""
+    profiles = tmp_path / "profiles"
+    shutil.copytree(PARAMS_DIR / "profiles", profiles)
+    text = (profiles / "tiny.yaml").read_text().replace("  lr: 3.0e-3\n", "  lr: tuned\n")
+    (profiles / "tiny.yaml").write_text(text)
+    with pytest.raises(ParamError, match=r"train.lr is tuned, but .*tuned/tiny.yaml does not exist; write it with "
+                                         r"python -m normgrow.sweep --profile tiny --write"):
+        config.load_profile(profiles / "tiny.yaml")
+    (tmp_path / "tuned").mkdir()
+    (tmp_path / "tuned" / "tiny.yaml").write_text("train.warmup_steps: 3\n")
+    with pytest.raises(ParamError, match="holds no train.lr"):
+        config.load_profile(profiles / "tiny.yaml")
+    (tmp_path / "tuned" / "tiny.yaml").write_text("train.lr: {pre: 1.0e-3, post: 2.0e-3}\n")
+    assert config.load_profile(profiles / "tiny.yaml").train.lr == {"pre": 1e-3, "post": 2e-3}
 
 
 def test_write_into_a_derived_profile_is_refused_before_training(outputs, tmp_path):
@@ -273,18 +264,6 @@ def test_jobs_hand_the_unfinished_candidates_to_the_executor(outputs, monkeypatc
     assert [r["run_name"] for r in rows] == ["sweep-pre-joint-lr1e-03-wu2-s0", "sweep-pre-joint-lr3e-03-wu2-s0"]
     calls.clear()
     assert sweep.run_candidates(plan, progress=False, jobs=2) == rows and calls == []
-
-
-def test_a_placement_outside_the_study_is_written_for_the_schedules_it_swept():
-    """mix swept for joint and grow: the lr line gains mix's two values and keeps pre's and post's; a study
-    placement missing a schedule is still an error naming the sweep that fills it."""
-    text = PROFILE.replace("  lr: 3.0e-3    # old comment", "  lr: {pre: {joint: 1.0e-3, grow: 2.0e-3, single: 3.0e-3}, "
-                           "post: {joint: 4.0e-4, grow: 5.0e-4, single: 6.0e-4}}")
-    new = rewrite_lr(text, {"mix": {"joint": 6e-3, "grow": 6e-3}}, "c")
-    lr = yaml.safe_load(new)["train"]["lr"]
-    assert lr["mix"] == {"joint": 6e-3, "grow": 6e-3} and lr["pre"]["single"] == 3e-3 and lr["post"]["grow"] == 5e-4
-    with pytest.raises(ParamError, match="no value for post-single; sweep it too"):
-        rewrite_lr(text.replace(", single: 6.0e-4", ""), {"mix": {"joint": 6e-3}}, "c")
 
 
 def test_a_candidate_directory_holding_another_numerics_version_is_refused_before_training(outputs, monkeypatch):
@@ -362,71 +341,48 @@ def test_lr_factors_scale_each_arms_lr_and_warmups_multiply_the_candidates(outpu
         sweep.make_plan("tiny", lrs=[1e-3], warmup_factors=[0])
 
 
-def test_a_warmup_sweep_writes_the_warmup_line_per_arm(outputs, tmp_path):
-    """--write after a sweep that tried two warmups: train.warmup_steps becomes a mapping per arm holding the chosen
-    one for the swept arm and the former value for the others; train.lr is written as before. A profile without a
-    warmup_steps line is refused before training."""
+def test_a_warmup_sweep_writes_the_warmup_per_arm(outputs, tmp_path):
+    """--write after a sweep that tried two warmups: the tuned file's train.warmup_steps holds the chosen one for the
+    swept arm and the profile's value for every other arm of every placement (bug: only pre and post were written,
+    and a map's mix-grow run had no warmup); train.lr is written as before."""
     profiles = tmp_path / "profiles"
     shutil.copytree(PARAMS_DIR / "profiles", profiles)
-    before = (profiles / "tiny.yaml").read_text()
     plan = sweep.make_plan("tiny", ["pre"], seeds=[0], schedules=["joint"], warmups=[1, 2], lr_factors=[1],
                            overrides=OVERRIDES)
     result = sweep.sweep(plan, write=True, profiles_dir=profiles, progress=False, command="test")
     best = min(result["rows"], key=lambda r: r["val_ce"])
     assert [r["warmup_steps"] for r in result["rows"]] == [1, 2]
     assert result["chosen"]["pre"]["joint"]["warmup_steps"] == best["warmup_steps"]
-    written = yaml.safe_load((profiles / "tiny.yaml").read_text())["train"]
-    # the former single value applied to every placement, so every placement keeps it (bug: only pre and post were
-    # written, and a map's mix-grow run had no warmup)
-    assert written["warmup_steps"] == {"pre": {"joint": best["warmup_steps"], "grow": 2, "single": 2}} | {
-        norm: {"joint": 2, "grow": 2, "single": 2} for norm in ("post", "mix", "peri", "deepnorm", "lns")}
-    assert written["lr"]["pre"]["joint"] == best["lr"]
-    assert {old for old, _ in changed_lines(before, (profiles / "tiny.yaml").read_text())} == {
-        "  lr: 3.0e-3\n", "  warmup_steps: 2\n"}
-    (profiles / "tiny.yaml").write_text(before.replace("  warmup_steps: 2\n", ""))
-    with pytest.raises(ParamError, match="the train section has no warmup_steps line"):
-        sweep.sweep(plan, write=True, profiles_dir=profiles, progress=False)
+    tuned = written(profiles)
+    assert tuned["train.warmup_steps"] == {"pre": {"joint": best["warmup_steps"], "grow": 2, "single": 2}} | {
+        norm: {"joint": 2, "grow": 2, "single": 2} for norm in ("post", *OTHERS)}
+    assert tuned["train.lr"]["pre"]["joint"] == best["lr"]
 
 
-def test_a_write_drops_the_sources_of_the_arms_it_chose_again(tmp_path):
-    """A line whose comment chains two earlier records, one for pre's arms and one for mix's: a write of a new record
-    covering pre's arms keeps mix's source only (bug: the old pre-norm scores stayed behind "other arms:", read as
-    the source of arms whose values they no longer were)."""
-    profile = tmp_path / "p.yaml"
-    profile.write_text("train:\n  lr: {pre: {joint: 1.0e-3, grow: 1.0e-3, single: 1.0e-3}, mix: {joint: 2.0e-3, "
-                       "grow: 2.0e-3, single: 2.0e-3}}  # sweep 2026-12-02: a/mix.json (val_ce mix-joint 4.9000); "
-                       "other arms: sweep 2026-12-01: a/old.json (mean val_ce over seeds 0 1 pre-joint 4.8000, "
-                       "pre-grow 4.9000, pre-single 5.0000)\n  warmup_steps: 4\n")
+def test_a_write_replaces_the_record_of_the_arms_it_chose_and_keeps_the_others(tmp_path):
+    """Two writes, the second of pre's arms only: pre's values and chosen_by entries are the second record's, mix's
+    stay the first's (the profile reads `tuned`, so the second write starts from the first's values)."""
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    profile = profiles / "p.yaml"
+    profile.write_text((PARAMS_DIR / "profiles" / "tiny.yaml").read_text().replace("  lr: 3.0e-3\n", "  lr: tuned\n"))
+    (tmp_path / "tuned").mkdir()
+    (tmp_path / "tuned" / "p.yaml").write_text("train.lr: 2.0e-3\n")
     arms = ("joint", "grow", "single")
-    result = {"date": "2026-12-05", "seeds": [0], "rows": [{"norm": "pre", "schedule": s, "warmup_steps": 4}
-                                                           for s in arms],
-              "chosen": {"pre": {s: {"lr": 3e-3, "warmup_steps": 4, "val_ce": 4.5} for s in arms}}}
-    record = tmp_path / "sweep.json"
-    sweep.write_profile_arms(profile, result, record)
-    assert profile.read_text().splitlines()[1].split("#", 1)[1] == (
-        f" sweep 2026-12-05: {record} (val_ce pre-joint 4.5000, pre-grow 4.5000, pre-single 4.5000); other arms: "
-        "sweep 2026-12-02: a/mix.json (val_ce mix-joint 4.9000)")
 
-
-def test_writes_of_one_record_replace_their_own_comment(tmp_path):
-    """Each stage of a staged search writes the same record; its comment replaces the previous stage's, and the
-    comment of the arms no stage swept stays once after "other arms:" (bug: every write chained the previous
-    write's comment behind "other arms:", so the line grew by a sweep's scores per stage)."""
-    profile = tmp_path / "p.yaml"
-    profile.write_text("train:\n  lr: {pre: {joint: 1.0e-3, grow: 1.0e-3, single: 1.0e-3}, mix: {joint: 2.0e-3, "
-                       "grow: 2.0e-3}}  # mix tuned by hand\n  warmup_steps: 4\n")
-    record = tmp_path / "sweep.json"
-    for stage, lr in enumerate((3e-3, 4e-3)):
-        result = {"date": f"2026-12-0{stage + 1}", "seeds": [0], "rows": [
-                      {"norm": "pre", "schedule": s, "warmup_steps": 4} for s in ("joint", "grow", "single")],
-                  "chosen": {"pre": {s: {"lr": lr, "warmup_steps": 4, "val_ce": 5.0 - stage}
-                                     for s in ("joint", "grow", "single")}}}
-        sweep.write_profile_arms(profile, result, record)
-    line = profile.read_text().splitlines()[1]
-    assert line.split("#", 1)[1] == (f" sweep 2026-12-02: {record} (val_ce pre-joint 4.0000, pre-grow 4.0000, "
-                                     "pre-single 4.0000); other arms: mix tuned by hand")
-    assert yaml.safe_load(profile.read_text())["train"]["lr"] == {"pre": {"joint": 4e-3, "grow": 4e-3, "single": 4e-3},
-                                                                  "mix": {"joint": 2e-3, "grow": 2e-3}}
+    def result(date, norms, lr):
+        return {"date": date, "seeds": [0], "rows": [{"norm": n, "schedule": s, "warmup_steps": 4} for n in norms
+                                                     for s in arms],
+                "chosen": {n: {s: {"lr": lr, "warmup_steps": 4, "val_ce": 4.5} for s in arms} for n in norms}}
+    sweep.write_tuned(profile, result("2026-12-01", ["pre", "mix"], 3e-3), tmp_path / "first.json")
+    sweep.write_tuned(profile, result("2026-12-02", ["pre"], 4e-3), tmp_path / "second.json")
+    tuned = written(profiles, "p")
+    assert tuned["train.lr"]["pre"] == {s: 4e-3 for s in arms} and tuned["train.lr"]["mix"] == {s: 3e-3 for s in arms}
+    assert tuned["train.lr"]["post"] == {s: 2e-3 for s in arms}  # never swept: the value the profile trained at
+    assert {arm: e["record"] for arm, e in tuned["chosen_by"].items()} == {
+        **{f"mix-{s}": str(tmp_path / "first.json") for s in arms}, **{f"pre-{s}": str(tmp_path / "second.json")
+                                                                         for s in arms}}
+    assert config.load_profile(profile).train.lr["pre"]["grow"] == 4e-3
 
 
 def test_a_factor_lands_on_an_lr_the_record_already_holds(outputs):

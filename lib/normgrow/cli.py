@@ -136,7 +136,7 @@ def sweep_parser() -> argparse.ArgumentParser:
                      "schedule): every candidate is an ordinary run; an arm's choice is its best mean final val_ce.",
                      "each candidate to runs/<profile>/sweep-<norm>-<schedule>-lr<lr>-wu<warmup>-s<seed>/ and "
                      "sweep.csv, sweep.json to sweep/<profile>/ (other placements than the study's: "
-                     "sweep/<profile>/<norms>/); with --write, the chosen lrs (and warmups) to params/profiles/<profile>.yaml")
+                     "sweep/<profile>/<norms>/); with --write, the chosen lrs (and warmups) to params/tuned/<profile>.yaml")
     parser.add_argument("--norms", nargs="+", help="placements to sweep (default: those of params/runs)")
     parser.add_argument("--lrs", type=float, nargs="+", help="candidate peak lrs (default: params/sweep.yaml)")
     parser.add_argument("--lr-factors", type=float, nargs="+", help="candidates: each arm's profile lr times these "
@@ -151,7 +151,8 @@ def sweep_parser() -> argparse.ArgumentParser:
                         "schedules train candidates, e.g. deepnorm-joint peri-grow; the record and --write still "
                         "cover every arm (default: every arm)")
     _seeds(parser, "seeds of every candidate lr, the choice being the best mean (default: params/sweep.yaml)")
-    parser.add_argument("--write", action="store_true", help="store the chosen lrs in params/profiles/<profile>.yaml")
+    parser.add_argument("--write", action="store_true", help="store the chosen lrs in params/tuned/<profile>.yaml, read where the profile says "
+                        "`lr: tuned`")
     parser.add_argument("--jobs", type=int, default=1, help="candidates trained at once, each in its own worker "
                         "process (default 1: in this process)")
     add_executor(parser)

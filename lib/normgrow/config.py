@@ -36,6 +36,7 @@ from typing import Any
 import yaml
 
 from .paths import (PARAMS_DIR, PROFILE_SUFFIXES, ParamError, is_profile_path, outputs_dir, profile_name, profile_names,
+                    tuned_file,
                     resolve_profile_path)
 from .settings import NON_NEGATIVE, POSITIVE, UNIT_INTERVAL, Rule, rule_of, setting
 from .student.model import ModelParams  # the student section's model keys: declared with the model's config
@@ -387,7 +388,32 @@ def profile_sections(path: Path, seen: tuple = ()) -> dict:
     if missing:
         raise ParamError(f"{path} lacks the section(s) {', '.join(missing)}; a profile spells out every section "
                          f"({', '.join(SECTIONS)}) so that no part of a run silently takes built-in defaults")
-    return copy.deepcopy(raw)
+    return resolve_tuned(copy.deepcopy(raw), path)
+
+
+TUNED = "tuned"  # the value of a profile key whose value a sweep wrote (paths.tuned_file)
+TUNED_KEYS = ("train.lr", "train.warmup_steps")
+
+
+def resolve_tuned(sections: dict, path: Path) -> dict:
+    """sections with every TUNED_KEYS entry that reads ``tuned`` taken from the profile's tuned file (written by
+    ``python -m normgrow.sweep --write``; the hand-written profile is never edited). A ``tuned`` key the file lacks,
+    and a key the file holds that the profile sets by hand, are errors naming both files."""
+    tuned_path = tuned_file(path)
+    tuned = read_yaml(tuned_path) if tuned_path.is_file() else {}
+    for dotted in TUNED_KEYS:
+        section, key = dotted.split(".")
+        part = sections.get(section) or {}
+        if part.get(key) == TUNED:
+            if dotted not in (tuned or {}):
+                raise ParamError(f"{path}: {dotted} is {TUNED}, but {tuned_path} "
+                                 f"{'holds no ' + dotted if tuned_path.is_file() else 'does not exist'}; write it "
+                                 f"with python -m normgrow.sweep --profile {path.stem} --write")
+            part[key] = copy.deepcopy(tuned[dotted])
+        elif dotted in (tuned or {}):
+            raise ParamError(f"{path} sets {dotted} itself while {tuned_path} holds a sweep's choice of it: write "
+                             f"`{key}: {TUNED}` in the profile to train at the sweep's values, or delete {tuned_path}")
+    return sections
 
 
 def profile_from_dict(raw: dict, name: str) -> Profile:

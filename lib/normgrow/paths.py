@@ -61,6 +61,16 @@ def is_profile_path(profile) -> bool:
     return "/" in text or os.sep in text or text.endswith(PROFILE_SUFFIXES)
 
 
+def tuned_file(profile_path: Path) -> Path:
+    """Where ``python -m normgrow.sweep --write`` stores a profile's tuned lr and warmup per arm, a generated file the
+    profile reads where it says ``tuned``: params/tuned/<name>.yaml for a file of params/profiles/, else
+    <name>.tuned.yaml beside the profile's own file."""
+    path = Path(profile_path)
+    if path.parent.name == "profiles":
+        return path.parent.parent / "tuned" / f"{path.stem}.yaml"
+    return path.with_name(f"{path.stem}.tuned.yaml")
+
+
 def profile_name(profile) -> str:
     """The name a profile's runs and results go under (outputs/runs/<name>): a path profile's file stem, checked to be a
     plain name; a name as given (checked where it is used)."""

@@ -2,12 +2,10 @@
 ``python -m normgrow.sweep --profile cpu [--schedules joint grow single] [--warmups 48 96 192] [--write]``
 (make sweep).
 
-Kept as one module: one command, from the candidates it plans to the choice it writes into the profile.
-
 Why: pre- and post-norm may want different peak learning rates (post-norm classically a lower one), and a
 placement's best lr differs between the joint and the grown schedule; one shared lr could hand one arm a handicap
 that the study would then read as a placement or curriculum effect. The sweep measures, per (placement, schedule),
-the lr and warmup with the lowest final validation CE, and ``--write`` stores them in the profile as
+the lr and warmup with the lowest final validation CE, and ``--write`` stores them for the profile as
 ``train.lr: {pre: {joint: X, grow: Y, single: Z}, post: {...}}`` and ``train.warmup_steps`` of the same form
 (spec.for_arm resolves them for each run; a freeze control takes its placement's grow values, a matched run its
 joint values). Warmup decides whether an arm trains at all as much as its lr does (post-norm on the unigram plateau
@@ -41,10 +39,10 @@ Choices:
     pick one next to a cliff: on the cpu profile post-norm's one-seed optimum for its 3-block first stage (8.5e-3)
     trained seed 0 and left seeds 1 and 2 on or near the unigram plateau (docs/LOG.md), so arms near a divergence
     need the seeds the study will run.
-  - ``--write`` edits only the ``lr:`` entry of the profile's train section, and its ``warmup_steps:`` entry when
-    some arm tried more than one warmup (a line edit, not a YAML dump, so every other line and comment stays byte
-    for byte), re-parses the result to check it, and writes atomically. A norm and schedule that were not swept keep
-    their current value. A profile without an lr line is refused before any training.
+  - ``--write`` stores the choice in a generated file, params/tuned/<profile>.yaml (paths.tuned_file), which the
+    profile reads where it says ``lr: tuned`` / ``warmup_steps: tuned`` (config.resolve_tuned): the lr per arm, the
+    warmup per arm when some arm tried more than one, and the record behind each; a norm and schedule that were not
+    swept keep their current value. The hand-written profile is never edited.
   - The record keeps every candidate: the rows of an earlier invocation that this one did not run stay in sweep.csv
     and sweep.json, read back from their runs while those are finished under this numerics version
     (earlier_rows), and each arm's choice is over all of its candidates. So extending a grid (lower lrs, other
@@ -63,7 +61,6 @@ if __name__ == "__main__":  # --help and usage errors before the imports below l
 import csv
 import io
 import math
-import re
 import shlex
 import sys
 from dataclasses import dataclass
@@ -74,8 +71,9 @@ import yaml
 from tqdm.auto import tqdm
 
 from .cli import parse
-from .config import PARAMS_DIR, ParamError, load_profile, profile_file, read_yaml, writable_outputs_dir
-from .paths import REPO_ROOT, is_profile_path
+from .config import (PARAMS_DIR, TUNED, ParamError, load_profile, profile_file, profile_sections, read_yaml,
+                     writable_outputs_dir)
+from .paths import REPO_ROOT, is_profile_path, tuned_file
 from .rundir import (NUMERICS_VERSION, SAME_TRAINING, SWEEP_RUN_PREFIX, RunDirError, machine_hours, read_finished, read_identity,
                      run_machine, run_path, runner_lock, sweep_dir)
 from .runner import (ExecutorParams, Job, ensure_teacher_cache, executor_of, git_commit, parse_seeds, plan_jobs, run_jobs,
@@ -455,31 +453,7 @@ def format_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-# ----------------------------------------------------------------------------------------------- profile edit
-
-def _indent(line: str) -> int:
-    return len(line) - len(line.lstrip(" "))
-
-
-def arm_line_span(lines: list[str], name: str, where: str) -> tuple[int, int]:
-    """[start, end) of the ``name`` entry (lr, warmup_steps) of the top-level train section: its line at the
-    section's key indentation plus the more-indented lines right under it (a block-style mapping). ParamError when
-    absent."""
-    head = next((i for i, line in enumerate(lines) if re.match(r"train:\s*(#.*)?$", line)), None)
-    if head is None:
-        raise ParamError(f"{where}: no top-level train: section, so no train.{name} line to replace")
-    stop = next((i for i in range(head + 1, len(lines)) if re.match(r"[^\s#]", lines[i])), len(lines))
-    keys = [i for i in range(head + 1, stop) if re.match(r" +[^\s#]", lines[i])]
-    hits = [i for i in keys if _indent(lines[i]) == _indent(lines[keys[0]]) and re.match(rf" +{name}\s*:", lines[i])]
-    if not hits:
-        example = "lr: 3.0e-3" if name == "lr" else f"{name}: 48"
-        raise ParamError(f"{where}: the train section has no {name} line to replace; add one (e.g. `  {example}`) "
-                         "first")
-    end = hits[0] + 1
-    while end < stop and lines[end].strip() and _indent(lines[end]) > _indent(lines[hits[0]]):
-        end += 1
-    return hits[0], end
-
+# ----------------------------------------------------------------------------------------------- tuned file
 
 def merge_arms(name: str, current, chosen: dict[str, dict]) -> dict[str, dict]:
     """One value of train.<name> (lr, warmup_steps) per schedule for every placement the profile's value names or
@@ -507,25 +481,6 @@ def merge_arms(name: str, current, chosen: dict[str, dict]) -> dict[str, dict]:
     return merged
 
 
-def rewrite_arm_line(text: str, name: str, chosen: dict[str, dict], comment: str, where: str = "profile") -> str:
-    """text with the train section's ``name`` entry (lr, warmup_steps) replaced by ``name: {pre: {joint: X, ...},
-    post: {...}}  # comment``; every other line is kept byte for byte (line endings included). The result is
-    re-parsed: its value must read back as written."""
-    lines = text.splitlines(keepends=True)
-    start, end = arm_line_span(lines, name, where)
-    values = merge_arms(name, (yaml.safe_load(text) or {})["train"].get(name), chosen)
-    ending = lines[end - 1][len(lines[end - 1].rstrip("\r\n")):] or "\n"
-    show = yaml_float if name == "lr" else str
-    mapping = ", ".join(f"{norm}: {{{', '.join(f'{s}: {show(v)}' for s, v in by_schedule.items())}}}"
-                        for norm, by_schedule in values.items())
-    new_line = f"{' ' * _indent(lines[start])}{name}: {{{mapping}}}  # {comment}{ending}"
-    new_text = "".join(lines[:start] + [new_line] + lines[end:])
-    raw = yaml.safe_load(new_text)
-    if raw["train"][name] != values:
-        raise RuntimeError(f"{where}: the rewritten {name} line reads back as {raw['train'][name]!r}, not {values!r}")
-    return new_text
-
-
 def swept_warmups(rows: list[dict]) -> bool:
     """Whether some arm tried more than one warmup: only then does --write touch the warmup_steps line."""
     tried: dict[tuple, set] = {}
@@ -542,48 +497,40 @@ def display_path(path: Path) -> str:
         return str(path)
 
 
-def earlier_sources(comment: str, json_path: Path, covered: set[str]) -> str:
-    """What a train.lr / warmup_steps line's comment says about arms a write to json_path does not cover: its
-    sources (``sweep <date>: <file> (<what> <arm> <val_ce>, ...)``, chained by "; other arms: ") less those of the same
-    record, whose candidates the record still holds and the new choice covers, and less those every arm of which the
-    write covers (``covered``: "<norm>-<schedule>"), whose choice it replaces. Without that, every stage of a staged
-    search chained its predecessor's comment behind "other arms:", and a sweep of some arms kept the scores of an
-    older sweep of the same arms. A source in another form (a hand-written note) is kept."""
-    kept = []
-    for source in comment.split("; other arms: ") if comment else []:
-        record = re.match(r"sweep \S+: (?P<file>\S+) \((?P<scores>[^)]*)\)$", source)
-        arms = set(re.findall(r"([a-z]+-(?:joint|grow|single)) -?[\d.]+", record["scores"])) if record else set()
-        if record is None or (record["file"] != display_path(json_path) and not arms <= covered):
-            kept.append(source)
-    return "; other arms: ".join(kept)
+TUNED_HEADER = """\
+# Written by `python -m normgrow.sweep --profile {name} --write`; a later --write rewrites it, so do not edit it by
+# hand. The lr and warmup chosen for every arm, read by the profile where it says `tuned` (config.resolve_tuned);
+# chosen_by names the sweep record, its date, seeds and mean final val_ce behind each arm the sweeps chose.
+"""
 
 
-def write_profile_arms(path: Path, result: dict, json_path: Path) -> None:
-    """Store the chosen lr per arm in the profile's train.lr line, and the chosen warmup in its train.warmup_steps
-    line when some arm tried several (swept_warmups), each with the sweep's date, file and val_ce; a sweep of some
-    arms keeps a line's former comment after "other arms:", since the arms it did not sweep come from there."""
+def write_tuned(profile_path: Path, result: dict, json_path: Path) -> Path:
+    """Store the chosen lr per arm, and the chosen warmup when some arm tried several (swept_warmups), in the profile's
+    tuned file (paths.tuned_file): every arm the sweep did not choose keeps the value the profile trains at now
+    (merge_arms), and chosen_by keeps its former entry. The hand-written profile is not touched."""
     missing = [f"{norm}-{schedule}" for norm, by_schedule in result["chosen"].items()
                for schedule, c in by_schedule.items() if c["lr"] is None]
+    tuned_path = tuned_file(profile_path)
     if missing:
         raise ParamError(f"--write: no learning rate chosen for {', '.join(missing)} (every run diverged); "
-                         f"{path} left unchanged")
-    scores = ", ".join(f"{norm}-{schedule} {c['val_ce']:.4f}" for norm, by_schedule in result["chosen"].items()
-                       for schedule, c in by_schedule.items())
-    seeds = result["seeds"]
-    what = "val_ce" if len(seeds) == 1 else f"mean val_ce over seeds {' '.join(map(str, seeds))}"
-    text = path.read_bytes().decode()
+                         f"{tuned_path} left unchanged")
+    old = (read_yaml(tuned_path) or {}) if tuned_path.is_file() else {}
+    current = profile_sections(profile_path)["train"]
+    out = {k: v for k, v in old.items() if k != "chosen_by"}
     for name in ("lr", "warmup_steps") if swept_warmups(result["rows"]) else ("lr",):
         chosen = {norm: {schedule: c[name] for schedule, c in by_schedule.items()}
                   for norm, by_schedule in result["chosen"].items()}
-        comment = f"sweep {result['date']}: {display_path(json_path)} ({what} {scores})"
-        line = text.splitlines()[arm_line_span(text.splitlines(keepends=True), name, str(path))[0]]
-        merged = merge_arms(name, (yaml.safe_load(text) or {})["train"].get(name), chosen)
-        covered = {f"{norm}-{schedule}" for norm, by_schedule in chosen.items() for schedule in by_schedule}
-        former = earlier_sources(line.split("#", 1)[1].strip() if "#" in line else "", json_path, covered)
-        if former and any(s not in chosen.get(n, {}) for n, by in merged.items() for s in by):
-            comment += "; other arms: " + former  # where the arms not swept here come from
-        text = rewrite_arm_line(text, name, chosen, comment, str(path))
-    atomic_write_text(path, text)
+        out[f"train.{name}"] = merge_arms(name, current.get(name), chosen)
+    chosen_by = dict(old.get("chosen_by") or {})
+    for norm, by_schedule in result["chosen"].items():
+        for schedule, c in by_schedule.items():
+            chosen_by[f"{norm}-{schedule}"] = {"record": display_path(json_path), "date": result["date"],
+                                               "seeds": list(result["seeds"]), "val_ce": round(c["val_ce"], 4)}
+    out["chosen_by"] = dict(sorted(chosen_by.items()))
+    tuned_path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(tuned_path, TUNED_HEADER.format(name=Path(profile_path).stem)
+                      + yaml.safe_dump(out, sort_keys=False, default_flow_style=None, width=120))
+    return tuned_path
 
 
 # ------------------------------------------------------------------------------------------------------ entry
@@ -591,8 +538,8 @@ def write_profile_arms(path: Path, result: dict, json_path: Path) -> None:
 def sweep(plan: SweepPlan, write: bool = False, profiles_dir: Path = PROFILES_DIR, progress: bool = True,
           command: str = "", jobs: int = 1, executor: ExecutorParams = ExecutorParams()) -> dict:
     """Run the plan, write outputs/sweep/<profile>/sweep.{csv,json}, print the table and grid warnings; with write,
-    store the choice in profiles_dir/<profile>.yaml (injectable so tests edit a copy), or in the file of a path
-    profile. Returns sweep.json's dict."""
+    store the choice in the tuned file (paths.tuned_file) of profiles_dir/<profile>.yaml (injectable so tests write
+    beside a copy), or of a path profile. Returns sweep.json's dict."""
     profile_path = (profile_file(plan.profile) if is_profile_path(plan.profile) else
                     Path(profiles_dir) / f"{plan.profile}.yaml")
     if write:  # refuse before training, not after
@@ -603,9 +550,6 @@ def sweep(plan: SweepPlan, write: bool = False, profiles_dir: Path = PROFILES_DI
             raise ParamError(f"--write: {profile_path} takes its lrs from its base profile {base!r} (a derived "
                              f"profile: config.profile_sections); sweep {base} to tune them, or drop --write to "
                              "measure a bracket here")
-        lines = profile_path.read_bytes().decode().splitlines(keepends=True)
-        for name in ("lr", "warmup_steps") if any(len(w) > 1 for w in plan.warmups.values()) else ("lr",):
-            arm_line_span(lines, name, str(profile_path))
     rows = run_candidates(plan, progress, jobs, executor)
     earlier, dropped = earlier_rows(plan, rows)
     for entry in dropped:
@@ -618,8 +562,13 @@ def sweep(plan: SweepPlan, write: bool = False, profiles_dir: Path = PROFILES_DI
         print(f"warning: {warning}")
     print(f"results: {json_path.parent / 'sweep.csv'}, {json_path}")
     if write:
-        write_profile_arms(profile_path, result, json_path)
-        print(f"wrote train.lr{' and train.warmup_steps' if swept_warmups(result['rows']) else ''} to {profile_path}")
+        tuned_path = write_tuned(profile_path, result, json_path)
+        names = [f"train.{n}" for n in (("lr", "warmup_steps") if swept_warmups(result["rows"]) else ("lr",))]
+        print(f"wrote {' and '.join(names)} to {tuned_path}")
+        by_hand = [d for d in names if (read_yaml(profile_path)["train"] or {}).get(d.split(".")[1]) != TUNED]
+        if by_hand:
+            print(f"{profile_path} sets {', '.join(by_hand)} itself: write `{by_hand[0].split('.')[1]}: {TUNED}` "
+                  "there to train at the sweep's values (until then the profile is refused as ambiguous)")
     return result
 
 
