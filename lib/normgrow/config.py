@@ -1,8 +1,5 @@
 """Parameters are data: YAML profiles under params/profiles, run files under params/runs.
 
-Kept as one module: the profile's sections and the one validation pass over them (each key's rule is declared with its
-field, settings.py).
-
 A profile is validated once, at the entry point, into frozen dataclasses. Every error names
 the bad key and the allowed values (or type), and is raised before any heavy work.
 

@@ -1,7 +1,5 @@
 """The robustness map: ``python -m normgrow.grid --profile cpu --grid robustness`` (make grid).
 
-Kept as one module: training, judging and writing one grid's record (its file and plan are grid_plan.py).
-
 Where does the headline hold? A grid (params/grids/<name>.yaml: its settings, what each changes against the profile,
 and the plan of its runs, shared by identity with the study's and between settings, are grid_plan.py's) is trained
 here and judged per setting. Per setting the core variants (joint, grow, single of both placements) run for every

@@ -1,8 +1,5 @@
 """The run directory: where a run lives, what its files are called, who may write it, and what summary.json holds.
 
-Kept as one module: it is the one place that knows a run directory's paths and files, so that no other module builds or
-parses them.
-
 Every module that reads or writes a run goes through here; nothing else builds these paths or parses these names::
 
     outputs/runs/<profile>/<run_name>/

@@ -1,7 +1,5 @@
 """The runner of every set of runs: the study (study.py), a sweep (sweep.py) and a grid (grid.py, the regime ladder
-among them) each define a list of Jobs, and everything after that happens here, the same way for all three.
-
-Kept as one module: everything a set of runs shares after its jobs are listed, so the study, a sweep and a grid cannot
+among them) each define a list of Jobs, and everything after that happens here, the same way for all three, so they cannot
 diverge.
 
 Order: the teacher cache is built once before any run (ensure_teacher_cache; a grid builds one per distinct data);

@@ -459,8 +459,7 @@ def merge_arms(name: str, current, chosen: dict[str, dict]) -> dict[str, dict]:
     """One value of train.<name> (lr, warmup_steps) per schedule for every placement the profile's value names or
     the sweep chose: the chosen value where swept, else the profile's current one for that arm (spec.for_arm: a
     single or a per-placement value applies to every schedule). A single value names no placement and applies to
-    all: every placement is written out (bug: only the study's were, and the map's other placements lost their
-    warmup when the sweep of pre and post wrote the line). A schedule neither swept nor in the profile for a
+    all: every placement is written out, so the map's other placements keep theirs. A schedule neither swept nor in the profile for a
     placement of the study is an error; for another placement it is left out (a placement swept for joint and grow
     runs those; for_arm refuses its single run, naming the sweep)."""
     kind = float if name == "lr" else int

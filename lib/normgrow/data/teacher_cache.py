@@ -1,7 +1,5 @@
 """The top-k teacher cache: what the teacher (teacher.py) predicts on the corpus's rows, computed once.
 
-Kept as one module: the cache's build, sharded pass, sanity gate and verified open share its key and file layout.
-
 ``ensure_cache(profile)`` builds (once) and returns the teacher cache for a profile::
 
     outputs/teacher/<key>/

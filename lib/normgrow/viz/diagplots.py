@@ -1,9 +1,6 @@
 """Plotly figures, tables and ipywidgets controls for the boundary diagnostics (notebooks/diagnostics.ipynb calls
 these); ``export_html`` writes diagnostics.html in the report's style (normgrow.viz.render).
 
-Kept as one module: the diagnostics notebook's figures and their page, one function per diagnostic, all reading the same
-study dict.
-
 Every function takes the study dict of ``normgrow.analysis.diagnostics.diagnose_study`` (or the diagnostics.json it writes).
 Choices, and why:
 
