@@ -339,20 +339,9 @@ def compare_studies(a_dir: Path, b_dir: Path) -> str:
 
 
 def width_table(profile: str) -> str:
-    """The width grid (width.csv): a row per quantity, a column per rung: the mean over paired seeds with its 95%
-    interval, the seeds and the rung's verdict where the quantity is a claim's; a drift as last phase over first
-    with obs4-stability's verdict; a rung whose study has not finished says so."""
-    w = pd.read_csv(grid_dir(profile, "width") / "width.csv")
-    rungs = list(dict.fromkeys(w["rung"]))
-    cell = {}
-    for _, r in w[w["quantity"].notna()].iterrows():
-        drift = r["quantity"].startswith("top-boundary drift")
-        value = f"x{r['mean']:.2f}" if drift else interval(r["mean"], r["ci_low"], r["ci_high"], 4, sign=True)
-        status = "" if pd.isna(r["status"]) else f" {'obs4-stability ' if drift else ''}{r['status']}"
-        cell[r["quantity"], r["rung"]] = f"{value} ({int(r['n'])}){status}"
-    unfinished = dict(w.loc[w["quantity"].isna(), ["rung", "status"]].values)
-    rows = [[q, *(cell.get((q, g), "") for g in rungs)] for q in dict.fromkeys(w["quantity"].dropna())]
-    return _table(["quantity (seeds)", *rungs], [["study", *(unfinished.get(g, "finished") for g in rungs)], *rows])
+    """The width grid (width.csv) by width (width.by_width): a row per quantity, a column per rung."""
+    from .width import by_width
+    return _table(*by_width(pd.read_csv(grid_dir(profile, "width") / "width.csv")))
 
 
 def width_trend_table(profile: str) -> str:

@@ -236,9 +236,9 @@ def width_svg(table: pd.DataFrame) -> str:
                    f"<line x1='{x0}' x2='{x0 + panel_w}' y1='{py(0):.1f}' y2='{py(0):.1f}' stroke='#bbb'/>")
         if name in REFERENCE:
             out.append(f"<line x1='{x0}' x2='{x0 + panel_w}' y1='{py(REFERENCE[name]):.1f}' "
-                       f"y2='{py(REFERENCE[name]):.1f}' stroke='#2ca02c' stroke-dasharray='5,4'/>"
+                       f"y2='{py(REFERENCE[name]):.1f}' stroke='#888' stroke-dasharray='5,4'/>"
                        f"<text x='{x0 + panel_w - 4}' y='{py(REFERENCE[name]) - 4:.1f}' text-anchor='end' "
-                       f"fill='#2ca02c'>reference {REFERENCE[name]:g}</text>")
+                       f"fill='#666'>reference {REFERENCE[name]:g}</text>")
         if i == 0:
             for v in (lo + pad, (lo + hi) / 2, hi - pad):
                 out.append(f"<text x='{x0 - 4}' y='{py(v) + 4:.1f}' text-anchor='end' fill='#666'>{v:+.2f}</text>")
@@ -261,25 +261,45 @@ def width_svg(table: pd.DataFrame) -> str:
     return "\n".join(out)
 
 
-def report_html(table: pd.DataFrame, trend: pd.DataFrame, transfer: pd.DataFrame, svg: str) -> str:
-    def fmt(df: pd.DataFrame) -> str:
-        return df.to_html(index=False, na_rep="", float_format=lambda v: f"{v:+.4f}", border=0)
+def by_width(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """width.csv as a row per quantity and a column per rung: the mean over paired seeds with its 95% interval (a
+    drift as a factor, last phase over first), the seeds and the rung's verdict where the quantity is a claim's (a
+    drift's is obs4-stability's); the first row says whether each rung's study has finished. (header, rows)."""
+    rungs = list(dict.fromkeys(table["rung"]))
+    cell = {}
+    for _, r in table[table["quantity"].notna() & (table["quantity"] != "")].iterrows():
+        drift = r["quantity"].startswith("top-boundary drift")
+        value = f"x{r['mean']:.2f}" if drift else interval(r["mean"], r["ci_low"], r["ci_high"], 4, sign=True)
+        status = "" if pd.isna(r["status"]) or r["status"] == "" else f" {'obs4-stability ' if drift else ''}{r['status']}"
+        cell[r["quantity"], r["rung"]] = f"{value} ({int(r['n'])}){status}"
+    unfinished = {r: st for r, q, st in table[["rung", "quantity", "status"]].itertuples(index=False)
+                  if pd.isna(q) or q == ""}
+    quantities = dict.fromkeys(q for q in table["quantity"] if pd.notna(q) and q != "")
+    rows = [[q, *(cell.get((q, g), "") for g in rungs)] for q in quantities]
+    return ["quantity (seeds)", *rungs], [["study", *(unfinished.get(g, "finished") for g in rungs)], *rows]
 
-    shown = table.assign(value=[interval(m, a, b, 4, sign=True) for m, a, b in
-                                table[["mean", "ci_low", "ci_high"]].itertuples(index=False)])
-    return ("<!doctype html><html><head><meta charset='utf-8'><title>The width grid</title><style>"
-            "body{font-family:sans-serif;max-width:1100px;margin:2em auto}td,th{padding:2px 8px;text-align:left}"
-            "</style></head><body><h1>Does the study's answer hold as the student widens?</h1>"
-            "<p>Each width is the whole cpu study (every variant, its gates and diagnostics) under muP, its lrs "
-            "transferred from width 64; held fixed: tokens per run (786,432: a wider student sees fewer tokens per "
-            "parameter), depth 9, stages 1-5-9, head_dim 16. Gaps are pre - post, in nats (positive: post-norm "
-            f"better).</p>{svg}<h2>Per width</h2>"
-            f"{fmt(shown[['width', 'quantity', 'value', 'n', 'status']])}"
-            "<h2>Trend against log2(width)</h2><p>Slope of the per-seed values over every finished width, nats per "
-            f"doubling, with its {round(LEVEL * 100)}% interval.</p>{fmt(trend)}"
-            "<h2>Does the lr transfer?</h2><p>Mean final val_ce over the bracket's seeds at each factor of the "
-            "transferred lr (warmup as transferred).</p>"
-            f"{fmt(transfer)}</body></html>")
+
+def report_html(table: pd.DataFrame, trend: pd.DataFrame, transfer: pd.DataFrame, svg: str) -> str:
+    """The width grid's page in the report's style (render.Page): the figure, the quantities by width, the trend and
+    the transfer."""
+    from .viz.render import Page, table as html_table
+    header, rows = by_width(table)
+    return Page("normgrow width grid").add(
+        "<h1>Does the study's answer hold as the student widens?</h1>",
+        "<p>Each width is the whole cpu study (every variant, its gates and diagnostics) under muP, its lrs "
+        "transferred from width 64; held fixed: tokens per run (786,432: a wider student sees fewer tokens per "
+        "parameter), depth 9, stages 1-5-9, head_dim 16. Gaps are pre - post, in nats (positive: post-norm "
+        "better).</p>", svg,
+        "<h2>Per width</h2><p class='note'>Mean over paired seeds with its 95% interval, the seeds in brackets, the "
+        "rung's verdict where the quantity is a claim's; a drift is the top-boundary RMS at the last phase over the "
+        "first (obs4-stability's verdict). Every column: width.csv.</p>",
+        html_table(pd.DataFrame(rows, columns=header)),
+        f"<h2>Trend against log2(width)</h2><p class='note'>Slope of the per-seed values over every finished width, "
+        f"nats per doubling, with its {round(LEVEL * 100)}% interval (trend.csv).</p>",
+        html_table(trend, rename={"n": "seeds", "ci_low": "95% low", "ci_high": "95% high"}),
+        "<h2>Does the lr transfer?</h2><p class='note'>Mean final val_ce over the bracket's seeds at each factor of the "
+        "transferred lr, warmup as transferred (transfer.csv).</p>",
+        html_table(transfer)).html()
 
 
 def write_record(grid: dict, out: Path) -> dict:
