@@ -333,3 +333,15 @@ def test_the_final_block_table_gives_the_ratio_the_identity_claim_judges():
                                               row | {"run": "pre-grow-s1", "ratio_to_median": 0.2}]}}
     frame = final_block_frame(study).set_index("variant")
     assert frame.loc["pre-grow", "ratio_to_median"] == pytest.approx(0.1)  # sqrt(0.05 x 0.2), not 0.125
+
+
+def test_the_drift_intervention_injects_the_drift_the_study_measured_where_blocks_attach():
+    """cpu-boundary-drift's factors are pre-norm's top-boundary RMS over post-norm's at the end of each phase before a
+    growth (the boundary the next blocks attach to), from the committed study's diagnostics (bug: the depth-5 factor,
+    2.340, was read at the growth boundary h_1 of the 5-block phase instead of its top h_5, 2.455 then)."""
+    from normgrow.config import load_profile
+    from normgrow.paths import REPO_ROOT
+    study = json.loads((REPO_ROOT / "outputs" / "study" / "cpu" / "diagnostics.json").read_text())
+    measured = D.attach_drift(study)
+    assert len(measured) == 2 and measured[1] > measured[0] > 1
+    assert list(load_profile("cpu-boundary-drift").student.boundary_scale) == pytest.approx(measured, abs=5e-4)

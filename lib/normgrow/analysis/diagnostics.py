@@ -286,3 +286,16 @@ def diagnose_study(profile: str, n: int = DEFAULT_N, force: bool = False, skip: 
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(path, result)
     return result
+
+
+def attach_drift(study: dict, a: str = "pre-grow", b: str = "post-grow") -> list[float]:
+    """What grown variant a's new blocks receive at each growth against b's: the top-boundary RMS (all positions) at
+    the end of every phase but the last, the boundary the next phase's blocks attach to, a over b, each a geometric
+    mean over the seeds (diagnostics.json's runs.<run>.drift.top.all). The drift factors of the boundary
+    intervention that injects pre-norm's drift into post-norm (params/profiles/cpu-boundary-drift.yaml)."""
+    def top(variant):
+        runs = [r["drift"]["top"]["all"] for r in study["runs"].values() if r.get("variant") == variant]
+        if not runs:
+            raise ValueError(f"no {variant} runs in the diagnostics")
+        return [statistics.geometric_mean(r[p] for r in runs) for p in range(len(runs[0]) - 1)]
+    return [x / y for x, y in zip(top(a), top(b))]
