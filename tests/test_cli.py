@@ -58,7 +58,7 @@ def test_every_argument_is_described_and_the_shared_options_agree(name):
     if name == "normgrow":  # the subcommands hold the options
         return
     assert "outputs" in options and "NORMGROW_OUTPUTS" in options["outputs"].help
-    if name not in ("normgrow export", "width"):  # a file or folder; the grid's rungs
+    if name not in ("normgrow export", "width", "intervention"):  # a file or folder; the grids' own profiles
         assert options["profile"].default == "cpu" and not options["profile"].required
     if name not in ("normgrow export", "normgrow events"):
         assert "Writes, under the outputs root" in parser.epilog

@@ -211,14 +211,26 @@ def test_a_profile_reads_tuned_values_from_its_tuned_file_only(tmp_path):
     assert config.load_profile(profiles / "tiny.yaml").train.lr == {"pre": 1e-3, "post": 2e-3}
 
 
-def test_write_into_a_derived_profile_is_refused_before_training(outputs, tmp_path):
-    """A derived profile's lrs are its base's (transferred): --write would have no line to edit and would detach it
-    from the base, so it is refused with the base's name before any run."""
-    (tmp_path / "tiny.yaml").write_text("base: tiny\noverrides: {student.d_model: 64}\n")
-    plan = sweep.make_plan("tiny", ["pre"], [1e-3], overrides=OVERRIDES)
-    with pytest.raises(ParamError, match="takes its lrs from its base profile 'tiny'"):
-        sweep.sweep(plan, write=True, profiles_dir=tmp_path, progress=False)
-    assert not (outputs / "runs").exists()
+def test_a_derived_profile_s_own_sweep_replaces_the_lrs_it_inherits(tmp_path):
+    """A derived profile takes its base's lrs (transferred) until its own sweep writes its tuned file; then the file's
+    values replace the inherited ones (the base's runs keep theirs), and an override set by hand beside the file is
+    an error naming both."""
+    profiles = tmp_path / "profiles"
+    shutil.copytree(PARAMS_DIR / "profiles", profiles)
+    (profiles / "wide.yaml").write_text("base: tiny\noverrides: {student.d_model: 64}\n")
+    assert config.load_profile(profiles / "wide.yaml").train.lr == 3e-3  # tiny's
+    arms = ("joint", "grow", "single")
+    result = {"date": "2026-12-07", "seeds": [0], "rows": [{"norm": "pre", "schedule": s, "warmup_steps": 2}
+                                                           for s in arms],
+              "chosen": {"pre": {s: {"lr": 1e-3, "warmup_steps": 2, "val_ce": 5.0} for s in arms}}}
+    path = sweep.write_tuned(profiles / "wide.yaml", result, tmp_path / "sweep.json")
+    assert path == tmp_path / "tuned" / "wide.yaml"
+    lr = config.load_profile(profiles / "wide.yaml").train.lr
+    assert lr["pre"] == {s: 1e-3 for s in arms} and lr["post"] == ALL_3E3
+    assert config.load_profile(profiles / "tiny.yaml").train.lr == 3e-3
+    (profiles / "wide.yaml").write_text("base: tiny\noverrides: {student.d_model: 64, train.lr: 2.0e-3}\n")
+    with pytest.raises(ParamError, match="sets train.lr itself while"):
+        config.load_profile(profiles / "wide.yaml")
 
 
 def test_grid_per_placement(outputs, tmp_path):

@@ -218,6 +218,17 @@ def width_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def intervention_parser() -> argparse.ArgumentParser:
+    parser = _parser("python -m normgrow.intervention", "The boundary intervention (params/interventions.yaml): each "
+                     "intervention's bracket (sweeps with --write) and study, the control's study, then the claims.",
+                     "sweep/<profile>/, params/tuned/<profile>.yaml and study/<profile>/ per intervention, and "
+                     "claims.csv, gaps.csv, report.html to grid/cpu/intervention/", profile=False)
+    _jobs(parser)
+    parser.add_argument("--report-only", action="store_true", help="write the record from the finished studies; "
+                        "train nothing")
+    return parser
+
+
 def results_parser() -> argparse.ArgumentParser:
     parser = _parser("python -m normgrow.results", "One of docs/RESULTS.md's tables, as Markdown, from the committed "
                      "records of a profile: its study (outputs/study/<profile>/) or a grid of it.", "nothing (stdout)")
@@ -232,7 +243,8 @@ def results_parser() -> argparse.ArgumentParser:
 
 
 PARSERS = {"normgrow": normgrow_parser, "study": study_parser, "sweep": sweep_parser, "grid": grid_parser,
-           "bench": bench_parser, "results": results_parser, "width": width_parser}
+           "bench": bench_parser, "results": results_parser, "width": width_parser,
+           "intervention": intervention_parser}
 
 
 def parse(command: str, argv: list[str] | None = None) -> argparse.Namespace:

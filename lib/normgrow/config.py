@@ -376,40 +376,44 @@ def profile_sections(path: Path, seen: tuple = ()) -> dict:
         if base in seen or base == path.stem:
             raise ParamError(f"{path}: base={base!r} derives from itself ({' -> '.join((*seen, path.stem, base))})")
         sections = profile_sections(profile_file(base), (*seen, path.stem))
-        for dotted, value in (raw.get("overrides") or {}).items():
+        overrides = raw.get("overrides") or {}
+        for dotted, value in overrides.items():
             if not isinstance(dotted, str):
                 raise ParamError(f"{path}: override key {dotted!r} must be a dotted string like 'train.lr'")
             _set_dotted(sections, dotted, value)
-        return sections
+        return resolve_tuned(sections, path, {k: overrides[k] for k in TUNED_KEYS if k in overrides})
     missing = [s for s in SECTIONS if s not in raw]
     if missing:
         raise ParamError(f"{path} lacks the section(s) {', '.join(missing)}; a profile spells out every section "
                          f"({', '.join(SECTIONS)}) so that no part of a run silently takes built-in defaults")
-    return resolve_tuned(copy.deepcopy(raw), path)
+    return resolve_tuned(copy.deepcopy(raw), path, {k: raw["train"][k.split(".")[1]] for k in TUNED_KEYS
+                                                    if k.split(".")[1] in (raw["train"] or {})})
 
 
 TUNED = "tuned"  # the value of a profile key whose value a sweep wrote (paths.tuned_file)
 TUNED_KEYS = ("train.lr", "train.warmup_steps")
 
 
-def resolve_tuned(sections: dict, path: Path) -> dict:
-    """sections with every TUNED_KEYS entry that reads ``tuned`` taken from the profile's tuned file (written by
-    ``python -m normgrow.sweep --write``; the hand-written profile is never edited). A ``tuned`` key the file lacks,
-    and a key the file holds that the profile sets by hand, are errors naming both files."""
+def resolve_tuned(sections: dict, path: Path, own: dict) -> dict:
+    """sections with the TUNED_KEYS a sweep wrote for this profile (its tuned file, paths.tuned_file, written by
+    ``python -m normgrow.sweep --write``; the hand-written profile is never edited). own: the values the profile's
+    file sets itself (a derived profile's overrides). A key it sets to ``tuned`` is the file's (an error without
+    it); a key it does not set, a derived profile's inherited lr, is the file's where the file holds one (the
+    profile's own sweep replaces the base's value); a key it sets by hand while the file holds one is an error
+    naming both files."""
     tuned_path = tuned_file(path)
-    tuned = read_yaml(tuned_path) if tuned_path.is_file() else {}
+    tuned = (read_yaml(tuned_path) or {}) if tuned_path.is_file() else {}
     for dotted in TUNED_KEYS:
         section, key = dotted.split(".")
-        part = sections.get(section) or {}
-        if part.get(key) == TUNED:
-            if dotted not in (tuned or {}):
-                raise ParamError(f"{path}: {dotted} is {TUNED}, but {tuned_path} "
-                                 f"{'holds no ' + dotted if tuned_path.is_file() else 'does not exist'}; write it "
-                                 f"with python -m normgrow.sweep --profile {path.stem} --write")
-            part[key] = copy.deepcopy(tuned[dotted])
-        elif dotted in (tuned or {}):
+        if own.get(dotted) == TUNED and dotted not in tuned:
+            raise ParamError(f"{path}: {dotted} is {TUNED}, but {tuned_path} "
+                             f"{'holds no ' + dotted if tuned_path.is_file() else 'does not exist'}; write it "
+                             f"with python -m normgrow.sweep --profile {path.stem} --write")
+        if dotted in own and own[dotted] != TUNED and dotted in tuned:
             raise ParamError(f"{path} sets {dotted} itself while {tuned_path} holds a sweep's choice of it: write "
                              f"`{key}: {TUNED}` in the profile to train at the sweep's values, or delete {tuned_path}")
+        if dotted in tuned:
+            sections.setdefault(section, {})[key] = copy.deepcopy(tuned[dotted])
     return sections
 
 

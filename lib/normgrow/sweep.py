@@ -544,11 +544,6 @@ def sweep(plan: SweepPlan, write: bool = False, profiles_dir: Path = PROFILES_DI
     if write:  # refuse before training, not after
         if not profile_path.is_file():
             raise ParamError(f"--write: no profile file {profile_path}")
-        base = (read_yaml(profile_path) or {}).get("base")
-        if base:
-            raise ParamError(f"--write: {profile_path} takes its lrs from its base profile {base!r} (a derived "
-                             f"profile: config.profile_sections); sweep {base} to tune them, or drop --write to "
-                             "measure a bracket here")
     rows = run_candidates(plan, progress, jobs, executor)
     earlier, dropped = earlier_rows(plan, rows)
     for entry in dropped:
@@ -564,7 +559,10 @@ def sweep(plan: SweepPlan, write: bool = False, profiles_dir: Path = PROFILES_DI
         tuned_path = write_tuned(profile_path, result, json_path)
         names = [f"train.{n}" for n in (("lr", "warmup_steps") if swept_warmups(result["rows"]) else ("lr",))]
         print(f"wrote {' and '.join(names)} to {tuned_path}")
-        by_hand = [d for d in names if (read_yaml(profile_path)["train"] or {}).get(d.split(".")[1]) != TUNED]
+        raw = read_yaml(profile_path)
+        own = ((raw.get("overrides") or {}) if "base" in raw
+               else {f"train.{k}": v for k, v in (raw["train"] or {}).items()})
+        by_hand = [d for d in names if d in own and own[d] != TUNED]
         if by_hand:
             print(f"{profile_path} sets {', '.join(by_hand)} itself: write `{by_hand[0].split('.')[1]}: {TUNED}` "
                   "there to train at the sweep's values (until then the profile is refused as ambiguous)")

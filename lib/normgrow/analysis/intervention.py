@@ -1,0 +1,93 @@
+"""The boundary intervention (params/interventions.yaml): the control profile's runs and each intervention profile's,
+one frame in which a variant trained under intervention ``name`` is ``<variant>@<name>``, judged by the study's
+claim kinds (claims.py) with the regime gate over every variant a claim compares. An intervention changes the
+boundary scale and watches the gap move; both directions are declared, so either could fail.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import pandas as pd
+
+from ..config import PARAMS_DIR, available_profiles, read_yaml
+from ..paths import ParamError
+from .claims import Claim, evaluate_claims, gate_claims
+from .stats import LEVEL, paired_gap, regime_check, runs_frame, with_flatness
+from .variants import GapSpec, Reference, _claims, collect_runs, load_reference, load_variants
+
+KEYS = ("control", "interventions", "bracket", "gaps", "claims")
+BRACKET_KEYS = ("seeds", "schedules", "norms", "stages")
+PATH = PARAMS_DIR / "interventions.yaml"
+
+
+@dataclass(frozen=True)
+class Interventions:
+    """params/interventions.yaml, validated: the control profile, {name: intervention profile}, and its gaps and
+    claims as a Reference (the study's equivalence margin; no depth gate: the control study's applies)."""
+    control: str
+    profiles: dict[str, str]
+    bracket: dict
+    reference: Reference
+
+
+def load_interventions(path: Path = PATH) -> Interventions:
+    raw = read_yaml(path) or {}
+    if set(raw) != set(KEYS):
+        raise ParamError(f"{path}: needs exactly the keys {', '.join(KEYS)} (got {', '.join(sorted(raw))})")
+    profiles = available_profiles()
+    named = {"control": raw["control"], **(raw["interventions"] or {})}
+    for name, profile in named.items():
+        if profile not in profiles:
+            raise ParamError(f"{path}: {name}={profile!r} is not a profile; allowed values: {', '.join(profiles)}")
+    bracket = raw["bracket"]
+    if not isinstance(bracket, dict) or set(bracket) != set(BRACKET_KEYS) or not all(
+            isinstance(st, dict) and set(st) <= {"lr_factors", "warmup_factors"} for st in bracket["stages"] or [None]):
+        raise ParamError(f"{path}: bracket needs exactly the keys {', '.join(BRACKET_KEYS)}, its stages each "
+                         f"lr_factors and maybe warmup_factors (got {bracket!r})")
+    variants, gaps = load_variants(), {}
+    for item in raw["gaps"] or []:
+        keys = {f.name for f in fields(GapSpec)}
+        if not isinstance(item, dict) or set(item) != keys:
+            raise ParamError(f"{path}: a gap needs exactly the keys {', '.join(sorted(keys))} (got {item!r})")
+        spec = GapSpec(**item)
+        for side in (spec.a, spec.b):
+            run, _, name = side.partition("@")
+            if run not in variants or (name and name not in raw["interventions"]):
+                raise ParamError(f"{path}: gap {spec.name!r} names {side!r}: a run file of params/runs, or "
+                                 f"run@name with name one of {', '.join(raw['interventions'])}")
+        gaps[spec.name] = spec
+    margin = load_reference().equivalence_margin
+    return Interventions(raw["control"], dict(raw["interventions"]), bracket,
+                         Reference(gaps, margin, 0.0, "", _claims(path, raw["claims"], gaps, margin)))
+
+
+def combined_runs(inter: Interventions) -> pd.DataFrame:
+    """The control's runs as they are and every intervention's with its variants renamed <variant>@<name>, each
+    with its profile and its curve's flatness (stats.with_flatness): one frame the claims pair by seed."""
+    frames = []
+    for name, profile in {"": inter.control, **inter.profiles}.items():
+        runs = runs_frame(collect_runs(profile))
+        if len(runs):
+            runs = with_flatness(runs, profile).assign(profile=profile)
+            frames.append(runs.assign(variant=runs["variant"] + f"@{name}") if name else runs)
+    return pd.concat(frames, ignore_index=True) if frames else runs_frame(collect_runs(inter.control))
+
+
+def judge(inter: Interventions, runs: pd.DataFrame, unigram_val_ce: float | None, level: float = LEVEL) -> list[Claim]:
+    """Every declared claim from runs (combined_runs), through the regime gate (every run 1 nat below the unigram
+    level, its curve flat; the profiles share the control's teacher pass, so one unigram level)."""
+    return gate_claims(evaluate_claims(runs, inter.reference, level=level), regime_check(runs, unigram_val_ce))
+
+
+def gap_frame(inter: Interventions, runs: pd.DataFrame, level: float = LEVEL) -> pd.DataFrame:
+    """Every declared gap, paired by seed (stats.paired_gap)."""
+    return pd.DataFrame([{"gap": g.name, "a": g.a, "b": g.b, "meaning": g.meaning,
+                          **paired_gap(runs, g.a, g.b, level=level)} for g in inter.reference.gaps.values()])
+
+
+def share_closed(gaps: pd.DataFrame) -> float | None:
+    """The share of the control's grow gap that normalizing pre-norm's boundary closes: normalize-pre over grow, a
+    ratio of means (context beside the claims, not a claim; None until both gaps have runs)."""
+    means = {g: m for g, m, n in zip(gaps["gap"], gaps["mean"], gaps["n"]) if n}
+    return means["normalize-pre"] / means["grow"] if means.get("grow") and "normalize-pre" in means else None
