@@ -57,6 +57,18 @@ def test_quantities_and_trend_over_the_rungs(outputs):
     assert svg.count("<circle") == 9 and "reference 0.0328" in svg and "not yet" not in svg
 
 
+def test_a_trend_that_passes_the_reference_says_so(outputs):
+    """A grow gap fitted from 0.0 at 32 to 0.06 at 128 passes the reference's 0.0328: not 'toward the reference'
+    (bug: any slope pointing from the narrowest rung at the reference read as toward it; the width grid's joint gap,
+    -0.024 at 32 and +0.028 at 128 against 0.0004, read so); one moving from 0.07 to 0.11 heads away."""
+    import shutil
+    for gaps, direction in (((-0.01, 0.02, 0.05), "crosses the reference"), ((0.06, 0.08, 0.10), "away from the reference")):
+        shutil.rmtree(outputs / "study", ignore_errors=True)
+        for profile, gap in zip(GRID["rungs"], gaps):
+            write_study(outputs, profile, gap)
+        assert width.trend_frame(GRID).set_index("quantity").loc["grow gap", "direction"] == direction
+
+
 def test_a_rung_without_its_study_is_named_not_counted(outputs):
     write_study(outputs, "cpu-w32", 0.1)
     table = width.width_frame(GRID)

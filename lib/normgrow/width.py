@@ -136,8 +136,9 @@ def width_frame(grid: dict) -> pd.DataFrame:
 
 
 def trend_frame(grid: dict) -> pd.DataFrame:
-    """trend.csv: each per-seed quantity's slope against log2(width) over every finished rung's seeds. Toward the
-    reference: the interval excludes 0 and the fitted gap moves toward the reference's value as width grows."""
+    """trend.csv: each per-seed quantity's slope against log2(width) over every finished rung's seeds. With the
+    interval excluding 0: toward the reference when the fitted gap at the widest rung is nearer the reference's value
+    than at the narrowest, away when farther, and crosses the reference when the fitted line passes it between them."""
     frames = []
     for profile in grid["rungs"]:
         seeds = rung_seeds(profile)
@@ -160,8 +161,12 @@ def trend_frame(grid: dict) -> pd.DataFrame:
         elif ref is None:
             direction = "grows with width" if fit["slope"] > 0 else "shrinks with width"
         else:
-            narrow = fit["intercept"] + fit["slope"] * data["log2_width"].min()
-            direction = "toward the reference" if (ref - narrow) * fit["slope"] > 0 else "away from the reference"
+            narrow, wide = (fit["intercept"] + fit["slope"] * x for x in (data["log2_width"].min(),
+                                                                        data["log2_width"].max()))
+            if (narrow - ref) * (wide - ref) < 0:
+                direction = "crosses the reference"
+            else:
+                direction = "toward the reference" if abs(wide - ref) < abs(narrow - ref) else "away from the reference"
         rows.append({"quantity": name, "n": fit["n"], "rungs": rungs, "slope": fit["slope"], "ci_low": fit["ci_low"],
                      "ci_high": fit["ci_high"], "reference": ref, "direction": direction})
     return pd.DataFrame(rows)
