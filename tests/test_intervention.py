@@ -60,3 +60,18 @@ def test_a_gap_naming_an_undeclared_intervention_is_refused(tmp_path):
     with pytest.raises(ParamError, match=r"names 'pre-grow@nowhere': a run file of params/runs, or run@name with "
                                          r"name one of normalize, drift"):
         I.load_interventions(tmp_path / "interventions.yaml")
+
+
+def test_the_boundary_is_read_beside_the_loss_from_each_study_s_diagnostics(monkeypatch):
+    """The control's committed diagnostics (cpu-w64): its grown variants' top-boundary drift is the width grid's
+    (width.csv, the same geometric mean over seeds of last over first phase), its final-block ratio obs5's."""
+    from normgrow.paths import REPO_ROOT
+    monkeypatch.delenv("NORMGROW_OUTPUTS", raising=False)  # the repository's committed records
+    table = pd.read_csv(REPO_ROOT / "outputs" / "grid" / "cpu" / "width" / "width.csv")
+    drift = table[(table["rung"] == "cpu-w64") & table["quantity"].str.startswith("top-boundary drift", na=False)]
+    frame = I.diagnostics_frame(I.load_interventions()).set_index("variant")
+    assert list(frame["study"]) == ["control", "control"] and set(frame["n"]) == {3}
+    for norm in ("pre", "post"):
+        expected = drift.loc[drift["quantity"] == f"top-boundary drift ({norm})", "mean"].item()
+        assert frame.loc[f"{norm}-grow", "top_drift_all"] == pytest.approx(expected, rel=1e-9)
+    assert frame.loc["pre-grow", "final_block_ratio"] < 0.5 < frame.loc["post-grow", "final_block_ratio"]

@@ -7,6 +7,7 @@ then the record in outputs/grid/cpu/intervention/:
 
   claims.csv    every declared claim (analysis.intervention.judge), through the regime gate
   gaps.csv      every declared gap, paired by seed, and the share of the grow gap that normalizing closes
+  diagnostics.csv  per study and grown variant, the top-boundary drift and the final block's update ratio
   report.html   the claims and the gaps
 """
 from __future__ import annotations
@@ -55,10 +56,12 @@ def write_record(inter: I.Interventions) -> dict:
     claims = I.judge(inter, runs, unigram)
     gaps = I.gap_frame(inter, runs)
     share = I.share_closed(gaps)
+    diagnostics = I.diagnostics_frame(inter)
     out = grid_dir("cpu", "intervention")
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "claims.csv", pd.DataFrame([c.to_json() for c in claims]).to_csv(index=False))
     atomic_write_text(out / "gaps.csv", gaps.to_csv(index=False))
+    atomic_write_text(out / "diagnostics.csv", diagnostics.to_csv(index=False))
     shown = "not yet (both gaps need runs)" if share is None else f"{share:.2f}"
     page = Page("normgrow boundary intervention").add(
         "<h1>Does the boundary's scale cause post-norm's lead under growth?</h1>",
@@ -69,7 +72,12 @@ def write_record(inter: I.Interventions) -> dict:
         "<h2>Claims</h2>", claims_html([c.to_json() for c in claims]),
         f"<h2>Gaps</h2><p>Paired by seed, 95% intervals. Share of the control's grow gap that normalizing pre-norm's "
         f"boundary closes (normalize-pre / grow, a ratio of means): {shown}.</p>",
-        table(gaps, ["gap", "a", "b", "n", "mean", "ci_low", "ci_high", "meaning"]))
+        table(gaps, ["gap", "a", "b", "n", "mean", "ci_low", "ci_high", "meaning"]),
+        "<h2>The boundary beside the loss</h2><p>Per study and grown variant (diagnostics.json of each study): the "
+        "top-boundary RMS at the last phase over the first, all and structural positions, and the final block's "
+        "update over the median block's, geometric means over the seeds (diagnostics.csv).</p>",
+        table(diagnostics) if len(diagnostics) else "<p class='note'>No study of the intervention has its "
+        "diagnostics yet.</p>")
     atomic_write_text(out / "report.html", page.html())
     return {"claims": claims, "gaps": gaps, "out": out}
 

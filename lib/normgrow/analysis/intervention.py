@@ -5,6 +5,7 @@ boundary scale and watches the gap move; both directions are declared, so either
 """
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -12,6 +13,8 @@ import pandas as pd
 
 from ..config import PARAMS_DIR, available_profiles, read_yaml
 from ..paths import ParamError
+from ..rundir import study_dir
+from ..utils import read_json
 from .claims import Claim, evaluate_claims, gate_claims
 from .stats import LEVEL, paired_gap, regime_check, runs_frame, with_flatness
 from .variants import GapSpec, Reference, _claims, collect_runs, load_reference, load_variants
@@ -91,3 +94,25 @@ def share_closed(gaps: pd.DataFrame) -> float | None:
     ratio of means (context beside the claims, not a claim; None until both gaps have runs)."""
     means = {g: m for g, m, n in zip(gaps["gap"], gaps["mean"], gaps["n"]) if n}
     return means["normalize-pre"] / means["grow"] if means.get("grow") and "normalize-pre" in means else None
+
+
+def diagnostics_frame(inter: Interventions, variants=("pre-grow", "post-grow")) -> pd.DataFrame:
+    """Beside the claims, so the scale and the loss are read together: per study (the control and each intervention)
+    and grown variant, from its diagnostics.json, the top-boundary RMS at the last phase over the first (all and
+    structural positions) and the final block's update over the median block's, geometric means over the seeds."""
+    rows = []
+    for name, profile in {"control": inter.control, **inter.profiles}.items():
+        path = study_dir(profile) / "diagnostics.json"
+        runs = read_json(path).get("runs", {}) if path.is_file() else {}
+        for variant in variants:
+            mine = [r for r in runs.values() if r.get("variant") == variant and len(r.get("checkpoints", [])) > 1]
+            if not mine:
+                continue
+            drift = lambda g: statistics.geometric_mean(r["drift"]["top"][g][-1] / r["drift"]["top"][g][0]  # noqa: E731
+                                                        for r in mine)
+            rows.append({"study": name, "profile": profile, "variant": variant, "n": len(mine),
+                         "top_drift_all": drift("all"), "top_drift_structural": drift("structural"),
+                         "final_block_ratio": statistics.geometric_mean(
+                             r["checkpoints"][-1]["final_block"]["ratio_to_median"] for r in mine)})
+    return pd.DataFrame(rows, columns=["study", "profile", "variant", "n", "top_drift_all", "top_drift_structural",
+                                       "final_block_ratio"])
