@@ -101,3 +101,13 @@ def test_the_width_grid_file_loads_and_the_grid_runner_sends_it_to_its_own():
     assert all(load_profile(p).train.lr == load_profile("cpu").train.lr for p in grid["rungs"])
     with pytest.raises(ParamError, match="a grid of studies .* python -m normgrow.width"):
         load_grid("width")
+
+
+def test_the_grid_trains_each_width_bracket_then_study_then_its_control(monkeypatch):
+    from normgrow import study, sweep
+    calls = []
+    monkeypatch.setattr(study, "main", lambda argv: calls.append(("study", argv[1])) or 0)
+    monkeypatch.setattr(sweep, "main", lambda argv: calls.append(("sweep", argv[1])) or 0)
+    width.train(width.load_width_grid(), jobs=2)
+    assert calls == [("study", "cpu-w32"), ("study", "cpu-w64"), ("sweep", "cpu-w128"), ("study", "cpu-w128"),
+                     ("sweep", "cpu-w256"), ("study", "cpu-w256"), ("sweep", "cpu-w256-standard")]

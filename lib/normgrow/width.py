@@ -321,11 +321,14 @@ def write_record(grid: dict, out: Path) -> dict:
 
 
 def train(grid: dict, jobs: int | None) -> None:
-    """Width by width, narrowest first: its brackets' sweeps, then its rung's study (each resumable, each its own
-    runner and record), so that an interrupted grid has finished its narrow rungs."""
+    """Width by width, narrowest first: the bracket of its rung, its rung's study, then any control bracket (a
+    profile not a rung; each resumable, each its own runner and record), so that an interrupted grid has finished
+    its narrow rungs and the wide rung's study does not wait on its control."""
     from . import study, sweep
-    tasks = sorted([(width_of(p), 0, p) for p in grid["brackets"]] + [(width_of(p), 1, p) for p in grid["rungs"]])
-    for _, is_study, profile in tasks:
+    tasks = sorted([(width_of(p), 0 if p in grid["rungs"] else 2, p) for p in grid["brackets"]]
+                   + [(width_of(p), 1, p) for p in grid["rungs"]])
+    for _, order, profile in tasks:
+        is_study = order == 1
         if is_study:
             print(f"width grid: the study at {profile}", flush=True)
             failed = study.main(["--profile", profile, *(["--jobs", str(jobs)] if jobs else [])])
