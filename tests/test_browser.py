@@ -11,19 +11,16 @@ shared with test_study.py), so this file adds only the browser's time (~20 s).
 from __future__ import annotations
 
 import csv
-import shutil
 from pathlib import Path
 
 import pytest
+
+from chromium import CHROMIUM, needs_chromium
 
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[1]
 SHOTS = REPO / "outputs" / "screenshots"
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-needs_chromium = pytest.mark.skipif(
-    CHROMIUM is None, reason="headless Chromium not found: install the Debian package `chromium` "
-                             "(apt-get install -y chromium) to run the browser tests")
 LOCAL = ("file:", "data:", "blob:", "about:")
 WIDTH = 1400  # a laptop's window: no page may need sideways scrolling in it
 # every plotly div has been drawn (js-plotly-plot) and has a layout; then count what each one drew

@@ -53,8 +53,9 @@ def test_quantities_and_trend_over_the_rungs(outputs):
     assert trend.loc["grow gap", "ci_high"] - trend.loc["grow gap", "slope"] == pytest.approx(t_quantile(0.975, 7) * se)
     assert trend.loc["grow gap", "direction"] == "toward the reference"  # 0.10 at 32, heading to 0.0328
     assert trend.loc["joint gap", "direction"] == "not enough rungs" or "flat" in trend.loc["joint gap", "direction"]
-    svg = width.width_svg(table)
-    assert svg.count("<circle") == 9 and "reference 0.0328" in svg and "not yet" not in svg
+    fig = width.width_figure(table)
+    assert [len(t.x) for t in fig.data] == [3, 3, 3] and not [a for a in fig.layout.annotations if a.text == "not yet"]
+    assert "reference 0.0328" in [a.text for a in fig.layout.annotations]
 
 
 def test_a_trend_that_passes_the_reference_says_so(outputs):
@@ -73,7 +74,8 @@ def test_a_rung_without_its_study_is_named_not_counted(outputs):
     write_study(outputs, "cpu-w32", 0.1)
     table = width.width_frame(GRID)
     assert set(table.loc[table["status"] == "study not finished", "rung"]) == {"cpu-w64", "cpu-w128"}
-    assert "not yet" in width.width_svg(table)
+    fig = width.width_figure(table)
+    assert [len(t.x) for t in fig.data] == [1, 1, 1] and [a.text for a in fig.layout.annotations].count("not yet") == 6
     assert width.trend_frame(GRID).set_index("quantity").loc["grow gap", "direction"] == "not enough rungs"
 
 

@@ -408,7 +408,7 @@ def grid_report_html(plan: GridPlan, frame: pd.DataFrame, machines: dict[str, di
     interval = lambda table_, mean, ci: [formats.interval(m, lo, hi, digits=4, sign=True) for m, lo, hi in
                                          zip(table_[mean], table_[f"{ci}_ci_low"], table_[f"{ci}_ci_high"])]
     if items:
-        from .viz.curriculum import curriculum_svg
+        from .viz.curriculum import curriculum_figure
         shown = curriculum_frame(items)
         for side in "ab":
             shown[f"grow_vs_single_{side}"] = interval(shown, f"grow_vs_single_{side}", f"grow_vs_single_{side}")
@@ -416,8 +416,9 @@ def grid_report_html(plan: GridPlan, frame: pd.DataFrame, machines: dict[str, di
                  "seeds) beside the single run (the first stage alone on the same tokens) and the joint run, per "
                  "placement; grow - single paired by seed with its 95% interval (negative: growing beat the first "
                  "stage alone), and the gap a - b at each phase end (positive: b led). Every column: "
-                 "curriculum.csv.</p>", curriculum_svg(items),
-                 table(shown, ["setting", "stages", "n_seeds", "grow_a", "grow_b", "grow_vs_single_a",
+                 "curriculum.csv.</p>")
+        page.figure(curriculum_figure(items), div_id="fig-curriculum")
+        page.add(table(shown, ["setting", "stages", "n_seeds", "grow_a", "grow_b", "grow_vs_single_a",
                                "grow_vs_single_b", "phase_gaps", "phase_leaders"],
                        {"n_seeds": "seeds", "grow_a": "grown a", "grow_b": "grown b",
                         "grow_vs_single_a": "grow - single a", "grow_vs_single_b": "grow - single b",
@@ -462,9 +463,9 @@ def grid_report_html(plan: GridPlan, frame: pd.DataFrame, machines: dict[str, di
 def write_grid(plan: GridPlan, command: str = "", level: float = LEVEL) -> dict[str, Path]:
     """grid.csv, runs.csv, grid.json, report.html, depth.svg (two computes or more) and, with grown runs,
     forest.svg, curriculum.csv and curriculum.svg in grid_dir (module docstring)."""
-    from .viz.depth import depth_svg
-    from .viz.render import write_text
-    from .viz.forest import forest_svg, reference_marks
+    from .viz.depth import depth_figure
+    from .viz.forest import forest_figure, reference_marks
+    from .viz.render import write_svg, write_text
     out = grid_dir(plan.profile, plan.grid.name)
     out.mkdir(parents=True, exist_ok=True)
     runs = read_cells(plan)
@@ -485,14 +486,14 @@ def write_grid(plan: GridPlan, command: str = "", level: float = LEVEL) -> dict[
     write_text(files["report"], grid_report_html(plan, frame, machines, items, at=files["report"]))
     if spans_computes(frame):
         files["depth"] = out / "depth.svg"
-        write_text(files["depth"], depth_svg(frame, depth_trends(frame, load_reference().depth_margin)))
+        write_svg(depth_figure(frame, depth_trends(frame, load_reference().depth_margin)), files["depth"])
     if items is not None:
-        from .viz.curriculum import curriculum_svg
+        from .viz.curriculum import curriculum_figure
         files |= {"figure": out / "forest.svg", "curriculum": out / "curriculum.csv",
                   "curriculum_figure": out / "curriculum.svg"}
-        write_text(files["figure"], forest_svg(frame, reference_marks()))
+        write_svg(forest_figure(frame, reference_marks()), files["figure"])
         atomic_write_text(files["curriculum"], curriculum_frame(items).to_csv(index=False))
-        write_text(files["curriculum_figure"], curriculum_svg(items))
+        write_svg(curriculum_figure(items), files["curriculum_figure"])
     return files
 
 

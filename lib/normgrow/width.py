@@ -19,7 +19,6 @@ if __name__ == "__main__":  # --help and usage errors before the imports below l
     from .cli import parse_early
     parse_early("width")
 
-import html
 import json
 import math
 import sys
@@ -216,54 +215,39 @@ def transfer_frame(grid: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def width_svg(table: pd.DataFrame) -> str:
-    """The FIGURE_QUANTITIES against log2(width): means with their 95% intervals, one panel each, the reference's
-    value as a dashed line where it has one, zero as a grey line; a rung not yet finished is named, not drawn."""
-    panel_w, panel_h, left, top, gap = 300, 220, 60, 40, 40
+def width_figure(table: pd.DataFrame):
+    """The FIGURE_QUANTITIES against width (log scale): means with their 95% intervals, one panel each, the
+    reference's value as a dashed line where it has one, zero as a grey line; a rung not yet finished is named, not
+    drawn. The width page draws it; width.svg is its export (render.write_svg)."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    from .viz.render import style_figure
     rows = table[table["quantity"].isin(FIGURE_QUANTITIES)]
-    widths = sorted(table["width"].unique())
-    values = [v for c in ("mean", "ci_low", "ci_high") for v in rows[c] if pd.notna(v)] + list(REFERENCE.values()) + [0.0]
-    lo, hi = min(values), max(values)
-    pad = 0.08 * (hi - lo or 1.0)
-    lo, hi = lo - pad, hi + pad
-    w = left + len(FIGURE_QUANTITIES) * (panel_w + gap)
-    h = top + panel_h + 70
-    out = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{w}' height='{h}' font-family='sans-serif' font-size='11'>",
-           "<rect width='100%' height='100%' fill='white'/>"]
-    xs = [math.log2(x) for x in widths]
-    for i, name in enumerate(FIGURE_QUANTITIES):
-        x0 = left + i * (panel_w + gap)
-        px = lambda lw: x0 + 20 + (lw - min(xs)) / max(max(xs) - min(xs), 1) * (panel_w - 40)  # noqa: E731
-        py = lambda v: top + (hi - v) / (hi - lo) * panel_h  # noqa: E731
-        out.append(f"<rect x='{x0}' y='{top}' width='{panel_w}' height='{panel_h}' fill='none' stroke='#ccc'/>"
-                   f"<text x='{x0 + panel_w / 2}' y='{top - 10}' text-anchor='middle' font-weight='bold'>"
-                   f"{html.escape(name)} (pre - post)</text>"
-                   f"<line x1='{x0}' x2='{x0 + panel_w}' y1='{py(0):.1f}' y2='{py(0):.1f}' stroke='#bbb'/>")
+    widths = sorted(int(w) for w in table["width"].unique())
+    fig = make_subplots(1, len(FIGURE_QUANTITIES), shared_yaxes=True, horizontal_spacing=0.04,
+                        subplot_titles=[f"<b>{name}</b> (pre - post)" for name in FIGURE_QUANTITIES])
+    for col, name in enumerate(FIGURE_QUANTITIES, 1):
+        mine = rows[(rows["quantity"] == name) & rows["mean"].notna()].sort_values("width")
+        fig.add_trace(go.Scatter(
+            x=mine["width"], y=mine["mean"], mode="markers", marker=dict(color="#333", size=8), name=name,
+            showlegend=False, error_y=dict(type="data", symmetric=False, color="#333",
+                                           array=mine["ci_high"] - mine["mean"], arrayminus=mine["mean"] - mine["ci_low"]),
+            hovertemplate=f"{name} at width %{{x}}: %{{y:+.4f}} nats<extra></extra>"), 1, col)
+        fig.add_hline(y=0, line=dict(color="#bbb", width=1), row=1, col=col)
         if name in REFERENCE:
-            out.append(f"<line x1='{x0}' x2='{x0 + panel_w}' y1='{py(REFERENCE[name]):.1f}' "
-                       f"y2='{py(REFERENCE[name]):.1f}' stroke='#888' stroke-dasharray='5,4'/>"
-                       f"<text x='{x0 + panel_w - 4}' y='{py(REFERENCE[name]) - 4:.1f}' text-anchor='end' "
-                       f"fill='#666'>reference {REFERENCE[name]:g}</text>")
-        if i == 0:
-            for v in (lo + pad, (lo + hi) / 2, hi - pad):
-                out.append(f"<text x='{x0 - 4}' y='{py(v) + 4:.1f}' text-anchor='end' fill='#666'>{v:+.2f}</text>")
-        for wd in widths:
-            x = px(math.log2(wd))
-            out.append(f"<text x='{x:.1f}' y='{top + panel_h + 14}' text-anchor='middle' fill='#666'>{wd}</text>")
-            r = rows[(rows["quantity"] == name) & (rows["width"] == wd)]
-            if r.empty or pd.isna(r["mean"].iloc[0]):
-                out.append(f"<text x='{x:.1f}' y='{top + panel_h - 6}' text-anchor='middle' fill='#999'>"
-                           "not yet</text>")
-                continue
-            m, a, b = r[["mean", "ci_low", "ci_high"]].iloc[0]
-            if pd.notna(a) and pd.notna(b):
-                out.append(f"<line x1='{x:.1f}' x2='{x:.1f}' y1='{py(a):.1f}' y2='{py(b):.1f}' stroke='#333' "
-                           "stroke-width='1.5'/>")
-            out.append(f"<circle cx='{x:.1f}' cy='{py(m):.1f}' r='3.5' fill='#333'/>")
-    out.append(f"<text x='{w / 2}' y='{h - 30}' text-anchor='middle' fill='#666'>student width (d_model, log scale); "
-               f"final validation CE gap in nats, mean over paired seeds with its {round(LEVEL * 100)}% interval; "
-               "positive: post-norm better</text></svg>")
-    return "\n".join(out)
+            fig.add_hline(y=REFERENCE[name], line=dict(color="#888", dash="dash"), row=1, col=col,
+                          annotation_text=f"reference {REFERENCE[name]:g}", annotation_position="bottom left")
+        for wd in sorted(set(widths) - set(int(w) for w in mine["width"])):
+            fig.add_annotation(x=math.log10(wd), y=0, yref=f"y{col if col > 1 else ''} domain", yanchor="bottom",
+                               text="not yet", showarrow=False, font=dict(color="#999"), row=1, col=col)
+    style_figure(fig, height=380)
+    fig.update_xaxes(type="log", tickmode="array", tickvals=widths, ticktext=[str(w) for w in widths],
+                     range=[math.log10(widths[0]) - 0.15, math.log10(widths[-1]) + 0.15],
+                     title_text="student width (d_model)")
+    fig.update_yaxes(title_text="final val CE gap (nats; > 0: post-norm better)", col=1)
+    fig.update_layout(margin=dict(t=70))
+    return fig
 
 
 def by_width(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
@@ -284,17 +268,20 @@ def by_width(table: pd.DataFrame) -> tuple[list[str], list[list[str]]]:
     return ["quantity (seeds)", *rungs], [["study", *(unfinished.get(g, "finished") for g in rungs)], *rows]
 
 
-def report_html(table: pd.DataFrame, trend: pd.DataFrame, transfer: pd.DataFrame, svg: str) -> str:
+def report_page(table: pd.DataFrame, trend: pd.DataFrame, transfer: pd.DataFrame):
     """The width grid's page in the report's style (render.Page): the figure, the quantities by width, the trend and
     the transfer."""
     from .viz.render import Page, table as html_table
     header, rows = by_width(table)
-    return Page("normgrow width grid").add(
+    page = Page("normgrow width grid").add(
         "<h1>Does the study's answer hold as the student widens?</h1>",
         "<p>Each width is the whole cpu study (every variant, its gates and diagnostics) under muP, its lrs "
         "transferred from width 64; held fixed: tokens per run (786,432: a wider student sees fewer tokens per "
         "parameter), depth 9, stages 1-5-9, head_dim 16. Gaps are pre - post, in nats (positive: post-norm "
-        "better).</p>", svg,
+        "better).</p>")
+    page.figure(width_figure(table), div_id="fig-width",
+                caption=f"Mean over paired seeds with its {round(LEVEL * 100)}% interval (width.csv).")
+    return page.add(
         "<h2>Per width</h2><p class='note'>Mean over paired seeds with its 95% interval, the seeds in brackets, the "
         "rung's verdict where the quantity is a claim's; a drift is the top-boundary RMS at the last phase over the "
         "first (obs4-stability's verdict). Every column: width.csv.</p>",
@@ -304,17 +291,17 @@ def report_html(table: pd.DataFrame, trend: pd.DataFrame, transfer: pd.DataFrame
         html_table(trend, rename={"n": "seeds", "ci_low": "95% low", "ci_high": "95% high"}),
         "<h2>Does the lr transfer?</h2><p class='note'>Mean final val_ce over the bracket's seeds at each factor of the "
         "transferred lr, warmup as transferred (transfer.csv).</p>",
-        html_table(transfer)).html()
+        html_table(transfer))
 
 
 def write_record(grid: dict, out: Path) -> dict:
     table, trend, transfer = width_frame(grid), trend_frame(grid), transfer_frame(grid)
-    svg = width_svg(table)
+    from .viz.render import write_svg
     out.mkdir(parents=True, exist_ok=True)
     for name, frame in (("width.csv", table), ("trend.csv", trend), ("transfer.csv", transfer)):
         atomic_write_text(out / name, frame.to_csv(index=False))
-    atomic_write_text(out / "width.svg", svg)
-    atomic_write_text(out / "report.html", report_html(table, trend, transfer, svg))
+    write_svg(width_figure(table), out / "width.svg")
+    report_page(table, trend, transfer).write(out / "report.html")
     atomic_write_json(out / "width.json", {"grid": grid, "finished_rungs": sorted(set(
         table.loc[table["quantity"] != "", "rung"]))})
     return {"table": table, "trend": trend, "transfer": transfer}

@@ -1,6 +1,6 @@
 """The forest plot of a grid (a row per setting: the grow gap and the interaction with their intervals, zero and the
-reference marked, the verdict as colour), as a plotly figure for the pages and as a static SVG for README (plotly's
-image export needs a browser). Drawn from grid.csv's frame (grid.grid_frame).
+reference marked, the verdict as colour): one plotly figure for the pages and, exported (render.write_svg), for
+README. Drawn from grid.csv's frame (grid.grid_frame).
 
 Each panel's axis spans the intervals of the rows whose students trained (panel_span): a row the regime gate stopped
 as undertrained carries diverged runs' numbers (an interval of +-2.4 nats where the others are +-0.05), which would
@@ -8,7 +8,6 @@ press every other row into a few pixels about zero. Whatever lies beyond the axi
 triangle there with its value written beside it (edge_marks), so no number is hidden and none is drawn false."""
 from __future__ import annotations
 
-import html
 
 import pandas as pd
 
@@ -118,64 +117,3 @@ def forest_figure(frame: pd.DataFrame, reference: dict[str, float]):
     fig.update_xaxes(title_text="nats/token (> 0: b better)")
     fig.update_layout(legend=dict(title_text="colour = verdict"))
     return style_figure(fig, height=150 + 34 * len(judged))
-
-
-def forest_svg(frame: pd.DataFrame, reference: dict[str, float]) -> str:
-    """The forest figure as a static SVG (README shows it; plotly's image export needs a browser): the same rows,
-    spans, intervals, edge marks, zero and reference lines and verdict colours as forest_figure, drawn by hand."""
-    rows = forest_rows(frame)
-    spans = [panel_span(rows, quantity, col, reference) for quantity, col, _ in PANELS]
-    marks = [edge_marks(rows, quantity, col, span) for (quantity, col, _), span in zip(PANELS, spans)]
-    label_w, panel_w, gap, row_h, top = 250, 330, 30, 26, 46
-    height = top + row_h * len(rows) + 74 + (14 if any(marks) else 0)
-    out = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{label_w + 2 * panel_w + gap + 10}' height='{height}' "
-           "font-family='sans-serif' font-size='12'>", "<rect width='100%' height='100%' fill='white'/>"]
-    for i, r in rows.iterrows():
-        y = top + row_h * i + row_h / 2
-        out.append(f"<text x='{label_w - 8}' y='{y + 4}' text-anchor='end'>{html.escape(r['label'])}</text>")
-    for k, (quantity, col, title) in enumerate(PANELS):
-        x0 = label_w + k * (panel_w + gap)
-        lo, hi = spans[k]
-        x = lambda v, x0=x0: x0 + (min(max(v, lo), hi) - lo) / (hi - lo) * panel_w
-        out.append(f"<text x='{x0 + panel_w / 2}' y='18' text-anchor='middle' font-weight='bold'>{title}</text>")
-        out.append(f"<rect x='{x0}' y='{top - 6}' width='{panel_w}' height='{row_h * len(rows) + 12}' fill='none' "
-                   "stroke='#ccc'/>")
-        out.append(f"<line x1='{x(0)}' x2='{x(0)}' y1='{top - 6}' y2='{top + row_h * len(rows) + 6}' stroke='#444'/>")
-        bottom = top + row_h * len(rows) + 6
-        ticks = sorted([(0.0, "0", "#444")] + ([(reference[quantity], f"{reference[quantity]:+.3f}", "#666")]
-                                               if reference.get(quantity) is not None else []))
-        for k_tick, (value, text, colour) in enumerate(ticks):  # the lower label left of its tick, the higher right
-            anchor, dx = ("end", -3) if k_tick == 0 else ("start", 3)
-            out.append(f"<line x1='{x(value)}' x2='{x(value)}' y1='{bottom}' y2='{bottom + 5}' stroke='{colour}'/>"
-                       f"<text x='{x(value) + dx}' y='{bottom + 14}' text-anchor='{anchor}' fill='{colour}' "
-                       f"font-size='10'>{text}</text>")
-        if reference.get(quantity) is not None:
-            xr = x(reference[quantity])
-            out.append(f"<line x1='{xr}' x2='{xr}' y1='{top - 6}' y2='{bottom}' stroke='#888' "
-                       f"stroke-dasharray='5,4'/><text x='{xr}' y='{top - 10}' text-anchor='middle' fill='#666'>"
-                       "reference</text>")
-        for i, r in rows.iterrows():
-            y = top + row_h * i + row_h / 2
-            colour = STATUS_COLOUR.get(r[f"{quantity}_verdict"], "#000")
-            if pd.notna(r[f"{quantity}_ci_low"]):
-                out.append(f"<line x1='{x(r[f'{quantity}_ci_low'])}' x2='{x(r[f'{quantity}_ci_high'])}' y1='{y}' "
-                           f"y2='{y}' stroke='{colour}' stroke-width='2'/>")
-            if pd.notna(r[col]) and lo <= r[col] <= hi:
-                out.append(f"<circle cx='{x(r[col])}' cy='{y}' r='5' fill='{colour}'/>")
-        for m in marks[k]:
-            y, xe = top + row_h * m["row"] + row_h / 2, x(m["x"])
-            d, anchor = (1, "start") if m["side"] == "left" else (-1, "end")  # the triangle points out of the panel
-            out.append(f"<polygon points='{xe - 7 * d},{y} {xe},{y - 5} {xe},{y + 5}' "
-                       f"fill='{STATUS_COLOUR.get(m['status'], '#000')}'/><text class='beyond' x='{xe + 3 * d}' "
-                       f"y='{y - 5}' text-anchor='{anchor}' font-size='10'>{html.escape(m['text'])}</text>")
-        axis_y = top + row_h * len(rows) + 34
-        out.append(f"<text x='{x0}' y='{axis_y}'>{lo:+.2f}</text><text x='{x0 + panel_w}' y='{axis_y}' "
-                   f"text-anchor='end'>{hi:+.2f}</text><text x='{x0 + panel_w / 2}' y='{axis_y + 14}' "
-                   "text-anchor='middle' fill='#666'>nats/token (&lt; 0: a better, &gt; 0: b better)</text>")
-    legend = ", ".join(f"<tspan fill='{c}'>{html.escape(s)}</tspan>" for s, c in STATUS_COLOUR.items())
-    if any(marks):
-        out.append(f"<text x='8' y='{height - 18}' font-size='10'>a triangle at a panel's edge: the interval runs "
-                   "beyond the axis (the axis spans the rows whose students trained); its value is written beside "
-                   "it</text>")
-    out.append(f"<text x='8' y='{height - 4}' font-size='10'>colour = verdict: {legend}</text></svg>")
-    return "\n".join(out)

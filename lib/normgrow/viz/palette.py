@@ -18,8 +18,6 @@ SCHEDULE_DASH = {"joint": "solid", "grow": "dash", "single": "dot", "grow-freeze
 SCHEDULE_SYMBOL = {"joint": "circle", "grow": "square", "single": "diamond", "grow-freeze": "triangle-up",
                    "joint-matched": "cross"}
 OTHER_DASH, OTHER_SYMBOL = "longdashdot", "x"
-SVG_DASH = {"solid": "", "dash": "6,4", "dot": "2,3", "dashdot": "6,3,2,3", "longdash": "12,4",
-            "longdashdot": "12,3,2,3"}
 # verdicts: darker tones and greys, none of them a placement's colour
 STATUS_COLOUR = {SUPPORTED: "#1b7837", NOT_SUPPORTED: "#b2182b", NOT_RESOLVED: "#b35806", NOT_TESTABLE: "#9e9e9e",
                  NOT_JUDGED: "#4d4d4d", NOT_JUDGED_DEPTH: "#737373"}

@@ -222,6 +222,31 @@ def write_text(path: Path, text: str) -> Path:
     return path
 
 
+def write_svg(fig, path: Path, width: int = 1000) -> Path | None:
+    """A static SVG of a plotly figure, the same figure a page draws, for README and for readers without a browser.
+    Exported by kaleido through a Chrome or Chromium it finds (one browser for the process); plotly.js names each
+    render's clip paths and traces by random ids, fixed here, so a record rebuilds byte for byte. Without a browser the page and
+    tables are still written and this says what is missing (None)."""
+    import re
+
+    import kaleido
+    try:
+        if not getattr(write_svg, "server", False):
+            kaleido.start_sync_server(silence_warnings=True)
+            write_svg.server = True
+        spec = fig.to_dict()
+        for i, trace in enumerate(spec["data"]):
+            trace.setdefault("uid", f"trace{i}")  # else a random id per render names each trace's group
+        svg = kaleido.calc_fig_sync(spec, opts=dict(format="svg", width=width, scale=1,
+                                                    height=fig.layout.height or 450)).decode()
+    except Exception as err:  # choreographer's BrowserFailedError and ChromeNotFoundError alike
+        print(f"note: {path} not written: a static figure needs Chrome or Chromium for kaleido ({type(err).__name__}: "
+              f"{str(err).strip().splitlines()[0] if str(err).strip() else ''}); the page draws the same figure")
+        return None
+    uid = re.search(r"defs-([0-9a-f]+)", svg)
+    return write_text(Path(path), svg.replace(uid.group(1), "normgrow") if uid else svg)
+
+
 # ------------------------------------------------------------------------------------------------------- notebooks
 
 RENDERER = "normgrow_offline_html"
