@@ -264,10 +264,11 @@ def test_jobs_hand_the_unfinished_candidates_to_the_executor(outputs, monkeypatc
         calls.append(("cache", prof.name))
         return "synthetic-key", None
 
-    def execute(profile, pending, jobs, processes, desc, done, failed, **kw):
+    def execute(runs, pending, desc, done, failed, *args):
+        assert isinstance(runs, runner.LocalRuns) and runs.capacity == 2
         for job in pending:
             calls.append(("run", job.name))
-            run_variant(make_run_spec(profile=profile, **job.params), progress=False)
+            run_variant(make_run_spec(profile=runs.profile, **job.params), progress=False)
             done.add(job.name)
     monkeypatch.setattr(sweep, "ensure_teacher_cache", ensure)
     monkeypatch.setattr(runner, "execute_runs", execute)
@@ -289,7 +290,7 @@ def test_a_candidate_directory_holding_another_numerics_version_is_refused_befor
     config = plan.specs[0].dir / "config.json"
     config.write_text(json.dumps(json.loads(config.read_text()) | {"numerics": rundir.NUMERICS_VERSION - 1}))
     handed = []
-    monkeypatch.setattr(runner, "execute_runs", lambda profile, pending, *a, **kw: handed.extend(pending))
+    monkeypatch.setattr(runner, "execute_runs", lambda runs, pending, *a, **kw: handed.extend(pending))
     for jobs in (1, 2):
         with pytest.raises(rundir.RunDirError, match=r"sweep refused before training: .*sweep-pre-joint-lr1e-03-wu2-s0 "
                                                      r"holds a run made with other settings \(numerics\)"):

@@ -4,16 +4,17 @@ diverge.
 
 Order: the teacher cache is built once before any run (ensure_teacher_cache; a grid builds one per distinct data);
 plan_jobs sorts the jobs into refused (a directory holding another run: identity.directory_conflict, the one identity
-rule), damaged (a summary.json that does not read), finished (skipped) and pending; execute_runs trains the pending
-ones, a matched run only once its donor has finished, and each interrupted run resumes from its last checkpoint
+rule), damaged (a summary.json that does not read), finished (skipped) and pending; execute_runs, the one job loop
+of both executors, trains the pending ones, a matched run only once its donor has finished, and each interrupted
+run resumes from its last checkpoint
 (train.run does that; nothing here tracks progress but the run directories). report_failures names every failed,
 refused, skipped or damaged run, and runner_exit turns the outcome into the exit code of every command.
 
 Choices:
   - Runs execute as notebooks/run_variant.ipynb on the run's validated spec (run_spec), by the executor that
-    params/executors.yaml or --executor chooses (load_executor, validated once): ``local``, in worker processes,
-    ``jobs`` at a time (params/study.yaml per profile, or --jobs), each kernel with cores / jobs threads when
-    jobs > 1; ``slurm``, each run one SLURM job (slurm.py). The kernel's executed notebook is the run's record
+    params/executors.yaml or --executor chooses (load_executor, validated once): ``local`` (LocalRuns), in worker
+    processes, ``jobs`` at a time (params/study.yaml per profile, or --jobs), each kernel with cores / jobs threads
+    when jobs > 1; ``slurm`` (slurm.SlurmRuns), each run one SLURM job. The kernel's executed notebook is the run's record
     (run.ipynb), and a kernel that dies takes only its run with it.
   - Stopping: under the local executor SIGTERM and Ctrl-C stop every run (they resume from their last checkpoint)
     and exit 130; a worker dies with the runner even on SIGKILL (PR_SET_PDEATHSIG), so no orphan keeps training a
@@ -283,23 +284,22 @@ def plan_jobs(profile: str, jobs: list[Job], teacher_keys: dict[str, str] | None
 def run_jobs(profile: str, jobs: list[Job], teacher_keys: dict[str, str | None] | None, parallel: int,
              processes: int | None, desc: str, executor: ExecutorParams = ExecutorParams(),
              after: dict[str, str] | None = None) -> tuple[set[str], dict[str, str]]:
-    """Plan the jobs (plan_jobs), say how many are finished, and execute the pending ones: here, ``parallel`` at a
-    time (execute_runs), or as SLURM jobs (slurm.execute_runs; after: run name -> the teacher cache job it waits
-    for). (done, failed) with why for every run that failed, was refused, skipped or is damaged."""
+    """Plan the jobs (plan_jobs), say how many are finished, and execute the pending ones by the one job loop
+    (execute_runs): here, ``parallel`` at a time (LocalRuns), or as SLURM jobs (slurm.SlurmRuns; after: run name ->
+    the teacher cache job it waits for). (done, failed) with why for every run that failed, was refused, skipped or
+    is damaged."""
     done, failed, pending = plan_jobs(profile, jobs, teacher_keys)
     if executor.executor == "slurm":
         from . import slurm
-        print(f"runs: {len(done)} of {len(jobs)} finished, {len(pending)} to run as jobs of {slurm.describe(executor.slurm)}")
-        bar = tqdm(total=len(jobs), initial=len(done) + len(failed), desc=desc, unit="run", file=sys.stdout)
-        try:
-            slurm.execute_runs(profile, pending, executor.slurm, processes, done, failed, bar, after)
-        finally:
-            bar.close()
+        print(f"runs: {len(done)} of {len(jobs)} finished, {len(pending)} to run as jobs of "
+              f"{slurm.describe(executor.slurm)}")
+        execute_runs(slurm.SlurmRuns(profile, executor.slurm, processes, after), pending, desc, done, failed,
+                     len(done) + len(failed), len(jobs))
         return done, failed
     print(f"runs: {len(done)} of {len(jobs)} finished, {len(pending)} to run"
           + (f", {parallel} at a time" if parallel > 1 else ""))
-    execute_runs(profile, pending, parallel, processes, desc, done, failed, initial=len(done) + len(failed),
-                 total=len(jobs))
+    execute_runs(LocalRuns(profile, parallel, processes), pending, desc, done, failed, len(done) + len(failed),
+                 len(jobs))
     return done, failed
 
 
@@ -359,70 +359,102 @@ def _raise_keyboard_interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
-def execute_runs(profile: str, pending: list[Job], jobs: int, processes: int | None, desc: str, done: set[str],
-                 failed: dict[str, str], initial: int = 0, total: int | None = None) -> None:
-    """Execute run_variant.ipynb for every pending job, ``jobs`` at a time in worker processes, a job only once the
-    job it depends on is in ``done``; adds each job's name to done, or to failed with why (its executed notebook, or
-    "skipped" when its donor failed). A live bar shows the running runs' steps. SIGTERM and Ctrl-C stop every
-    run (they resume from their last checkpoint) and raise KeyboardInterrupt."""
-    pending = list(pending)
+def execute_runs(runs, pending: list[Job], desc: str, done: set[str], failed: dict[str, str], initial: int = 0,
+                 total: int | None = None) -> None:
+    """The one job loop of every executor (runs: LocalRuns or slurm.SlurmRuns): start each pending job while fewer
+    than runs.capacity are in flight, a matched run only once its donor is in ``done`` (skipped when its donor
+    failed); as each ends, add it to done, or to failed with why. An executor that resubmits (runs.resubmits)
+    starts a job that ended without finishing its run once more (the run resumes). Interrupted (SIGTERM, Ctrl-C),
+    the executor says what becomes of the runs in flight, and KeyboardInterrupt goes on."""
+    pending, again = list(pending), set()
     bar = tqdm(total=len(pending) + initial if total is None else total, initial=initial, desc=desc, unit="run",
                file=sys.stdout)
-    running: dict[str, Path] = {}  # run name -> run directory, while its notebook executes
-    poller = Poller(lambda: bar.set_postfix_str(_run_steps(running)))  # also redraws elapsed / remaining
-    threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
-    previous = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
-    pool = ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init,
-                               initargs=(threads,))
+    runs.open(bar)
     try:
-        futures = {}  # future -> Job
-        while pending or futures:
+        while pending or runs.flying:
             for r in list(pending):
                 if r.depends_on in failed:
                     why = "is damaged" if failed[r.depends_on].startswith("damaged") else "failed"
                     failed[r.name] = f"skipped: its budget donor {r.depends_on} {why}"
                     print(f"\nskipped {r.name}: its budget donor {r.depends_on} {why}")
-                    pending.remove(r)
-                    bar.update(1)
-                elif len(futures) < jobs and (r.depends_on is None or r.depends_on in done):
-                    pending.remove(r)
+                elif len(runs.flying) < runs.capacity and (r.depends_on is None or r.depends_on in done):
                     try:
-                        spec = r.spec(profile, processes)
-                    except ParamError as err:
+                        runs.start(r)
+                    except ParamError as err:  # its spec: e.g. a donor whose summary no longer reads
                         failed[r.name] = str(err)
                         print(f"\nFAILED {r.name}: {err}")
-                        bar.update(1)
-                        continue
-                    notebook = spec.dir / NOTEBOOK
-                    future = pool.submit(_execute_run, NOTEBOOKS / "run_variant.ipynb", notebook,
-                                         {"run_spec": spec.to_json()})
-                    futures[future] = r
-                    running[r.name] = notebook.parent
-            if not futures:  # the last runs were skipped
+                else:
+                    continue
+                pending.remove(r)
+                if r.name in failed:
+                    bar.update(1)
+            if not runs.flying:  # the last runs were skipped
                 if pending:  # cannot happen: every command puts each donor among its jobs, ahead of its runs
                     raise RuntimeError(f"no run can start: {[r.name for r in pending]} wait on missing donors")
                 break
-            finished, _ = wait(futures, return_when=FIRST_COMPLETED)
-            for future in finished:
-                r = futures.pop(future)
-                del running[r.name]
-                error = future.result()
+            for r, error in runs.ended():
                 if error is None:
                     done.add(r.name)
+                elif runs.resubmits and r.name not in again:
+                    again.add(r.name)
+                    print(f"\n{r.name}: {error}; submitted again (it resumes)")
+                    pending.insert(0, r)
+                    continue
                 else:
-                    notebook = run_path(profile, r.name) / NOTEBOOK
-                    failed[r.name] = f"executed notebook {notebook}" if notebook.exists() else error
+                    failed[r.name] = runs.failure(r.name, error)
                     print(f"\nFAILED {r.name}: {error}" + (f"\n  {failed[r.name]}" if failed[r.name] != error else ""))
                 bar.update(1)
     except KeyboardInterrupt:
-        print(f"\n{desc} interrupted: stopping its runs (they resume from their last checkpoint next time)")
-        kill_descendants()
+        runs.interrupted(desc)
         raise
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-        signal.signal(signal.SIGTERM, previous)
-        poller.close()
+        runs.close()
         bar.close()
+
+
+class LocalRuns:
+    """The local executor: each run's notebook in a worker process of a pool, ``jobs`` at a time, each with cores /
+    jobs threads when jobs > 1; a live bar shows the running runs' steps. SIGTERM and Ctrl-C stop every run (they
+    resume from their last checkpoint)."""
+    resubmits = False
+
+    def __init__(self, profile: str, jobs: int, processes: int | None):
+        self.profile, self.capacity, self.processes = profile, jobs, processes
+        self.flying: dict[str, tuple[Job, Path]] = {}  # run name -> (job, run directory) while its notebook executes
+        self.futures: dict = {}  # future -> run name
+
+    def open(self, bar) -> None:
+        threads = max(1, (os.cpu_count() or 1) // self.capacity) if self.capacity > 1 else None
+        self.previous = signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+        self.pool = ProcessPoolExecutor(self.capacity, mp_context=multiprocessing.get_context("spawn"),
+                                        initializer=_worker_init, initargs=(threads,))
+        self.poller = Poller(lambda: bar.set_postfix_str(_run_steps({n: d for n, (_, d) in self.flying.items()})))
+
+    def start(self, job: Job) -> None:
+        spec = job.spec(self.profile, self.processes)
+        notebook = spec.dir / NOTEBOOK
+        future = self.pool.submit(_execute_run, NOTEBOOKS / "run_variant.ipynb", notebook,
+                                  {"run_spec": spec.to_json()})
+        self.futures[future] = job.name
+        self.flying[job.name] = (job, notebook.parent)
+
+    def ended(self) -> list[tuple[Job, str | None]]:
+        """The jobs whose notebooks have ended (waiting for one at least), each with its error line or None."""
+        finished, _ = wait(self.futures, return_when=FIRST_COMPLETED)
+        return [(self.flying.pop(self.futures.pop(f))[0], f.result()) for f in finished]
+
+    def failure(self, name: str, error: str) -> str:
+        notebook = run_path(self.profile, name) / NOTEBOOK
+        return f"executed notebook {notebook}" if notebook.exists() else error
+
+    def interrupted(self, desc: str) -> None:
+        print(f"\n{desc} interrupted: stopping its runs (they resume from their last checkpoint next time)")
+        kill_descendants()
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        signal.signal(signal.SIGTERM, self.previous)
+        self.poller.close()
 
 
 def execute_notebooks(names: list[str], out_dir: Path, parameters: dict, failed: dict[str, str]) -> None:

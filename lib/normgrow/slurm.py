@@ -1,5 +1,6 @@
 """The slurm executor of the runner (runner.py, ``--executor slurm``): every run one SLURM job, submitted through
-submitit, the teacher cache one job the runs depend on.
+submitit, the teacher cache one job the runs depend on; the runner's one job loop (runner.execute_runs) drives it
+as it drives the local pool (SlurmRuns).
 
 Choices:
   - A run's job executes the run's notebook exactly as the local executor's worker does (notebooks/run_variant.ipynb
@@ -25,7 +26,6 @@ import subprocess
 import time
 from pathlib import Path
 
-from .config import ParamError
 from .paths import NOTEBOOKS
 from .rundir import NOTEBOOK, SLURM_DIR, SLURM_RECORD, is_finished, run_path
 from .utils import atomic_write_json, execute_notebook, read_json
@@ -112,58 +112,51 @@ def job_of(profile: str, job, queue: dict[str, str], params, processes: int | No
                   cache if cache in queue else None)
 
 
-def execute_runs(profile: str, pending: list, params, processes: int | None, done: set[str],
-                 failed: dict[str, str], bar, after: dict[str, str] | None = None) -> None:
-    """Run every pending job (runner.Job) as a SLURM job (job_of), at most params.in_flight queued or running at
-    once, a matched run once its donor has finished, each run after its teacher cache's job (after: run name -> job
-    id). A job that has left the queue adds its run to done when the run finished; else it is submitted again once
-    (the run resumes), and a second end without finishing puts the run in failed with the job's log."""
-    by_name, pending = {r.name: r for r in pending}, list(pending)
-    flying, resubmitted = {}, set()  # run name -> job id; runs submitted again
-    try:
-        while pending or flying:
-            queue = in_queue()
-            for r in list(pending):
-                if r.depends_on in failed:
-                    failed[r.name] = f"skipped: its budget donor {r.depends_on} failed"
-                elif len(flying) < params.in_flight and (r.depends_on is None or r.depends_on in done):
-                    try:
-                        flying[r.name] = job_of(profile, r, queue, params, processes, (after or {}).get(r.name))
-                    except ParamError as err:  # its spec: e.g. a donor whose summary no longer reads
-                        failed[r.name] = str(err)
-                else:
-                    continue
-                pending.remove(r)
-                if r.name in failed:
-                    print(f"\nFAILED {r.name}: {failed[r.name]}")
-                    bar.update(1)
-            if not flying:
-                if pending:
-                    raise RuntimeError(f"no run can start: {[r.name for r in pending]} wait on missing donors")
-                break
-            time.sleep(POLL_S)
-            queue = in_queue()
-            for name, job_id in [(n, j) for n, j in flying.items() if j not in queue]:
-                del flying[name]
-                run_dir = run_path(profile, name)
-                if is_finished(run_dir):
-                    done.add(name)
-                elif name not in resubmitted:
-                    resubmitted.add(name)
-                    print(f"\n{name}: job {job_id} ended without finishing the run; submitted again (it resumes)")
-                    pending.insert(0, by_name[name])
-                    continue
-                else:
-                    failed[name] = (f"job {job_id} ended without finishing the run: its log "
-                                    f"{run_dir / SLURM_DIR / f'{job_id}_0_log.err'}, executed notebook "
-                                    f"{run_dir / NOTEBOOK}")
-                    print(f"\nFAILED {name}: {failed[name]}")
-                bar.update(1)
-            bar.set_postfix_str(", ".join(f"{n} {queue.get(j, '?').lower()}" for n, j in flying.items()))
-    except KeyboardInterrupt:
-        print(f"\nstopped waiting; {len(flying)} job(s) stay queued or running ({', '.join(flying.values())}): "
-              "run the same command again to follow them")
-        raise
+class SlurmRuns:
+    """The slurm executor of the runner's job loop (runner.execute_runs): every run a SLURM job (job_of), at most
+    params.in_flight queued or running at once, each after its teacher cache's job (after: run name -> job id). A
+    job has ended when it has left the queue; its run is done when the run finished, and else the loop submits it
+    once more (resubmits: the run resumes). Jobs outlive the runner: Ctrl-C stops the waiting, never the jobs."""
+    resubmits = True
+
+    def __init__(self, profile: str, params, processes: int | None, after: dict[str, str] | None = None):
+        self.profile, self.params, self.processes, self.after = profile, params, processes, after or {}
+        self.capacity = params.in_flight
+        self.flying: dict[str, tuple] = {}  # run name -> (job, job id)
+        self.queue: dict[str, str] = {}
+
+    def open(self, bar) -> None:
+        self.bar, self.queue = bar, in_queue()
+
+    def start(self, job) -> None:
+        self.flying[job.name] = (job, job_of(self.profile, job, self.queue, self.params, self.processes,
+                                             self.after.get(job.name)))
+
+    def ended(self) -> list[tuple]:
+        """The jobs that have left the queue since the last look (POLL_S later), each with None when its run finished,
+        else why not."""
+        time.sleep(POLL_S)
+        self.queue = in_queue()
+        out = []
+        for name, (job, job_id) in [(n, f) for n, f in self.flying.items() if f[1] not in self.queue]:
+            del self.flying[name]
+            out.append((job, None if is_finished(run_path(self.profile, name))
+                        else f"job {job_id} ended without finishing the run"))
+        self.bar.set_postfix_str(", ".join(f"{n} {self.queue.get(j, '?').lower()}" for n, (_, j) in self.flying.items()))
+        return out
+
+    def failure(self, name: str, error: str) -> str:
+        run_dir = run_path(self.profile, name)
+        job_id = recorded_job(run_dir / SLURM_RECORD)
+        return (f"{error}: its log {run_dir / SLURM_DIR / f'{job_id}_0_log.err'}, executed notebook "
+                f"{run_dir / NOTEBOOK}")
+
+    def interrupted(self, desc: str) -> None:
+        print(f"\nstopped waiting; {len(self.flying)} job(s) stay queued or running "
+              f"({', '.join(j for _, j in self.flying.values())}): run the same command again to follow them")
+
+    def close(self) -> None:
+        pass
 
 
 def describe(params) -> str:

@@ -121,14 +121,6 @@ def lr_tag(lr: float) -> str:
     return f"{mantissa.rstrip('0').rstrip('.')}e{exponent}"
 
 
-def yaml_float(lr: float) -> str:
-    """lr as a YAML float literal, 3.0e-3: PyYAML reads a float only with a dot and a signed exponent (3e-3 is a
-    string to it)."""
-    mantissa, exponent = f"{lr:.5e}".split("e")
-    mantissa = mantissa.rstrip("0")
-    return f"{mantissa}{'0' if mantissa.endswith('.') else ''}e{int(exponent):+d}"
-
-
 def sweep_run_name(norm: str, schedule: str, lr: float, warmup: int, seed: int) -> str:
     return f"{SWEEP_RUN_PREFIX}{norm}-{schedule}-lr{lr_tag(lr)}-wu{warmup}-s{seed}"
 

@@ -189,11 +189,8 @@ RESOURCE_TRACKER = "from multiprocessing.resource_tracker import main"  # a trac
 def descendants(process) -> list:
     """The psutil process's descendants to stop, multiprocessing's resource trackers excepted.
 
-    A tracker (the study runner's, started with its spawn pool; one per kernel or rank that uses multiprocessing)
-    ignores SIGTERM, so stop_processes used to kill it timeout seconds later; the runner, still running, then started
-    a new one at its next semaphore call, which knew none of the pool's semaphores: a SIGTERM left 5
-    `resource_tracker KeyError` tracebacks in the log (the pool's queue locks, unregistered at shutdown), after a
-    5 s wait. A tracker ends by itself once the processes it serves have ended, cleaning up after them."""
+    A tracker ignores SIGTERM and ends by itself once the processes it serves have ended, cleaning up after them;
+    killed, it is replaced by one that knows none of the pool's semaphores, which fills the log with tracebacks."""
     import psutil
 
     def is_tracker(p) -> bool:

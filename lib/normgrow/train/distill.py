@@ -324,10 +324,9 @@ ROW_BLOCK_BYTES = 1 << 20
 through them a block of rows at a time, so its ~6 passes over the float32 rows stay in the core's L2 cache (1-2 MB
 on the CPUs measured) instead of streaming a [1024, V] chunk (53 MB at V = 12,981) through memory each time. Every
 operation of _fused_rows is row-wise and the losses are reduced over the whole chunk as before, so the values are
-bit for bit those of one block per chunk (tests/test_distill.py): not a numerics version. The cpu profile's
-head (1,024 tokens, bf16, one thread, Xeon with AMX; `python -m normgrow.bench`, docs/LOG.md): training part 33.5 ms
-against 1.30x that in one block per chunk, evaluation 18.7 ms against 1.26x. On CUDA a chunk is one block (small
-blocks would only add kernel launches)."""
+bit for bit those of one block per chunk (tests/test_distill.py): not a numerics version; faster by about a
+quarter on the cpu profile's head (docs/LOG.md). On CUDA a chunk is one block (small blocks would only add kernel
+launches)."""
 
 
 def _row_block(chunk_rows: int, vocab: int, device) -> int:

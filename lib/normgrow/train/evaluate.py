@@ -32,19 +32,14 @@ def autocast(device: torch.device, dtype: torch.dtype):
 
 
 def eval_stance(device: torch.device):
-    """Evaluations run eager on CPU, through the blocks' own forward even where they are compiled for training
-    (numerics version 6): there the no-grad graph's compilation costs ~5 s a run (dynamo's trace, inductor cache warm:
-    the cpu profile's first evaluation took 4.9 s, the next ones 0.3 s) and saves ~0.1 us a token (whole split at depth
-    9: 3.68 s compiled, 4.34 s eager, EVAL_BATCH_TOKENS), so a cpu run's three whole-split evaluations repay a third
-    of it (docs/LOG.md 2026-12-05). Elsewhere (CUDA) through the compiled blocks."""
+    """Evaluations run eager on CPU, even where the blocks are compiled for training: compiling the no-grad graph
+    costs more than a cpu run's few evaluations save (docs/LOG.md). Elsewhere (CUDA) through the compiled blocks."""
     return torch.compiler.set_stance("force_eager") if device.type == "cpu" else nullcontext()
 
 
 EVAL_BATCH_TOKENS = 4096
-"""Tokens per evaluation batch (numerics version 3; before it, train.batch_size rows). With compiled blocks a
-full-validation evaluation of the cpu student at depth 9 took 3.68 s in batches of 16 x 256 tokens against 4.18 s in
-the training batch's 4 x 256 (one thread, bf16; eager 4.34 s either way; docs/LOG.md). The head still runs in chunks
-of distill.DEFAULT_CHUNK rows, so memory grows only by the body's activations of one batch."""
+"""Tokens per evaluation batch: larger than a training batch, which is faster (docs/LOG.md); the head still runs in
+chunks of distill.DEFAULT_CHUNK rows, so memory grows only by the body's activations of one batch."""
 
 
 def subset_rows(n_rows: int, eval_tokens: int, seq_len: int) -> np.ndarray:

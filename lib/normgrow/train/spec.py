@@ -233,8 +233,7 @@ def check_step_budget(prof: Profile) -> None:
 
     * more rows per step than the training split has: data.train_tokens // data.seq_len rows (what ensure_data
       packs at most). Batches draws a step's rows from consecutive epochs of the split, so a larger batch would hold
-      some rows twice in one step (and train.batch_size: 100000000 used to die in Batches with a bare MemoryError
-      after 80 s, leaving a run directory behind);
+      some rows twice in one step;
     * a step whose memory (step_memory, a lower bound) exceeds the machine's (psutil.virtual_memory().total). No
       safety factor: the rule refuses only a step that cannot fit; one under the total can still fail at allocation
       (other processes, temporaries), as before."""

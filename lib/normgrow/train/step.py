@@ -36,9 +36,8 @@ torch build, not on a study, and every outputs folder of a machine (tests' inclu
 
 def compile_enabled(setting: str, device: torch.device, dtype: torch.dtype) -> bool:
     """train.compile resolved: on / off as given; auto compiles on CUDA, and on CPU where the run computes in
-    bfloat16. Measured per CPU kind (docs/LOG.md): compiled blocks made the cpu profile's bf16 step 1.17-1.33x faster
-    with AMX (Intel Xeon) and with AVX512-BF16 (AMD EPYC), and 0.97x in float32 on an AVX2-only CPU (where train.dtype
-    auto chooses float32), so a float32 CPU run stays eager; other devices (mps) stay eager."""
+    bfloat16: measured per CPU kind (docs/LOG.md), compiling pays in bf16 (AMX, AVX512-BF16) and not in float32, so a
+    float32 CPU run stays eager; other devices (mps) stay eager."""
     if setting != "auto":
         return setting == "on"
     return device.type == "cuda" or (device.type == "cpu" and dtype == torch.bfloat16)
