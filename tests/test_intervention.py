@@ -70,7 +70,7 @@ def test_the_boundary_is_read_beside_the_loss_from_each_study_s_diagnostics(monk
     table = pd.read_csv(REPO_ROOT / "outputs" / "grid" / "cpu" / "width" / "width.csv")
     drift = table[(table["rung"] == "cpu-w64") & table["quantity"].str.startswith("top-boundary drift", na=False)]
     frame = I.diagnostics_frame(I.load_interventions()).set_index("variant")
-    assert list(frame["study"]) == ["control", "control"] and set(frame["n"]) == {3}
+    assert list(frame["study"]) == ["control", "control"] and set(frame["n"]) == {6}
     for norm in ("pre", "post"):
         expected = drift.loc[drift["quantity"] == f"top-boundary drift ({norm})", "mean"].item()
         assert frame.loc[f"{norm}-grow", "top_drift_all"] == pytest.approx(expected, rel=1e-9)
