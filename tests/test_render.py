@@ -212,3 +212,15 @@ def test_without_a_browser_the_static_figure_is_named_not_written(tmp_path, monk
     monkeypatch.setattr(kaleido, "calc_fig_sync", no_chrome)
     assert render.write_svg(go.Figure(), tmp_path / "a.svg") is None and not (tmp_path / "a.svg").exists()
     assert f"note: {tmp_path / 'a.svg'} not written: a static figure needs Chrome or Chromium" in capsys.readouterr().out
+
+
+def test_plotly_s_render_id_is_fixed_only_where_it_names_something(tmp_path, monkeypatch):
+    """An all-digit render id (about one render in sixteen) is also a coordinate's digits: only the ids change."""
+    import kaleido
+    import plotly.graph_objects as go
+    svg = ('<svg><defs id="defs-123456"><clipPath id="clip123456xyplot"/></defs>'
+           '<path d="M1.123456,2" clip-path="url(#clip123456xyplot)"/></svg>')
+    monkeypatch.setattr(render.write_svg, "server", True, raising=False)
+    monkeypatch.setattr(kaleido, "calc_fig_sync", lambda *a, **kw: svg.encode())
+    written = render.write_svg(go.Figure(), tmp_path / "a.svg").read_text()
+    assert written == svg.replace("defs-123456", "defs-normgrow").replace("clip123456", "clipnormgrow")

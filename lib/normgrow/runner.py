@@ -291,15 +291,12 @@ def run_jobs(profile: str, jobs: list[Job], teacher_keys: dict[str, str | None] 
     done, failed, pending = plan_jobs(profile, jobs, teacher_keys)
     if executor.executor == "slurm":
         from . import slurm
-        print(f"runs: {len(done)} of {len(jobs)} finished, {len(pending)} to run as jobs of "
-              f"{slurm.describe(executor.slurm)}")
-        execute_runs(slurm.SlurmRuns(profile, executor.slurm, processes, after), pending, desc, done, failed,
-                     len(done) + len(failed), len(jobs))
-        return done, failed
-    print(f"runs: {len(done)} of {len(jobs)} finished, {len(pending)} to run"
-          + (f", {parallel} at a time" if parallel > 1 else ""))
-    execute_runs(LocalRuns(profile, parallel, processes), pending, desc, done, failed, len(done) + len(failed),
-                 len(jobs))
+        runs = slurm.SlurmRuns(profile, executor.slurm, processes, after)
+        how = f" as jobs of {slurm.describe(executor.slurm)}"
+    else:
+        runs, how = LocalRuns(profile, parallel, processes), f", {parallel} at a time" if parallel > 1 else ""
+    print(f"runs: {len(done)} of {len(jobs)} finished, {len(pending)} to run{how}")
+    execute_runs(runs, pending, desc, done, failed, len(done) + len(failed), len(jobs))
     return done, failed
 
 

@@ -243,8 +243,8 @@ def write_svg(fig, path: Path, width: int = 1000) -> Path | None:
         print(f"note: {path} not written: a static figure needs Chrome or Chromium for kaleido ({type(err).__name__}: "
               f"{str(err).strip().splitlines()[0] if str(err).strip() else ''}); the page draws the same figure")
         return None
-    uid = re.search(r"defs-([0-9a-f]+)", svg)
-    return write_text(Path(path), svg.replace(uid.group(1), "normgrow") if uid else svg)
+    uid = re.search(r"defs-([0-9a-f]+)", svg)  # only where it names something: an all-digit uid is also a number
+    return write_text(Path(path), re.sub(rf"(?<=[a-z-]){uid.group(1)}", "normgrow", svg) if uid else svg)
 
 
 # ------------------------------------------------------------------------------------------------------- notebooks
