@@ -363,7 +363,7 @@ def test_executor_flags_override_the_file():
 
 
 def test_each_profile_key_is_declared_once_and_its_rule_is_what_the_checks_read():
-    """config.RULES holds every key of every section, from the field that declares it (settings.setting); the
+    """config.RULES holds every key of every section, from the field that declares it (its schema.py annotation and setting()); the
     identity's keys not compared and a run's unread growth keys come from those declarations, and every key with
     allowed values refuses another value, naming them."""
     import dataclasses

@@ -24,7 +24,7 @@ def _flatten(tree: dict, prefix: str = "") -> dict:
 
 
 NOT_COMPARED = tuple(f"profile.{key}" for key, rule in RULES.items() if not rule.compared)
-"""Recorded, but not part of what must agree: the profile keys declared so (settings.Rule.compared; each says why
+"""Recorded, but not part of what must agree: the profile keys declared so (schema.Rule.compared; each says why
 beside its field: the teacher pass's processes and sanity mode, extra evaluations, trackers)."""
 
 

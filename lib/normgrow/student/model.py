@@ -52,6 +52,7 @@ import math
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Annotated
 
 import torch
 import torch.nn.functional as F
@@ -60,7 +61,7 @@ from torch import Tensor, nn
 from .growth_ops import GROWTH_OPS
 from .parametrization import PARAMETRIZATIONS, hidden_init_std, output_mult
 from .placements import PLACEMENTS
-from ..settings import POSITIVE, UNIT_INTERVAL, setting
+from ..schema import POSITIVE, UNIT_INTERVAL, Bool, Float, Int, Str, Tuple, in_range, one_of
 from ..utils import disk_full_errors
 
 NORMS = tuple(PLACEMENTS)
@@ -72,30 +73,30 @@ BOUNDARY_READS = {"scale": ("student.boundary_scale",)}
 @dataclass(frozen=True)
 class ModelParams:
     """The model's part of a profile's student section (config.StudentParams extends it with the keys the training
-    loop reads). Declared here, once, with each key's rule (settings.setting): StudentConfig extends it with what a
+    loop reads). Declared here, once, with each key's schema (schema.py): StudentConfig extends it with what a
     run decides, so the model reads these fields under the names the profile gives them."""
-    d_model: int = setting(128, range=POSITIVE)
-    n_heads: int = setting(4, range=POSITIVE)
-    n_kv_heads: int = setting(2, range=POSITIVE)
-    head_dim: int = setting(32, range=POSITIVE)
-    d_ff: int = setting(384, range=POSITIVE)
-    tie_embeddings: bool = True
-    rope_theta: float = setting(10000.0, range=POSITIVE)
-    rms_eps: float = setting(1e-6, range=POSITIVE)
-    init_std: float = setting(0.02, range=POSITIVE)
+    d_model: Annotated[Int, POSITIVE] = 128
+    n_heads: Annotated[Int, POSITIVE] = 4
+    n_kv_heads: Annotated[Int, POSITIVE] = 2
+    head_dim: Annotated[Int, POSITIVE] = 32
+    d_ff: Annotated[Int, POSITIVE] = 384
+    tie_embeddings: Bool = True
+    rope_theta: Annotated[Float, POSITIVE] = 10000.0
+    rms_eps: Annotated[Float, POSITIVE] = 1e-6
+    init_std: Annotated[Float, POSITIVE] = 0.02
     # norm mix (Mix-LN): post-norm in the first floor(mix_alpha * final depth) blocks
-    mix_alpha: float = setting(0.25, range=UNIT_INTERVAL)
+    mix_alpha: Annotated[Float, UNIT_INTERVAL] = 0.25
     # How init, lrs and the head's scale follow width (parametrization.py): standard | mup. Under mup, init_std and
     # the arms' lrs are those of a student of width base_width (the width they were tuned at), and d_model may differ.
-    parametrization: str = setting("standard", choices=PARAMETRIZATIONS)
-    base_width: int = setting(64, range=POSITIVE)
+    parametrization: Annotated[Str, one_of(PARAMETRIZATIONS)] = "standard"
+    base_width: Annotated[Int, POSITIVE] = 64
     # The boundary intervention: a fixed operation on the residual stream where a grown run's new blocks attach (the
     # depths of train.stages but the last), in every schedule alike, once a block sits above it: none | normalize
     # (to unit RMS, no gain) | scale (times boundary_scale[i] at the i-th of those depths). Does the scale that new
     # blocks read cause the grow gap? (BOUNDARY_OPS)
-    boundary: str = setting("none", choices=BOUNDARY_OPS)
-    boundary_scale: tuple = setting((), range=("a list of positive factors, one per boundary depth", lambda v: all(
-        isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0 for x in v)))
+    boundary: Annotated[Str, one_of(BOUNDARY_OPS)] = "none"
+    boundary_scale: Annotated[Tuple, in_range("a list of positive factors, one per boundary depth", lambda v: all(
+        isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0 for x in v))] = ()
 
 
 @dataclass(frozen=True, kw_only=True)

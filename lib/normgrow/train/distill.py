@@ -29,13 +29,13 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Annotated, Callable, Mapping
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..settings import POSITIVE, UNIT_INTERVAL, setting
+from ..schema import POSITIVE, UNIT_INTERVAL, Float, Str, one_of
 
 TAILS = ("bucket", "renormalize")
 LOSSES = ("ce", "kl")
@@ -43,13 +43,13 @@ LOSSES = ("ce", "kl")
 
 @dataclass(frozen=True)
 class DistillParams:
-    """A profile's distill section (config.Profile): the loss and its mix, each key with its rule (settings.py)."""
+    """A profile's distill section (config.Profile): the loss and its mix, each key with its schema (schema.py)."""
     # ce (soft-target cross-entropy) | kl (forward KL; same gradient, reported without H(p))
-    loss: str = setting("ce", choices=LOSSES)
-    temperature: float = setting(1.0, range=POSITIVE)
-    tail: str = setting("bucket", choices=TAILS)  # bucket (tail mass is one extra class) | renormalize (top-k only)
+    loss: Annotated[Str, one_of(LOSSES)] = "ce"
+    temperature: Annotated[Float, POSITIVE] = 1.0
+    tail: Annotated[Str, one_of(TAILS)] = "bucket"  # bucket (tail mass is one extra class) | renormalize (top-k only)
     # weight of next-token CE in the mix; KD gets 1 - ce_weight
-    ce_weight: float = setting(0.0, range=UNIT_INTERVAL)
+    ce_weight: Annotated[Float, UNIT_INTERVAL] = 0.0
 
 
 def _check_tail(tail: str) -> None:

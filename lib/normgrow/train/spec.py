@@ -115,7 +115,7 @@ def _check_keys(where: str, mapping: dict, allowed, kind: str) -> None:
 
 
 def for_arm(key: str, value, norm: str, schedule: str):
-    """The value of a per-arm key (settings.Rule.per_arm: train.lr, train.warmup_steps) for a run: one value; one per
+    """The value of a per-arm key (schema.Rule.per_arm: train.lr, train.warmup_steps) for a run: one value; one per
     placement ({pre: X, post: Y}); or one per placement and schedule ({pre: {joint: X, grow: Y, single: Z}, post:
     {...}}), since a placement's best lr and warmup differ between the joint and the grown schedule (python -m
     normgrow.sweep measures each). A mapping needs the run's placement and schedule only (a profile tuned for pre and
@@ -141,7 +141,7 @@ def for_arm(key: str, value, norm: str, schedule: str):
 
 def unread_keys(prof: Profile, norm: str, schedule: str) -> list[str]:
     """The dotted profile keys a run of this placement and schedule never reads: those declared for growing runs only
-    (settings.Rule.grows_only) and the growth operator's own (GrowthOp.reads) when the schedule does not grow, and
+    (schema.Rule.grows_only) and the growth operator's own (GrowthOp.reads) when the schedule does not grow, and
     every other placement's own keys (Placement.reads), and those of the parametrizations (parametrization.READS) and
     boundary operations (model.BOUNDARY_READS) the student does not use."""
     unread = [k for name, cls in PLACEMENTS.items() if name != norm for k in cls.reads]
