@@ -16,7 +16,7 @@ def write_run(root, variant, seed, val_ce, phase_ce=None, val_kd_ce=None, profil
     the eval records' (tokens, val_ce), default a flattened curve: the untrained model 4 nats above val_ce at step 0,
     then within 0.01 of it at 80% of the tokens (flat ratio 0.0025); metrics.jsonl also gets a phase_end record per
     phase. lr: record another learning rate than the profile's (a run made with overrides)."""
-    v = load_variants().get(variant) or Variant(variant, variant.split("-")[0], schedule or "grow")
+    v = load_variants().get(variant) or Variant(variant.split("-")[0], schedule or "grow", name=variant)
     phase_ce = list(phase_ce) if phase_ce is not None else [val_ce]
     depths = list(depths)[-len(phase_ce):] if len(phase_ce) < len(depths) else list(depths)[:len(phase_ce)]
     phases = [{"phase": i, "depth": d, "step": 8 * (i + 1), "tokens": tokens * (i + 1) // len(phase_ce),

@@ -229,7 +229,7 @@ def test_step_budget_is_checked_before_any_work(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("text,match", [
-    ("schedule: grow\n", r"zz.yaml: missing key 'norm'; every run file gives norm and schedule"),
+    ("schedule: grow\n", r"zz.yaml: missing key 'norm'; required keys: norm, schedule"),
     ("- norm: post\n  schedule: grow\n", r"zz.yaml: a run file is a mapping of the keys norm, schedule, "
                                         r"freeze_prefix, match_active_layer_tokens \(got \[\{'norm'"),
     ("", r"zz.yaml: a run file is a mapping .*\(got an empty file\)"),
@@ -285,10 +285,10 @@ def test_study_seeds_per_profile(tmp_path):
 
 
 @pytest.mark.parametrize("text,match", [
-    ("norm: banana\nschedule: grow\n", r"zz.yaml: norm: 'banana' is not allowed; allowed values: pre, post"),
-    ("norm: post\nschedule: sideways\n", r"zz.yaml: schedule: 'sideways' is not allowed; allowed values: joint, grow"),
-    ("norm: post\nschedule: grow\nfreeze_prefix: maybe\n",
-     r"zz.yaml: freeze_prefix: 'maybe' is not allowed; allowed values: true, false"),
+    ("norm: banana\nschedule: grow\n", r"zz.yaml: norm='banana' is not allowed; allowed values: pre, post"),
+    ("norm: post\nschedule: sideways\n", r"zz.yaml: schedule='sideways' is not allowed; allowed values: joint, grow"),
+    ("norm: post\nschedule: grow\nfreeze_prefix: maybe\n", r"zz.yaml: freeze_prefix: expected bool, got 'maybe'"),
+    ("norm: post\nschedule: grow\nnaem: x\n", r"zz.yaml: unknown key 'naem'; allowed keys: norm, schedule, freeze_prefix"),
 ])
 def test_bad_run_file_values_name_the_file_and_key(tmp_path, monkeypatch, text, match):
     """A value no run accepts is named with its run file and key when the run files are read, and the study runner

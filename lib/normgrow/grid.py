@@ -21,14 +21,8 @@ Choices:
     params/grids/ladder.yaml): its rows then carry each placement's depth gain against the compute of a joint run,
     and no grow verdict. A setting that changes the data (data.train_tokens) trains on a teacher cache of its own,
     built once before the runs, and is gated against its own unigram level.
-Outputs: outputs/grid/<profile>/<grid>/grid.csv (a row per setting), runs.csv (a row per run: its status and, when
-finished, its wall time and the machine that trained it), grid.json (the plan: every cell's run, the settings, date,
-command, git commit, and the runs and run-hours per machine), report.html (the forest plot, the depth gains and the
-table), depth.svg (depth gain against compute, for README, where the settings span two computes or more) and, with
-grown runs, forest.svg (the forest plot as a static figure, for README), curriculum.csv and curriculum.svg (how the
-grown students fared: grow - single and the phase ends, per setting: curriculum). They always cover every setting
-of the grid, from the finished runs, whichever settings an invocation trained (``--settings``), so running one
-setting never drops the others from the record.
+Outputs: outputs/grid/<profile>/<grid>/ (DESIGN.md, "Where results land"), always covering every setting of the
+grid from the finished runs, whichever settings an invocation trained (``--settings``).
 """
 from __future__ import annotations
 
@@ -289,7 +283,7 @@ def judge_setting(plan: GridPlan, setting: Setting, reference: Reference, unigra
                 f"{name}_ci_low": s["ci_low"], f"{name}_ci_high": s["ci_high"]}
     row |= {"grow_mde": stats["grow"]["half_width"], "interaction_mde": stats["interaction"]["half_width"],
             "n_seeds": stats["interaction"]["n"]}
-    variants = {f"{n}-{s}": Variant(f"{n}-{s}", n, s) for n in (a, b) for s in plan.grid.schedules}
+    variants = {f"{n}-{s}": Variant(n, s, name=f"{n}-{s}") for n in (a, b) for s in plan.grid.schedules}
     ref = setting_reference(reference, a, b)
     claims = [JUDGES[ref.claim(name).kind](ref.claim(name), ref, runs, "val_ce", level)
               for name in SETTING_CLAIMS.values()]

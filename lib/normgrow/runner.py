@@ -24,7 +24,6 @@ Choices:
 """
 from __future__ import annotations
 
-import dataclasses
 import errno
 import importlib.util
 import json
@@ -39,6 +38,7 @@ import threading
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
 import psutil
 from tqdm.auto import tqdm
@@ -47,6 +47,7 @@ from .config import ParamError, read_yaml
 from .paths import NOTEBOOKS, PARAMS_DIR, REPO_ROOT
 from .progress import RUNNER_KERNEL
 from .ranks import outside_launch
+from .schema import Int, Str, in_range, one_of, section, validate
 from .identity import directory_conflict
 from .rundir import (NOTEBOOK, RunDirError, is_finished, read_finished, read_identity,
                      read_metrics, run_path, runs_root, writable_dir)
@@ -58,22 +59,27 @@ EXECUTORS = ("local", "slurm")
 EXECUTORS_FILE = PARAMS_DIR / "executors.yaml"
 
 
-@dataclass(frozen=True)
+AT_LEAST_ONE = in_range("an integer >= 1", lambda v: v >= 1)
+AT_LEAST_ZERO = in_range("an integer >= 0", lambda v: v >= 0)
+PARTITION = in_range("a partition's name or null (the default)", lambda v: bool(v.strip()))
+
+
+@section
 class SlurmParams:
     """params/executors.yaml's slurm section (its comments say what each is)."""
-    partition: str | None = None
-    time_limit_min: int = 240
-    cpus_per_run: int = 2
-    gpus_per_run: int = 0
-    in_flight: int = 16
-    requeues: int = 3
+    partition: Annotated[Str, PARTITION] | None = None
+    time_limit_min: Annotated[Int, AT_LEAST_ONE] = 240
+    cpus_per_run: Annotated[Int, AT_LEAST_ONE] = 2
+    gpus_per_run: Annotated[Int, AT_LEAST_ZERO] = 0
+    in_flight: Annotated[Int, AT_LEAST_ONE] = 16
+    requeues: Annotated[Int, AT_LEAST_ZERO] = 3
 
 
-@dataclass(frozen=True)
+@section
 class ExecutorParams:
     """How a runner executes its runs: ``local`` (worker processes) or ``slurm`` (slurm.py), and the slurm jobs'
     parameters."""
-    executor: str = "local"
+    executor: Annotated[Str, one_of(EXECUTORS)] = "local"
     slurm: SlurmParams = SlurmParams()
 
 
@@ -128,34 +134,20 @@ def default_jobs(profile: str, path: Path | None = None) -> int:
 def load_executor(flags: dict | None = None, path: Path = EXECUTORS_FILE) -> ExecutorParams:
     """params/executors.yaml with the command line's flags over it (flags: executor, or a key of the slurm section,
     None where not given), validated: every error names the key and what is allowed."""
-    raw = read_yaml(path) or {}
-    unknown = sorted(set(raw) - {"executor", "slurm"})
-    if unknown:
-        raise ParamError(f"{path}: unknown key {unknown[0]!r}; allowed keys: executor, slurm")
+    raw = dict(read_yaml(path) or {})
     given = {k: v for k, v in (flags or {}).items() if v is not None}
-    executor = given.pop("executor", raw.get("executor", "local"))
-    if executor not in EXECUTORS:
-        raise ParamError(f"executor={executor!r} is not allowed; allowed values: {', '.join(EXECUTORS)}")
-    slurm = {**(raw.get("slurm") or {}), **given}
-    allowed = [f.name for f in dataclasses.fields(SlurmParams)]
-    unknown = sorted(set(slurm) - set(allowed))
-    if unknown:
-        raise ParamError(f"{path}: unknown key slurm.{unknown[0]}; allowed keys: {', '.join(allowed)}")
-    for key, value in slurm.items():
-        if key == "partition":
-            if value is not None and not (isinstance(value, str) and value.strip()):
-                raise ParamError(f"slurm.partition={value!r} must be a partition's name or null (the default)")
-        elif not isinstance(value, int) or isinstance(value, bool) or value < (0 if key in ("gpus_per_run", "requeues")
-                                                                               else 1):
-            raise ParamError(f"slurm.{key}={value!r} must be an integer >= "
-                             f"{0 if key in ('gpus_per_run', 'requeues') else 1}")
-    if executor == "slurm":
+    if "executor" in given:
+        raw["executor"] = given.pop("executor")
+    if given and isinstance(raw.get("slurm") or {}, dict):
+        raw["slurm"] = {**(raw.get("slurm") or {}), **given}
+    params = validate(ExecutorParams, raw, str(path))
+    if params.executor == "slurm":
         missing = [c for c in ("sbatch", "squeue") if shutil.which(c) is None]
         missing += [] if importlib.util.find_spec("submitit") else ["the Python package submitit"]
         if missing:
             raise ParamError(f"executor=slurm needs SLURM's sbatch and squeue on PATH and submitit; missing: "
                              f"{', '.join(missing)}")
-    return ExecutorParams(executor, SlurmParams(**slurm))
+    return params
 
 
 def executor_of(args) -> ExecutorParams:

@@ -1,23 +1,29 @@
-"""A profile key's schema, declared once beside the code that reads it: a section is a frozen dataclass whose field
-annotations pydantic validates (the type, then the key's checks: allowed values, range, device, per arm), and whose
-``setting(default, compared=..., grows_only=...)`` says how a run's identity treats the key. config.load_profile
-validates a file with pydantic and turns its first error into a ParamError naming the key and what is allowed.
+"""The schema of the params/ files, declared beside the code that reads them: a section of a file is a frozen
+dataclass (``@section``) whose field annotations pydantic validates (the type, then the key's checks: allowed values,
+range, device, per arm); ``validate`` turns pydantic's first error into a ParamError naming the file, the dotted key
+and what is allowed. A profile key's ``setting(default, compared=..., grows_only=...)`` says how a run's identity
+treats it.
 
 Types are strict (YAML's ``on`` is a boolean, not a string), except that a number written ``3e-3`` (a string in
 YAML 1.1) is a float and a list is a tuple.
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 import re
+import typing
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Callable
 
-from pydantic import AfterValidator, AllowInfNan, BeforeValidator, Strict
+from pydantic import AfterValidator, AllowInfNan, BeforeValidator, ConfigDict, Strict, TypeAdapter, ValidationError
 from pydantic_core import PydanticCustomError
 
+from .paths import ParamError
+
 TYPE, CHECK = "normgrow_type", "normgrow_check"
-"""The error kinds the checks raise: a value of another type, a value its check refuses (config.param_error)."""
+"""The error kinds the checks raise: a value of another type, a value its check refuses (validate)."""
 
 
 def refuse(value: Any, says: str) -> PydanticCustomError:
@@ -140,3 +146,47 @@ def rule_of(f, annotation: Any) -> Rule:
     return Rule(compared=f.metadata.get("compared", True), grows_only=f.metadata.get("grows_only", False),
                 per_arm=any(isinstance(c, PerArm) for c in checks),
                 choices=next((c for c in checks if isinstance(c, OneOf)), None))
+
+
+def section(cls):
+    """A frozen dataclass that pydantic validates refusing unknown keys."""
+    cls.__pydantic_config__ = ConfigDict(extra="forbid")
+    return dataclass(frozen=True)(cls)
+
+
+@functools.cache
+def _adapter(cls) -> TypeAdapter:
+    return TypeAdapter(cls)
+
+
+def validate(cls, raw: Any, where: str = ""):
+    """raw (a file's mapping) as cls, validated; pydantic's first error (fields in their declared order) as one
+    ParamError: ``<where>: <dotted key>...`` with the allowed keys, values or range, or the type expected."""
+    try:
+        return _adapter(cls).validate_python(raw)
+    except ValidationError as err:
+        raise ParamError(f"{where}: {_message(cls, err.errors()[0])}" if where else _message(cls, err.errors()[0])
+                         ) from None
+
+
+def _message(cls, e: dict) -> str:
+    loc, kind, ctx = [str(x) for x in e["loc"]], e["type"], e.get("ctx") or {}
+    key, value = ".".join(loc), ctx.get("value", e["input"])
+    for part in loc[:-1] if kind in ("unexpected_keyword_argument", "missing", "missing_argument") else ():
+        cls = typing.get_type_hints(cls)[part]
+    if kind == "unexpected_keyword_argument":
+        allowed = ", ".join(f.name for f in dataclasses.fields(cls))
+        return f"unknown key {key if len(loc) > 1 else repr(key)}; allowed keys: {allowed}"
+    if kind in ("missing", "missing_argument"):
+        required = [f.name for f in dataclasses.fields(cls) if f.default is f.default_factory is dataclasses.MISSING]
+        return f"missing key {key!r}; required keys: {', '.join(required)}"
+    if kind == CHECK:
+        return f"{key}={value!r} {ctx['says']}"
+    if kind == "finite_number":
+        return f"{key}={value!r} must be a finite number"
+    if kind in ("dataclass_type", "dataclass_args_type"):
+        return f"{key}: expected a mapping, got {value!r}" if key else f"expected a mapping, got {value!r}"
+    expected = ctx["says"] if kind == TYPE else {"string_type": "str"}.get(kind, kind.removesuffix("_type"))
+    hint = (f" (YAML reads an unquoted on, off, yes or no as a boolean: write {key}: \"{'on' if value else 'off'}\")"
+            if expected == "str" and isinstance(value, bool) else "")
+    return f"{key}: expected {expected}, got {value!r}{hint}"

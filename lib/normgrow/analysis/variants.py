@@ -16,23 +16,27 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields
+from typing import Annotated
 
 from ..config import PARAMS_DIR, ParamError, read_yaml
 from ..identity import identity_conflict
 from ..rundir import (NUMERICS_VERSION, RunDirError, Summary, finished_runs, read_finished,
                       run_machine, seeded_name)
+from ..schema import Bool, Str, one_of, section, validate
+from ..student.model import NORMS
+from ..train.growth import SCHEDULES
 
 RUN_KEYS = ("norm", "schedule", "freeze_prefix", "match_active_layer_tokens")
-REQUIRED_RUN_KEYS = ("norm", "schedule")  # the others default to an unfrozen, unmatched run
 
 
-@dataclass(frozen=True)
+@section
 class Variant:
-    name: str  # the run file's stem
-    norm: str
-    schedule: str
-    freeze_prefix: bool = False
-    match_active_layer_tokens: str | None = None  # the donor *variant* of a compute-matched run
+    """A run file (its keys RUN_KEYS; norm and schedule required, the others default to an unfrozen, unmatched run)."""
+    norm: Annotated[Str, one_of(NORMS)]
+    schedule: Annotated[Str, one_of(SCHEDULES)]
+    freeze_prefix: Bool = False
+    match_active_layer_tokens: Str | None = None  # the donor *variant* of a compute-matched run
+    name: Str = field(default="", kw_only=True)  # the run file's stem (load_variants)
 
     def parameters(self) -> dict:
         """The papermill parameters of run_variant.ipynb this run file sets."""
@@ -42,40 +46,16 @@ class Variant:
         return self.norm, self.schedule, self.freeze_prefix, self.match_active_layer_tokens
 
 
-def run_file_values(path, raw: dict) -> None:
-    """ParamError naming the run file and the key of a value no run accepts: norm a placement, schedule a schedule,
-    freeze_prefix true or false, match_active_layer_tokens a run file's name (checked with the others, load_variants).
-    make_run_spec checks the same values again with the run's other parameters."""
-    from ..student.model import NORMS
-    from ..train.growth import SCHEDULES
-    for key, allowed in (("norm", NORMS), ("schedule", SCHEDULES), ("freeze_prefix", (True, False))):
-        value = raw.get(key, False)
-        if value not in allowed or (key != "freeze_prefix" and not isinstance(value, str)):
-            raise ParamError(f"{path}: {key}: {value!r} is not allowed; allowed values: "
-                             f"{', '.join(str(a).lower() if isinstance(a, bool) else a for a in allowed)}")
-    donor = raw.get("match_active_layer_tokens")
-    if donor is not None and not isinstance(donor, str):
-        raise ParamError(f"{path}: match_active_layer_tokens: {donor!r} must name a run file of params/runs")
-
-
 def load_variants() -> dict[str, Variant]:
     """Every run file of params/runs, by name; a file that is not a mapping, a missing or unknown key, a value no run
-    accepts (run_file_values) and matched-on-matched chains are ParamErrors naming the file and the key."""
+    accepts and matched-on-matched chains are ParamErrors naming the file and the key."""
     variants = {}
     for path in sorted((PARAMS_DIR / "runs").glob("*.yaml")):
         raw = read_yaml(path)
-        if not isinstance(raw, dict):
+        if not isinstance(raw, dict) or "name" in raw:
             raise ParamError(f"{path}: a run file is a mapping of the keys {', '.join(RUN_KEYS)} (got "
                              f"{'an empty file' if raw is None else repr(raw)}), e.g. norm: post, schedule: grow")
-        bad = sorted(set(raw) - set(RUN_KEYS))
-        if bad:
-            raise ParamError(f"{path}: unknown key {bad[0]!r}; allowed keys: {', '.join(RUN_KEYS)}")
-        missing = [key for key in REQUIRED_RUN_KEYS if key not in raw]
-        if missing:
-            raise ParamError(f"{path}: missing key {missing[0]!r}; every run file gives {' and '.join(REQUIRED_RUN_KEYS)}"
-                             f" (allowed keys: {', '.join(RUN_KEYS)})")
-        run_file_values(path, raw)
-        variants[path.stem] = Variant(path.stem, **raw)
+        variants[path.stem] = validate(Variant, raw | {"name": path.stem}, str(path))
     seen: dict[tuple, str] = {}
     for v in variants.values():  # a variant is defined once: two files would split its runs between two names
         if v.key() in seen:

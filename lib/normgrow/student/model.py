@@ -61,7 +61,7 @@ from torch import Tensor, nn
 from .growth_ops import GROWTH_OPS
 from .parametrization import PARAMETRIZATIONS, hidden_init_std, output_mult
 from .placements import PLACEMENTS
-from ..schema import POSITIVE, UNIT_INTERVAL, Bool, Float, Int, Str, Tuple, in_range, one_of
+from ..schema import POSITIVE, UNIT_INTERVAL, Bool, Float, Int, Str, Tuple, in_range, one_of, section
 from ..utils import disk_full_errors
 
 NORMS = tuple(PLACEMENTS)
@@ -70,7 +70,7 @@ BOUNDARY_READS = {"scale": ("student.boundary_scale",)}
 """Profile keys only a boundary operation reads (train.spec.unread_keys records them at their defaults elsewhere)."""
 
 
-@dataclass(frozen=True)
+@section
 class ModelParams:
     """The model's part of a profile's student section (config.StudentParams extends it with the keys the training
     loop reads). Declared here, once, with each key's schema (schema.py): StudentConfig extends it with what a

@@ -28,20 +28,19 @@ respect to the student is the same.
 from __future__ import annotations
 
 from contextlib import nullcontext
-from dataclasses import dataclass
 from typing import Annotated, Callable, Mapping
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..schema import POSITIVE, UNIT_INTERVAL, Float, Str, one_of
+from ..schema import POSITIVE, UNIT_INTERVAL, Float, Str, one_of, section
 
 TAILS = ("bucket", "renormalize")
 LOSSES = ("ce", "kl")
 
 
-@dataclass(frozen=True)
+@section
 class DistillParams:
     """A profile's distill section (config.Profile): the loss and its mix, each key with its schema (schema.py)."""
     # ce (soft-target cross-entropy) | kl (forward KL; same gradient, reported without H(p))
