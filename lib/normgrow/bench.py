@@ -1,38 +1,10 @@
-"""Training-throughput benchmark: the study's training step against transformers baselines, timed in one process,
-and against earlier numerics versions as their records measured them.
+"""Training-throughput benchmark: ``python -m normgrow.bench --profile cpu`` (make bench).
 
-    python -m normgrow.bench --profile cpu          (make bench)
-
-The student is the profile's own, as the study builds it: student.* width and heads at the full depth
-train.stages[-1], pre-norm (the placement that maps to Qwen3ForCausalLM), the vocabulary of student.vocab resolved by
-VocabMap.for_cache on the teacher cache (corpus: the ids that occur in the cached tokens), autocast in train.dtype
-resolved for this CPU (--dtype overrides). Without a usable cache (or with --data synthetic) the batch is synthetic,
-the bench says so, and the vocabulary is the teacher's (its config) under student.vocab: full, or --vocab-size ids;
-under corpus --vocab-size is required, since only the cache knows which ids occur.
-
-Candidates (same batch, same initial weights; every one is a full training step: forward, loss, backward,
-grad-norm clip, AdamW step, loss.item()):
-  normgrow           the study's step: train.step.train_step (the run loop's) with train.step.DistillStep (the
-                     student's blocks, compiled when train.compile resolves to on here, + the fused distillation
-                     head) and train.optim.make_optimizer's AdamW (blocks compiled on CUDA and for bf16 on CPU,
-                     attention kernel in float32 on CPU, fused AdamW). Compiled, its first call compiles, so it needs
-                     warmup >= 1
-  hf_cached          transformers Qwen3ForCausalLM converted from the same student (same vocabulary) under the same
-                     autocast, full logits + distill.distill_loss: the same cached loss, another model/head
-  hf_online          a Qwen3ForCausalLM student over the teacher's full vocabulary (the online KL needs every teacher
-                     class) + the teacher run online (no_grad) on the batch + full-vocabulary KL(teacher || student)
-                     on full logits: what one does without a cache
-Timing: candidates are interleaved round by round (warmup rounds first) and each round ends with one sample of the
-matmul peak in the candidates' dtype, so machine noise (shared cores) hits steps and peak alike; every figure is a
-median over the timed rounds and ratios are taken between medians of the same run. MFU = a candidate's step FLOPs
-(step_flops of its own shape; hf_online's teacher forward is timed but not counted) / its median step time /
-the median peak.
-Also reported: the distillation head alone (bench_head), the teacher's forward throughput (timed inside hf_online)
-and the study-level teacher cost (one cached pass over the profile's tokens vs one teacher pass per run of
-params/study.yaml), and peak memory per step (RSS sampling, see measure_memory). Writes
-outputs/bench/<profile>-<CPU kind>.json (utils.cpu_kind: amx, avx512bf16 or nobf16), one file per CPU kind.
-Earlier numerics versions' steps (normgrow_v1, normgrow_v2, ...) are not kept as code: their step times come from
-the record this bench replaces (earlier_numerics) and are carried into the new one.
+The study's training step (train.step.train_step on the profile's own student) against transformers baselines
+(hf_cached: Qwen3ForCausalLM on the same cached loss; hf_online: the teacher run online), timed in one process with
+the candidates interleaved round by round beside a matmul peak, and against earlier numerics versions as their
+records measured them (earlier_numerics). Writes outputs/bench/<profile>-<CPU kind>.json. What each candidate is,
+the timing and MFU rules: DESIGN.md, "Performance".
 """
 from __future__ import annotations
 

@@ -2,55 +2,11 @@
 ``python -m normgrow.sweep --profile cpu [--schedules joint grow single] [--warmups 48 96 192] [--write]``
 (make sweep).
 
-Why: pre- and post-norm may want different peak learning rates (post-norm classically a lower one), and a
-placement's best lr differs between the joint and the grown schedule; one shared lr could hand one arm a handicap
-that the study would then read as a placement or curriculum effect. The sweep measures, per (placement, schedule),
-the lr and warmup with the lowest final validation CE, and ``--write`` stores them for the profile as
-``train.lr: {pre: {joint: X, grow: Y, single: Z}, post: {...}}`` and ``train.warmup_steps`` of the same form
-(spec.for_arm resolves them for each run; a freeze control takes its placement's grow values, a matched run its
-joint values). Warmup decides whether an arm trains at all as much as its lr does (post-norm on the unigram plateau
-at 48 warmup steps on some seeds, training at 192), so both are tuned per arm.
-
-Choices:
-  - Candidates per profile come from params/sweep.yaml (parameters are data); ``--lrs`` overrides, and
-    ``--lr-factors`` makes each arm's candidates its profile lr times the factors (a search around each arm's
-    current optimum). Warmups: ``--warmups``, else each arm's profile warmup; ``--warmup-factors`` makes them each
-    arm's profile warmup times the factors. Every candidate lr runs every warmup (a product; a search in stages
-    keeps it small: warmups at each arm's lr (``--lr-factors 1 --warmups ...``), ``--write``, lrs at the written
-    warmups (``--lr-factors 0.7071 1.4142``), ``--write``, then the written warmups' neighbours at the written lrs
-    (``--lr-factors 1 --warmup-factors 0.5 2``): a candidate already finished is read back, not trained again).
-    The grid is sorted and deduplicated, so its edges are its smallest and largest values.
-  - Candidates run each schedule of ``--schedules`` (default: params/sweep.yaml's ``schedules``). Every arm the
-    study compares gets its own optimum, so a gap between arms is not a gap in tuning; the grid per placement is
-    shared by its schedules.
-  - Each candidate is an ordinary run ``sweep-<norm>-<schedule>-lr<lr>-wu<warmup>-s<seed>`` in
-    outputs/runs/<profile>/ with ``train.lr`` and ``train.warmup_steps`` overridden (study run names never start
-    with ``sweep-``). run_variant resumes an interrupted run and returns a finished one without training, so an
-    interrupted sweep continues where it stopped; a finished run made with other profile parameters is refused by
-    run_variant, never silently reused.
-  - The chosen (lr, warmup) per arm is the argmin of mean final val_ce over finite values (a diverged run never
-    wins). It is bracketed when a lower and a higher lr were tried at its warmup, and a shorter and a longer warmup
-    at its lr; an optimum on an edge of either (or a dimension with one value there) may lie outside what was tried:
-    a warning says so and sweep.json records it.
-  - ``--jobs N`` trains N candidates at once, each in a worker process, through the runner (runner.py, the study's
-    and the grid's too); the rows and the choice do not depend on it (each candidate is the same run either way).
-  - Seeds (``seeds`` in params/sweep.yaml, ``--seeds``): every lr of an arm runs every seed and the arm's choice is
-    the lowest *mean* final val_ce over them; an lr with a non-finite seed never wins. One seed picks an lr but can
-    pick one next to a cliff: on the cpu profile post-norm's one-seed optimum for its 3-block first stage (8.5e-3)
-    trained seed 0 and left seeds 1 and 2 on or near the unigram plateau (docs/LOG.md), so arms near a divergence
-    need the seeds the study will run.
-  - ``--write`` stores the choice in a generated file, params/tuned/<profile>.yaml (paths.tuned_file), which the
-    profile reads where it says ``lr: tuned`` / ``warmup_steps: tuned`` (config.resolve_tuned): the lr per arm, the
-    warmup per arm when some arm tried more than one, and the record behind each; a norm and schedule that were not
-    swept keep their current value. The hand-written profile is never edited.
-  - The record keeps every candidate: the rows of an earlier invocation that this one did not run stay in sweep.csv
-    and sweep.json, read back from their runs while those are finished under this numerics version
-    (earlier_rows), and each arm's choice is over all of its candidates. So extending a grid (lower lrs, other
-    warmups, one more schedule) adds to the record and never overwrites it.
-Outputs: outputs/sweep/<profile>/sweep.csv (one row per candidate) and sweep.json (the rows, the choice per arm,
-the grid warnings, date, profile, git commit, this invocation's command line and the earlier runs it kept); a
-sweep of placements other than the study's writes them to outputs/sweep/<profile>/<norms>/ (rundir.sweep_dir,
-sweep_placements).
+One shared lr could hand one arm a handicap that the study would read as a placement or curriculum effect, so every
+arm gets the (lr, warmup) with the lowest mean final validation CE over the sweep's seeds. Each candidate is an
+ordinary run ``sweep-<norm>-<schedule>-lr<lr>-wu<warmup>-s<seed>``, resumed and read back like any other; ``--write``
+stores the choice in params/tuned/<profile>.yaml. The choices (candidates, brackets, seeds, the record that keeps
+every candidate) are DESIGN.md's "The lr and warmup sweep".
 """
 from __future__ import annotations
 

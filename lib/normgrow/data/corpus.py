@@ -11,25 +11,17 @@ Sources (``data.source``):
   files (one document per record, its text the string in ``text_field``). Paths and globs are relative to the
   repository root (paths.resolve_profile_path).
 
-Documents: every source goes through one rule. Text is cleaned (``clean_text``; a Project Gutenberg header and
-footer are stripped only from a text that has the ``*** START OF ... PROJECT GUTENBERG`` marker), and a document
-longer than ``data.max_doc_chars`` is cut at paragraph boundaries into sections of about that size, each a
-document of its own (id ``<doc_id>/<i>``). Sectioning keeps the split by document meaningful for sources made of a
-few large files (a Shakespeare work, a book-length .txt): without it a handful of documents would decide the
-validation split. 4,000 characters is about one KJV chapter.
+Documents: every source goes through one rule (``clean_text``; a document longer than ``data.max_doc_chars`` is cut
+at paragraph boundaries into sections, each a document ``<doc_id>/<i>``), so the split by document stays meaningful
+for sources made of a few large files.
 
 Split: a document goes to validation iff hash(split_seed, doc_id) < val_fraction, so the split is deterministic and
 by document (no document ever contributes to both splits). Documents are visited in a seeded hash order (bundled and
 local files) or stream order (hub) and each split takes documents until it has ``*_tokens`` tokens.
 
-Packing (``pack_rows``): documents are concatenated as ``[S] + tokens`` (S, the document-start token,
-``document_start_id``) and cut into rows of ``seq_len`` that **all begin with S**: a row that starts at a document
-start takes the document's own S; a row that continues a document cut by the previous row gets an S in front of
-the continuation. So no model (teacher pass or student) is ever fed a row whose position 0 is mid-text without the
-start token it was trained to see there: a teacher that expects its BOS at position 0 reads a continuation row as a
-document that begins there (for a Gemma-style teacher the cached CE on mid-document rows without it was 7.5 nats
-against 3.9 with it). The incomplete last row is dropped (no padding). ``doc_start[i, t]`` is True at every S
-position (position 0 of every row among them); the loss never predicts an S (``loss_mask``).
+Packing (``pack_rows``): documents are concatenated as ``[S] + tokens`` and cut into rows of ``seq_len`` that all
+begin with S (a row that continues a document gets an S in front; DESIGN.md, "Data"); the incomplete last row is
+dropped. ``doc_start[i, t]`` is True at every S position; the loss never predicts an S (``loss_mask``).
 
 Cache: ``outputs/data/<data_key>/{train,val}/{tokens,doc_start}.npy`` (memory-mapped on read) with ``meta.json``,
 ``checksums.json`` and a ``COMPLETE`` marker written last (cache.py); ``data_key`` hashes every input (source and

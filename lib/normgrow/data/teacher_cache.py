@@ -21,23 +21,9 @@ for (check_cache: recorded key, k, seq_len, vocabulary, array shapes, a sample o
 baseline) and raises CacheMismatchError otherwise; a directory whose COMPLETE marker names another key is reported
 with both keys and never deleted (cache.check_marker).
 
-Sanity gate: a teacher fed rows it cannot read (no start token where it expects one, a wrong tokenizer, broken
-weights) still produces a cache that looks fine, and every distillation target in it is corrupted. So the pass
-measures the teacher's validation CE in two position buckets, the first FIRST_POSITIONS predictions of a row and the
-rest, against a unigram model fitted on the training tokens on the same positions (teacher.json, "positions"), and
-the teacher must pass two checks (``sanity_failures``):
-
-  * later positions: teacher CE at least SANITY_MARGIN nats below the unigram CE (a teacher that reads the text is
-    far better than context-free statistics: the bundled teacher is 3.4 nats below on the tiny profile);
-  * first positions: teacher CE at most FIRST_POSITIONS_SLACK nats above the unigram CE there. With little context
-    any model is near the unigram level, a little above it because its prediction right after the start token of
-    a row that continues a document expects a document to begin (the bundled teacher: 7.26 vs 7.23 on the tiny
-    profile, 7.41 vs 6.50 on the cpu profile's longer rows, where most rows are continuations); a teacher fed rows
-    without the start token it expects was 13.3 nats at those positions, 4+ nats above.
-
-A cache that fails is still published (the pass is the expensive part; the gate's mode is not part of the key), but
-under ``teacher.sanity: enforce`` every open raises TeacherSanityError naming the failed check; under ``warn`` it
-opens with the failure printed at every open (the study's report does not carry it yet).
+Sanity gate (sanity_failures; DESIGN.md, "Data"): a teacher fed rows it cannot read still produces a cache that
+looks fine, so every open compares its validation CE with a unigram model's in two position buckets and, under
+``teacher.sanity: enforce``, raises TeacherSanityError naming the failed check (``warn``: prints it at every open).
 """
 from __future__ import annotations
 

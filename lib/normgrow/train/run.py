@@ -4,36 +4,8 @@ Entry point: ``run_variant(spec)`` (what notebooks/run_variant.ipynb calls, on a
 every parameter before any heavy work or output directory): it trains, evaluates, checkpoints and writes
 outputs/runs/<profile>/<run>/{config.json, metrics.jsonl, summary.json, checkpoints/}.
 
-Choices made explicit here (see growth.py for the schedules and the token accounting):
-  - Optimiser and lr schedules: optim.py (AdamW, what it keeps at growth, warmup + cosine per stage or global).
-    Evaluations: evaluate.py (which steps, which rows, the metrics). Batches: data/batches.py.
-  - After each growth step, before any update, the fixed subset of the validation split is evaluated
-    (PhaseSummary's val_ce_after_growth): with a function-preserving growth operator (growth_ops.py) it equals the
-    previous phase's final val_ce on the same rows (PhaseSummary.val_ce_subset).
-  - A growth operator whose new blocks change over the phase (growth_ops.Gated's mask) is told the step before
-    every training step and every evaluation, so the mask is a function of the step and a resumed run computes
-    the same.
-  - Data order: a pure function of the step (data/batches.py), so a resumed run sees exactly the data it would have.
-  - New blocks are initialised from a generator seeded by (seed, phase), so growth is reproducible after a resume.
-  - Mixed precision: autocast in train.dtype (auto = bf16 where the hardware has it); losses in float32; the
-    attention kernel in float32 on CPU (model.py).
-  - Resume: checkpoints/last.pt (model, optimiser, step, counters, metrics line count) every checkpoint_every steps
-    and at every phase end; a restarted run truncates metrics.jsonl to the checkpoint and continues. A finished run
-    (summary.json present) is returned as is unless force=True, which deletes it first.
-  - Data parallel (train.processes = N > 1): N ranks (ranks.py: forked by accelerate's notebook_launcher, or
-    started by accelerate launch), each training on its slice of the sorted rows of the same global batch of
-    train.batch_size sequences, so the data order is still a pure function of the step; accelerate wraps the
-    forward in DDP, which averages the gradients. The loss of a rank is its mean over its loss-mask positions times
-    N * local positions / global positions, so the average is exactly the gradient of the global batch's mean
-    (ranks hold different numbers of positions). Counters and logged numbers are those of the global batch; rank 0
-    alone holds the run lock and writes (metrics, checkpoints, summary). The forward is wrapped again after every
-    growth step, because DDP fixes its parameter set when it wraps.
-  - Evaluations (evaluation_plan): the whole validation split where a claim, a gate or the summary reads the
-    number (phase ends, the flatness gate's point), a fixed evenly spaced subset of train.eval_tokens (subset_rows)
-    at the points only curves draw and at those read against another point on the same rows (step 0, each grown
-    model before its first update); each record says which (full_split), and a whole-split record also carries the
-    subset's values, from the same forward.
-  - The step itself (forward, backward, clip, finite check, AdamW step) and compilation: step.py.
+The run's choices (what is evaluated after growth, data order, seeds of new blocks, mixed precision, resume, data
+parallel, evaluations) are DESIGN.md's "How a run flows"; the step itself is step.py.
 """
 from __future__ import annotations
 
