@@ -103,17 +103,19 @@ def test_two_settings_that_make_the_same_run_share_it(grids):
 
 
 @pytest.mark.parametrize("text, needle", [
-    ("placements: [pre, post]\nseeds: [0]\n", "needs the keys placements, seeds, settings and may have schedules"),
+    ("placements: [pre, post]\nseeds: [0]\n", "missing key 'settings'; required keys: placements, seeds, settings"),
     ("placements: [pre, post]\nseeds: [0]\nschedules: [joint, grow]\nsettings: [{name: a}]\n", "holding joint and single"),
     ("placements: [pre, pre]\nseeds: [0]\nsettings: [{name: a}]\n", "two different placements"),
     ("placements: [pre, post]\nseeds: [0, -1]\nsettings: [{name: a}]\n", "seeds=[0, -1] must be"),
-    ("placements: [pre, post]\nseeds: [0]\nsettings: [{name: a, colour: red}]\n", "keys of name, about"),
+    ("placements: [pre, post]\nseeds: [0]\nsettings: [{name: a, colour: red}]\n",
+     "unknown key settings[0].colour; allowed keys: name, about"),
     ("placements: [pre, post]\nseeds: [0]\nsettings: [{name: 'a b'}]\n", "name='a b' must be"),
     ("placements: [pre, post]\nseeds: [0]\nsettings: [{name: a}, {name: a}]\n", "setting names must be unique"),
     ("placements: [pre, post]\nseeds: [0]\nsettings: [{name: a, tuning_of: {grow: fast}}]\n", "tuning_of="),
     ("placements: [pre, post]\nseeds: [0]\nsettings: [{name: a, overrides: {train.lr: 0.1}}]\n", "other than train.lr"),
-    ("placements: [pre, post]\nseeds: [0]\nsettings: [{name: a, lr_scale: 0}]\n", "lr_scale=0 must be"),
-    ("placements: [pre, post]\nseeds: [0]\nsettings: [{name: a, lr_scale: half}]\n", "lr_scale='half' must be"),
+    ("placements: [pre, post]\nseeds: [0]\nsettings: [{name: a, lr_scale: 0}]\n", "settings[0].lr_scale=0.0 must be"),
+    ("placements: [pre, post]\nseeds: [0]\nsettings: [{name: a, lr_scale: half}]\n",
+     "settings[0].lr_scale: expected float, got 'half'"),
 ])
 def test_bad_grid_files_name_the_key(grids, text, needle):
     write_grid(grids, "bad", text)
@@ -176,7 +178,7 @@ def test_a_grid_pins_its_lrs_and_warmup_so_a_later_tuning_leaves_its_runs_standi
     with pytest.raises(ParamError, match="other than train.lr"):
         grid_plan.load_grid("g")
     write_grid(grids, "g", "placements: [pre, post]\nseeds: [0]\noverrides: [train.lr]\nsettings:\n  - {name: a}\n")
-    with pytest.raises(ParamError, match="overrides=.* must be a mapping"):
+    with pytest.raises(ParamError, match=r"overrides: expected a mapping, got \['train.lr'\]"):
         grid_plan.load_grid("g")
 
 

@@ -20,21 +20,20 @@ study has that variant, else between settings (the first setting in the file tha
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Annotated
 
 from .analysis.variants import load_variants
 from .config import PARAMS_DIR, ParamError, load_profile, read_yaml
 from .paths import NAME
 from .rundir import GRID_RUN_PREFIX, check_name, seeded_name
 from .runner import Job
+from .schema import Bool, Float, Str, in_range, section, validate
 from .student.model import NORMS
 from .train.growth import SCHEDULES
 from .train.spec import for_arm, make_run_spec
 from .utils import stable_hash
 
 GRIDS_DIR = PARAMS_DIR / "grids"
-GRID_KEYS = ("placements", "seeds", "settings")
-OPTIONAL_GRID_KEYS = ("schedules", "overrides", "share_study_runs")
-SETTING_KEYS = ("name", "about", "overrides", "placements", "tuning_of", "lr_scale")
 CORE = ("joint", "grow", "single")  # the variants of every setting, per placement
 
 
@@ -57,21 +56,46 @@ class Grid:
     share_study_runs: bool = True  # False: every run is the grid's own (grid-...), none the study's (load_grid)
 
 
-def _pair(value, where: str) -> tuple[str, str]:
-    if not (isinstance(value, (list, tuple)) and len(value) == 2 and all(v in NORMS for v in value)
-            and value[0] != value[1]):
-        raise ParamError(f"{where}={value!r} must be two different placements of {', '.join(NORMS)}, e.g. [pre, post]")
-    return tuple(value)
+PAIR = in_range(f"two different placements of {', '.join(NORMS)}, e.g. [pre, post]",
+                lambda v: len(v) == 2 and all(x in NORMS for x in v) and v[0] != v[1])
+
+
+@section
+class SettingFile:
+    """One entry of a grid file's settings (load_grid)."""
+    name: Annotated[Str, in_range("1-40 letters, digits, '.', '_' or '-'",
+                                  lambda v: bool(NAME.fullmatch(v)) and len(v) <= 40)]
+    about: Str = ""
+    overrides: Annotated[dict, in_range("a mapping of dotted profile keys other than train.lr (every arm trains at "
+                                        "its swept lr; tuning_of chooses another arm's)",
+                                        lambda v: "train.lr" not in v)] = field(default_factory=dict)
+    placements: Annotated[list, PAIR] | None = None  # default: the grid's
+    tuning_of: Annotated[dict, in_range(f"a mapping of schedules to schedules ({', '.join(SCHEDULES)})", lambda v: all(
+        k in SCHEDULES and w in SCHEDULES for k, w in v.items()))] = field(default_factory=dict)
+    lr_scale: Annotated[Float, in_range("a number in (0, 100]", lambda v: 0 < v <= 100)] = 1.0
+
+
+@section
+class GridFile:
+    """params/grids/<name>.yaml (load_grid)."""
+    placements: Annotated[list, PAIR]
+    seeds: Annotated[list, in_range("a non-empty list of integers >= 0", lambda v: bool(v) and all(
+        isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in v))]
+    settings: Annotated[list[SettingFile], in_range("a non-empty list of settings", bool)]
+    schedules: Annotated[list, in_range(f"a list of {', '.join(CORE)} holding joint and single", lambda v: set(
+        v) <= set(CORE) and {"joint", "single"} <= set(v))] = field(default_factory=lambda: list(CORE))
+    overrides: dict = field(default_factory=dict)
+    share_study_runs: Bool = True
 
 
 def load_grid(name: str) -> Grid:
-    """params/grids/<name>.yaml, validated: GRID_KEYS and maybe OPTIONAL_GRID_KEYS (schedules: those of CORE each
+    """params/grids/<name>.yaml, validated (GridFile): placements, seeds and settings, and maybe (schedules: those of CORE each
     setting trains, joint and single among them, since the depth gate reads both; default all three; overrides:
     dotted profile keys under every setting's own, the only place train.lr may be given: a grid that pins the lrs
     and warmups it trained at keeps its runs when a sweep later writes others into the profile; share_study_runs,
     default true: false names every run the grid's own, so that a record made to choose the study's protocol
     still reads its runs after the study has moved to another and its run names hold other runs); every
-    setting's keys of SETTING_KEYS, a unique name usable in run names, placements a pair of placements, tuning_of
+    setting's keys of SettingFile, a unique name usable in run names, placements a pair of placements, tuning_of
     schedule -> schedule. Overrides are validated per run by make_run_spec (plan_grid), which names the key."""
     path = GRIDS_DIR / f"{check_name('grid', name)}.yaml"
     if not path.is_file():
@@ -80,51 +104,14 @@ def load_grid(name: str) -> Grid:
     raw = read_yaml(path) or {}
     if isinstance(raw, dict) and "rungs" in raw:
         raise ParamError(f"{path} is a grid of studies (one profile a rung): python -m normgrow.width runs it")
-    if not isinstance(raw, dict) or not set(GRID_KEYS) <= set(raw) <= set(GRID_KEYS + OPTIONAL_GRID_KEYS):
-        raise ParamError(f"{path}: needs the keys {', '.join(GRID_KEYS)} and may have {', '.join(OPTIONAL_GRID_KEYS)}")
-    schedules = raw.get("schedules", list(CORE))
-    if not (isinstance(schedules, list) and set(schedules) <= set(CORE) and {"joint", "single"} <= set(schedules)):
-        raise ParamError(f"{path}: schedules={schedules!r} must be a list of {', '.join(CORE)} holding joint and single")
-    placements = _pair(raw["placements"], f"{path}: placements")
-    seeds = raw["seeds"]
-    if not (isinstance(seeds, list) and seeds and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
-                                                      for s in seeds)):
-        raise ParamError(f"{path}: seeds={seeds!r} must be a non-empty list of integers >= 0")
-    share = raw.get("share_study_runs", True)
-    if not isinstance(share, bool):
-        raise ParamError(f"{path}: share_study_runs={share!r} must be true or false")
-    pinned = raw.get("overrides") or {}
-    if not isinstance(pinned, dict):
-        raise ParamError(f"{path}: overrides={pinned!r} must be a mapping of dotted profile keys")
-    if not isinstance(raw["settings"], list) or not raw["settings"]:
-        raise ParamError(f"{path}: settings must be a non-empty list of mappings with keys {', '.join(SETTING_KEYS)}")
-    settings = []
-    for i, item in enumerate(raw["settings"]):
-        where = f"{path}: settings[{i}]"
-        if not isinstance(item, dict) or "name" not in item or set(item) - set(SETTING_KEYS):
-            raise ParamError(f"{where} must be a mapping with a name and keys of {', '.join(SETTING_KEYS)}")
-        name_ = str(item["name"])
-        if not NAME.fullmatch(name_) or len(name_) > 40:
-            raise ParamError(f"{where}: name={name_!r} must be 1-40 letters, digits, '.', '_' or '-'")
-        tuning_of = item.get("tuning_of") or {}
-        if not isinstance(tuning_of, dict) or any(k not in SCHEDULES or v not in SCHEDULES
-                                                  for k, v in tuning_of.items()):
-            raise ParamError(f"{where}: tuning_of={tuning_of!r} must map schedules to schedules "
-                             f"({', '.join(SCHEDULES)})")
-        lr_scale = item.get("lr_scale", 1.0)
-        if isinstance(lr_scale, bool) or not isinstance(lr_scale, (int, float)) or not 0 < lr_scale <= 100:
-            raise ParamError(f"{where}: lr_scale={lr_scale!r} must be a number in (0, 100]")
-        overrides = item.get("overrides") or {}
-        if not isinstance(overrides, dict) or "train.lr" in overrides:
-            raise ParamError(f"{where}: overrides must be a mapping of dotted profile keys other than train.lr "
-                             "(every arm trains at its swept lr; tuning_of chooses another arm's)")
-        settings.append(Setting(name_, str(item.get("about", "")),
-                                _pair(item["placements"], f"{where}: placements") if "placements" in item
-                                else placements, {**pinned, **overrides}, dict(tuning_of), float(lr_scale)))
+    grid = validate(GridFile, raw, str(path))
+    settings = tuple(Setting(s.name, s.about, tuple(s.placements or grid.placements), {**grid.overrides, **s.overrides},
+                             dict(s.tuning_of), s.lr_scale) for s in grid.settings)
     names = [s.name for s in settings]
     if len(set(names)) != len(names):
         raise ParamError(f"{path}: setting names must be unique (got {', '.join(names)})")
-    return Grid(name, tuple(dict.fromkeys(seeds)), tuple(settings), tuple(s for s in CORE if s in schedules), share)
+    return Grid(name, tuple(dict.fromkeys(grid.seeds)), settings, tuple(s for s in CORE if s in grid.schedules),
+                grid.share_study_runs)
 
 
 # ------------------------------------------------------------------------------------------------------ the plan

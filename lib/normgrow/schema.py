@@ -170,10 +170,11 @@ def validate(cls, raw: Any, where: str = ""):
 
 
 def _message(cls, e: dict) -> str:
-    loc, kind, ctx = [str(x) for x in e["loc"]], e["type"], e.get("ctx") or {}
-    key, value = ".".join(loc), ctx.get("value", e["input"])
+    loc, kind, ctx = e["loc"], e["type"], e.get("ctx") or {}
+    key = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
+    value = ctx.get("value", e["input"])
     for part in loc[:-1] if kind in ("unexpected_keyword_argument", "missing", "missing_argument") else ():
-        cls = typing.get_type_hints(cls)[part]
+        cls = typing.get_args(cls)[0] if isinstance(part, int) else typing.get_type_hints(cls)[part]
     if kind == "unexpected_keyword_argument":
         allowed = ", ".join(f.name for f in dataclasses.fields(cls))
         return f"unknown key {key if len(loc) > 1 else repr(key)}; allowed keys: {allowed}"
@@ -186,7 +187,7 @@ def _message(cls, e: dict) -> str:
         return f"{key}={value!r} must be a finite number"
     if kind in ("dataclass_type", "dataclass_args_type"):
         return f"{key}: expected a mapping, got {value!r}" if key else f"expected a mapping, got {value!r}"
-    expected = ctx["says"] if kind == TYPE else {"string_type": "str"}.get(kind, kind.removesuffix("_type"))
+    expected = ctx["says"] if kind == TYPE else {"string_type": "str", "dict_type": "a mapping", "list_type": "a list"}.get(kind, kind.removesuffix("_type"))
     hint = (f" (YAML reads an unquoted on, off, yes or no as a boolean: write {key}: \"{'on' if value else 'off'}\")"
             if expected == "str" and isinstance(value, bool) else "")
     return f"{key}: expected {expected}, got {value!r}{hint}"
