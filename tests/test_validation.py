@@ -164,14 +164,15 @@ def test_study_seeds_take_lists_and_ranges(capsys):
 
 
 @pytest.mark.parametrize("old,new,match", [
-    ("equivalence_margin: 0.02", "equivalence_margin: -1", "equivalence_margin=-1 must be a finite number > 0"),
-    ("equivalence_margin: 0.02", "equivalence_margin: .nan", "equivalence_margin=nan must be a finite number > 0"),
-    ("{multiple: 3, of: grow}", "{multiple: 0, of: grow}", "depth_margin.multiple=0 must be a finite number > 0"),
+    ("equivalence_margin: 0.02", "equivalence_margin: -1", "equivalence_margin=-1.0 must be a finite number > 0"),
+    ("equivalence_margin: 0.02", "equivalence_margin: .nan", "equivalence_margin=nan must be a finite number"),
+    ("{multiple: 3, of: grow}", "{multiple: 0, of: grow}", "depth_margin.multiple=0.0 must be a finite number > 0"),
     ("{multiple: 3, of: grow}", "{multiple: 3, of: matched}",
      "depth_margin.of='matched' must name a gap with a nonzero reference value; allowed values: joint, grow"),
-    ("{multiple: 3, of: grow}", "0.1", "depth_margin=0.1 must be a mapping with exactly the keys multiple, of"),
+    ("{multiple: 3, of: grow}", "0.1", "depth_margin: expected a mapping, got 0.1"),
     ("equivalence_margin: 0.02", "alpha: 0.05",
-     "needs exactly the keys gaps, equivalence_margin, depth_margin, claims \\(got alpha, claims, depth_margin, gaps\\)"),
+     "missing key 'equivalence_margin'; required keys: gaps, equivalence_margin, depth_margin, claims"),
+    ("equivalence_margin: 0.02", "equivalence_margin: 0.02\nalpha: 0.05", "unknown key 'alpha'; allowed keys: gaps, "),
 ])
 def test_reference_margins_fail_at_load(tmp_path, monkeypatch, old, new, match):
     from normgrow.analysis import variants

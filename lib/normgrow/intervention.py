@@ -33,12 +33,12 @@ def train(inter: I.Interventions, jobs: int | None) -> None:
     b = inter.bracket
     jobs_arg = ["--jobs", str(jobs)] if jobs else []
     for name, profile in inter.profiles.items():
-        for k, stage in enumerate(b["stages"]):
-            print(f"intervention {name}: bracket stage {k + 1} of {len(b['stages'])} ({profile})", flush=True)
-            argv = ["--profile", profile, "--seeds", *map(str, b["seeds"]), "--schedules", *b["schedules"],
-                    "--norms", *b["norms"], "--lr-factors", *map(str, stage["lr_factors"]), "--write", *jobs_arg]
-            if stage.get("warmup_factors"):
-                argv += ["--warmup-factors", *map(str, stage["warmup_factors"])]
+        for k, stage in enumerate(b.stages):
+            print(f"intervention {name}: bracket stage {k + 1} of {len(b.stages)} ({profile})", flush=True)
+            argv = ["--profile", profile, "--seeds", *map(str, b.seeds), "--schedules", *b.schedules,
+                    "--norms", *b.norms, "--lr-factors", *map(str, stage.lr_factors), "--write", *jobs_arg]
+            if stage.warmup_factors:
+                argv += ["--warmup-factors", *map(str, stage.warmup_factors)]
             if sweep.main(argv):
                 raise SystemExit(f"intervention {name}: the bracket of {profile} failed; its runner named the runs")
     for profile in (inter.control, *inter.profiles.values()):

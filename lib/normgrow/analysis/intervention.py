@@ -6,7 +6,7 @@ boundary scale and watches the gap move; both directions are declared, so either
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -14,14 +14,38 @@ import pandas as pd
 from ..config import PARAMS_DIR, available_profiles, read_yaml
 from ..paths import ParamError
 from ..rundir import study_dir
+from ..schema import Float, Int, Str, section, validate
 from ..utils import read_json
 from .claims import Claim, evaluate_claims, gate_claims
 from .stats import LEVEL, paired_gap, regime_check, runs_frame, with_flatness
 from .variants import GapSpec, Reference, _claims, collect_runs, load_reference, load_variants
 
-KEYS = ("control", "interventions", "bracket", "gaps", "claims")
-BRACKET_KEYS = ("seeds", "schedules", "norms", "stages")
 PATH = PARAMS_DIR / "interventions.yaml"
+
+
+@section
+class BracketStage:
+    """One sweep of an intervention's bracket (python -m normgrow.sweep --lr-factors ... [--warmup-factors ...])."""
+    lr_factors: list[Float]
+    warmup_factors: list[Float] | None = None
+
+
+@section
+class Bracket:
+    seeds: list[Int]
+    schedules: list[Str]
+    norms: list[Str]
+    stages: list[BracketStage]
+
+
+@section
+class InterventionsFile:
+    """params/interventions.yaml as written (load_interventions)."""
+    control: Str  # the control profile
+    interventions: dict[str, Str]  # name -> intervention profile
+    bracket: Bracket
+    gaps: list[GapSpec]
+    claims: list  # checked against the gaps by variants._claims
 
 
 @dataclass(frozen=True)
@@ -30,39 +54,27 @@ class Interventions:
     claims as a Reference (the study's equivalence margin; no depth gate: the control study's applies)."""
     control: str
     profiles: dict[str, str]
-    bracket: dict
+    bracket: Bracket
     reference: Reference
 
 
 def load_interventions(path: Path = PATH) -> Interventions:
-    raw = read_yaml(path) or {}
-    if set(raw) != set(KEYS):
-        raise ParamError(f"{path}: needs exactly the keys {', '.join(KEYS)} (got {', '.join(sorted(raw))})")
+    raw = validate(InterventionsFile, read_yaml(path) or {}, str(path))
     profiles = available_profiles()
-    named = {"control": raw["control"], **(raw["interventions"] or {})}
-    for name, profile in named.items():
+    for name, profile in {"control": raw.control, **raw.interventions}.items():
         if profile not in profiles:
             raise ParamError(f"{path}: {name}={profile!r} is not a profile; allowed values: {', '.join(profiles)}")
-    bracket = raw["bracket"]
-    if not isinstance(bracket, dict) or set(bracket) != set(BRACKET_KEYS) or not all(
-            isinstance(st, dict) and set(st) <= {"lr_factors", "warmup_factors"} for st in bracket["stages"] or [None]):
-        raise ParamError(f"{path}: bracket needs exactly the keys {', '.join(BRACKET_KEYS)}, its stages each "
-                         f"lr_factors and maybe warmup_factors (got {bracket!r})")
     variants, gaps = load_variants(), {}
-    for item in raw["gaps"] or []:
-        keys = {f.name for f in fields(GapSpec)}
-        if not isinstance(item, dict) or set(item) != keys:
-            raise ParamError(f"{path}: a gap needs exactly the keys {', '.join(sorted(keys))} (got {item!r})")
-        spec = GapSpec(**item)
+    for spec in raw.gaps:
         for side in (spec.a, spec.b):
             run, _, name = side.partition("@")
-            if run not in variants or (name and name not in raw["interventions"]):
+            if run not in variants or (name and name not in raw.interventions):
                 raise ParamError(f"{path}: gap {spec.name!r} names {side!r}: a run file of params/runs, or "
-                                 f"run@name with name one of {', '.join(raw['interventions'])}")
+                                 f"run@name with name one of {', '.join(raw.interventions)}")
         gaps[spec.name] = spec
     margin = load_reference().equivalence_margin
-    return Interventions(raw["control"], dict(raw["interventions"]), bracket,
-                         Reference(gaps, margin, 0.0, "", _claims(path, raw["claims"], gaps, margin)))
+    return Interventions(raw.control, dict(raw.interventions), raw.bracket,
+                         Reference(gaps, margin, 0.0, "", _claims(path, raw.claims, gaps, margin)))
 
 
 def combined_runs(inter: Interventions) -> pd.DataFrame:

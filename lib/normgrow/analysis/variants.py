@@ -14,7 +14,6 @@ or a profile edited since), or when another run already holds its (variant, seed
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, fields
 from typing import Annotated
 
@@ -22,7 +21,7 @@ from ..config import PARAMS_DIR, ParamError, read_yaml
 from ..identity import identity_conflict
 from ..rundir import (NUMERICS_VERSION, RunDirError, Summary, finished_runs, read_finished,
                       run_machine, seeded_name)
-from ..schema import Bool, Str, one_of, section, validate
+from ..schema import Bool, Float, Int, Str, in_range, one_of, section, validate
 from ..student.model import NORMS
 from ..train.growth import SCHEDULES
 
@@ -70,20 +69,34 @@ def load_variants() -> dict[str, Variant]:
     return variants
 
 
-@dataclass(frozen=True)
+@section
 class GapSpec:
     """A paired gap ``a - b`` (by seed). direction=+1: the reference reports it positive; 0: reported as ~0."""
-    name: str
-    a: str
-    b: str
-    reference: float | None
-    reference_text: str
-    direction: int
-    meaning: str
+    name: Str
+    a: Str
+    b: Str
+    reference: Float | None
+    reference_text: Str
+    direction: Int
+    meaning: Str
 
 
-REFERENCE_KEYS = ("gaps", "equivalence_margin", "depth_margin", "claims")
-DEPTH_MARGIN_KEYS = ("multiple", "of")
+POSITIVE_NUMBER = in_range("a finite number > 0", lambda v: v > 0)
+
+
+@section
+class DepthMargin:
+    multiple: Annotated[Float, POSITIVE_NUMBER]
+    of: Str  # a gap with a nonzero reference value
+
+
+@section
+class ReferenceFile:
+    """params/reference.yaml as written (load_reference); its claims are checked against its gaps by _claims."""
+    gaps: list[GapSpec]
+    equivalence_margin: Annotated[Float, POSITIVE_NUMBER]
+    depth_margin: DepthMargin
+    claims: list
 GAPS_PER_KIND = {"equivalence": 1, "directional": 1, "interaction": 2, "ratio": 2, "crossover": 1, "all_of": 0,
                  "measured": 1}
 """How a claim of params/reference.yaml is judged (the file explains each kind; claims.JUDGES and
@@ -134,43 +147,25 @@ class Reference:
         return next(c for c in self.claims if c.name == name)
 
 
-def _positive(path, key: str, value) -> float:
-    """A finite number > 0 (not a bool), else a ParamError naming the key."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ParamError(f"{path}: {key}={value!r} must be a finite number > 0")
-    return float(value)
-
-
 def load_reference() -> Reference:
-    """params/reference.yaml, validated: exactly the REFERENCE_KEYS; every gap's a and b a variant; every claim's
+    """params/reference.yaml, validated: its schema (ReferenceFile); every gap's a and b a variant; every claim's
     gaps present (removing one is an error here naming the claim, not a KeyError in the claims: _claims); both
     margins finite and > 0; depth_margin.of a gap with a nonzero reference value."""
     path = PARAMS_DIR / "reference.yaml"
-    raw = read_yaml(path) or {}
-    if set(raw) != set(REFERENCE_KEYS):
-        raise ParamError(f"{path}: needs exactly the keys {', '.join(REFERENCE_KEYS)} (got {', '.join(sorted(raw))})")
+    raw = validate(ReferenceFile, read_yaml(path) or {}, str(path))
     variants = load_variants()
     gaps = {}
-    for item in raw["gaps"] or []:
-        names = {f.name for f in fields(GapSpec)}
-        if set(item) != names:
-            raise ParamError(f"{path}: a gap needs exactly the keys {', '.join(sorted(names))} (got {sorted(item)})")
-        spec = GapSpec(**item)
+    for spec in raw.gaps:
         for v in (spec.a, spec.b):
             if v not in variants:
                 raise ParamError(f"{path}: gap {spec.name!r} names {v!r}, which is not a run file of params/runs")
         gaps[spec.name] = spec
-    margin = _positive(path, "equivalence_margin", raw["equivalence_margin"])
-    claims = _claims(path, raw["claims"], gaps, margin)
-    depth = raw["depth_margin"]
-    if not isinstance(depth, dict) or set(depth) != set(DEPTH_MARGIN_KEYS):
-        raise ParamError(f"{path}: depth_margin={depth!r} must be a mapping with exactly the keys "
-                         f"{', '.join(DEPTH_MARGIN_KEYS)}, e.g. {{multiple: 3, of: grow}}")
+    claims = _claims(path, raw.claims, gaps, raw.equivalence_margin)
     with_reference = [name for name, g in gaps.items() if g.reference]
-    if depth["of"] not in with_reference:
-        raise ParamError(f"{path}: depth_margin.of={depth['of']!r} must name a gap with a nonzero reference value; "
-                         f"allowed values: {', '.join(with_reference)}")
-    return Reference(gaps, margin, _positive(path, "depth_margin.multiple", depth["multiple"]), depth["of"], claims)
+    if raw.depth_margin.of not in with_reference:
+        raise ParamError(f"{path}: depth_margin.of={raw.depth_margin.of!r} must name a gap with a nonzero reference "
+                         f"value; allowed values: {', '.join(with_reference)}")
+    return Reference(gaps, raw.equivalence_margin, raw.depth_margin.multiple, raw.depth_margin.of, claims)
 
 
 def _statement(path, name: str, template: str, read: list[GapSpec], margin: float) -> str:
