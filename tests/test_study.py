@@ -168,8 +168,9 @@ def test_killed_runner_takes_its_workers_and_kernels_along(tmp_path, share_cache
         kill_tree(proc)
 
 
-@pytest.mark.parametrize("jobs, needle", [("[2]", "jobs must map profile names"), ("{tiny: 0}", "jobs.tiny=0"),
-                                          ("{tiny: two}", "jobs.tiny='two'")])
+@pytest.mark.parametrize("jobs, needle", [("[2]", "jobs: expected a mapping, got \\[2\\]"),
+                                          ("{tiny: 0}", "jobs.tiny=0 must be an integer >= 1"),
+                                          ("{tiny: two}", "jobs.tiny: expected int, got 'two'")])
 def test_bad_jobs_are_named(tmp_path, jobs, needle):
     from normgrow.config import ParamError
     from normgrow.runner import default_jobs

@@ -14,8 +14,8 @@ from normgrow.grid_plan import load_grid
 
 VARIANTS = ("pre-joint", "post-joint", "pre-grow", "post-grow", "pre-single", "post-single", "pre-grow-freeze",
             "post-grow-freeze", "pre-joint-matched", "post-joint-matched")
-GRID = {"rungs": ["cpu-w32", "cpu-w64", "cpu-w128"], "brackets": {"cpu-w128": [0.5, 1, 2]}, "bracket_seeds": [0, 1],
-        "transfer_margin": 0.01}
+GRID = width.WidthGrid(rungs=["cpu-w32", "cpu-w64", "cpu-w128"], brackets={"cpu-w128": [0.5, 1, 2]},
+                       bracket_seeds=[0, 1], transfer_margin=0.01)
 
 
 def write_study(outputs, profile, grow_gap, seeds=(0, 1, 2)):
@@ -65,7 +65,7 @@ def test_a_trend_that_passes_the_reference_says_so(outputs):
     import shutil
     for gaps, direction in (((-0.01, 0.02, 0.05), "crosses the reference"), ((0.06, 0.08, 0.10), "away from the reference")):
         shutil.rmtree(outputs / "study", ignore_errors=True)
-        for profile, gap in zip(GRID["rungs"], gaps):
+        for profile, gap in zip(GRID.rungs, gaps):
             write_study(outputs, profile, gap)
         assert width.trend_frame(GRID).set_index("quantity").loc["grow gap", "direction"] == direction
 
@@ -98,9 +98,9 @@ def test_transfer_reads_each_arm_s_bracket(outputs, monkeypatch):
 
 def test_the_width_grid_file_loads_and_the_grid_runner_sends_it_to_its_own():
     grid = width.load_width_grid()
-    assert [width.width_of(p) for p in grid["rungs"]] == [32, 64, 128, 256]
-    assert all(load_profile(p).student.parametrization == "mup" for p in grid["rungs"])
-    assert all(load_profile(p).train.lr == load_profile("cpu").train.lr for p in grid["rungs"])
+    assert [width.width_of(p) for p in grid.rungs] == [32, 64, 128, 256]
+    assert all(load_profile(p).student.parametrization == "mup" for p in grid.rungs)
+    assert all(load_profile(p).train.lr == load_profile("cpu").train.lr for p in grid.rungs)
     with pytest.raises(ParamError, match="a grid of studies .* python -m normgrow.width"):
         load_grid("width")
 

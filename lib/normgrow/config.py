@@ -34,7 +34,7 @@ import yaml
 from .paths import (PARAMS_DIR, PROFILE_SUFFIXES, ParamError, is_profile_path, outputs_dir, profile_name, profile_names,
                     tuned_file,
                     resolve_profile_path)
-from .schema import (NON_NEGATIVE, POSITIVE, POSITIVE_FINITE, UNIT_INTERVAL, Device, Float, Int, Rule, Str, Tuple,
+from .schema import (AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, POSITIVE_FINITE, UNIT_INTERVAL, Device, Float, Int, Rule, Str, Tuple,
                      in_range, one_of, per_arm, rule_of, section, setting, validate)
 from .student.model import ModelParams  # the student section's model keys: declared with the model's config
 from .train.distill import DistillParams  # the distill section: the losses' parameters
@@ -58,10 +58,24 @@ def writable_outputs_dir() -> Path:
     return root
 
 
+@section
+class StudyFile:
+    """params/study.yaml as written: the run files and seeds of the study (validated with the command line's
+    choices by study.load_study), the runs executed at once per profile, the smoke profiles."""
+    runs: Any = field(default_factory=list)  # run file names (study.load_study)
+    seeds: Any = field(default_factory=lambda: [0])  # one list, or {profile: list, default: list} (study.study_seeds)
+    jobs: dict[str, Annotated[Int, AT_LEAST_ONE]] = field(default_factory=dict)
+    smoke: list[Str] = field(default_factory=list)  # profiles whose numbers are not results (smoke_note)
+
+
+def read_study_file(path: Path | None = None) -> StudyFile:
+    path = Path(path or PARAMS_DIR / "study.yaml")
+    return validate(StudyFile, read_yaml(path) or {}, str(path))
+
+
 def smoke_note(profile: str) -> str:
     """The line a run or study of a smoke profile (params/study.yaml's ``smoke``) ends with, else ''."""
-    smoke = (read_yaml(PARAMS_DIR / "study.yaml") or {}).get("smoke") or []
-    if profile_name(profile) not in smoke:
+    if profile_name(profile) not in read_study_file().smoke:
         return ""
     return (f"note: {profile_name(profile)} is a smoke profile: it checks that the pipeline runs end to end, and its "
             "numbers are not results (the study's profile is cpu)")

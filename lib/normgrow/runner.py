@@ -43,11 +43,11 @@ from typing import Annotated
 import psutil
 from tqdm.auto import tqdm
 
-from .config import ParamError, read_yaml
+from .config import ParamError, read_study_file, read_yaml
 from .paths import NOTEBOOKS, PARAMS_DIR, REPO_ROOT
 from .progress import RUNNER_KERNEL
 from .ranks import outside_launch
-from .schema import Int, Str, in_range, one_of, section, validate
+from .schema import AT_LEAST_ONE, AT_LEAST_ZERO, Int, Str, in_range, one_of, section, validate
 from .identity import directory_conflict
 from .rundir import (NOTEBOOK, RunDirError, is_finished, read_finished, read_identity,
                      read_metrics, run_path, runs_root, writable_dir)
@@ -59,8 +59,6 @@ EXECUTORS = ("local", "slurm")
 EXECUTORS_FILE = PARAMS_DIR / "executors.yaml"
 
 
-AT_LEAST_ONE = in_range("an integer >= 1", lambda v: v >= 1)
-AT_LEAST_ZERO = in_range("an integer >= 0", lambda v: v >= 0)
 PARTITION = in_range("a partition's name or null (the default)", lambda v: bool(v.strip()))
 
 
@@ -121,14 +119,7 @@ def parse_seeds(words: list[str]) -> list[int]:
 
 def default_jobs(profile: str, path: Path | None = None) -> int:
     """Runs executed at once for this profile: params/study.yaml's ``jobs: {profile: n}``; 1 when not listed."""
-    path = Path(path or PARAMS_DIR / "study.yaml")
-    jobs = (read_yaml(path) or {}).get("jobs") or {}
-    if not isinstance(jobs, dict):
-        raise ParamError(f"{path}: jobs must map profile names to run counts, e.g. {{tiny: 2}} (got {jobs!r})")
-    n = jobs.get(profile, 1)
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise ParamError(f"{path}: jobs.{profile}={n!r} must be an integer >= 1")
-    return n
+    return read_study_file(path).jobs.get(profile, 1)
 
 
 def load_executor(flags: dict | None = None, path: Path = EXECUTORS_FILE) -> ExecutorParams:

@@ -62,6 +62,8 @@ def in_range(says: str, test: Callable[[Any], bool]) -> AfterValidator:
 POSITIVE = in_range("> 0", lambda v: v > 0)
 NON_NEGATIVE = in_range(">= 0", lambda v: v >= 0)
 UNIT_INTERVAL = in_range("in [0, 1]", lambda v: 0 <= v <= 1)
+AT_LEAST_ONE = in_range("an integer >= 1", lambda v: v >= 1)
+AT_LEAST_ZERO = in_range("an integer >= 0", lambda v: v >= 0)
 """The ranges several keys share."""
 
 

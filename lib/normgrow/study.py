@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .cli import parse
-from .config import (PARAMS_DIR, ParamError, load_profile, read_yaml, smoke_note, with_processes,
+from .config import (PARAMS_DIR, ParamError, load_profile, read_study_file, smoke_note, with_processes,
                      writable_outputs_dir)
 from .rundir import runner_lock, seeded_name, study_dir
 from .runner import (ExecutorParams, Job, default_jobs, ensure_teacher_cache, execute_notebooks, executor_of,
@@ -92,7 +92,7 @@ def study_seeds(profile: str | None, path: Path | None = None, value=None) -> li
     repeats dropped with a note."""
     path = Path(path or PARAMS_DIR / "study.yaml")
     if value is None:
-        value = (read_yaml(path) or {}).get("seeds", [0])
+        value = read_study_file(path).seeds
     key = "seeds"
     if isinstance(value, dict):
         from .config import available_profiles
@@ -113,18 +113,11 @@ def load_study(path: Path | None = None, seeds: list[int] | None = None, variant
     """Read params/study.yaml and the run files; validate; drop repeated runs and seeds; order so that matched runs
     follow their donors. Seeds: the given ones, else the file's for the profile (study_seeds)."""
     path = Path(path or PARAMS_DIR / "study.yaml")
-    study = read_yaml(path) or {}
-    unknown = sorted(set(study) - {"runs", "seeds", "jobs", "smoke"})
-    if unknown:
-        raise ParamError(f"{path}: unknown key {unknown[0]!r}; allowed keys: runs, seeds, jobs, smoke")
-    smoke = study.get("smoke", [])
-    if not (isinstance(smoke, list) and all(isinstance(s, str) for s in smoke)):
-        raise ParamError(f"{path}: smoke={smoke!r} must be a list of profile names (config.smoke_note)")
+    study = read_study_file(path)
     available = load_variants()
-    names = _unique(_listed(path, "runs", variants or study.get("runs", []), lambda v: isinstance(v, str),
+    names = _unique(_listed(path, "runs", variants or study.runs, lambda v: isinstance(v, str),
                             f"run file names ({', '.join(available)})"), "runs")
-    seeds = (study_seeds(profile, path, study.get("seeds", [0])) if seeds is None else
-             _seed_list(path, "seeds", seeds))
+    seeds = study_seeds(profile, path, study.seeds) if seeds is None else _seed_list(path, "seeds", seeds)
     runs = []
     for name in names:
         if name not in available:

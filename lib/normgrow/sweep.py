@@ -19,9 +19,10 @@ import io
 import math
 import shlex
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
+from typing import Annotated, Any
 
 import yaml
 from tqdm.auto import tqdm
@@ -34,6 +35,7 @@ from .rundir import (NUMERICS_VERSION, SAME_TRAINING, SWEEP_RUN_PREFIX, RunDirEr
                      run_machine, run_path, runner_lock, sweep_dir)
 from .runner import (ExecutorParams, Job, ensure_teacher_cache, executor_of, git_commit, parse_seeds, plan_jobs, run_jobs,
                      runner_exit)
+from .schema import AT_LEAST_ZERO, Int, Str, section, validate
 from .train.growth import SCHEDULES
 from .student.model import NORMS
 from .analysis.stats import run_verdict
@@ -44,7 +46,6 @@ from .utils import atomic_write_json, atomic_write_text, read_json
 
 SWEEP_FILE = PARAMS_DIR / "sweep.yaml"
 PROFILES_DIR = PARAMS_DIR / "profiles"
-SWEEP_KEYS = ("lrs", "seeds", "schedules")
 COLUMNS = ("norm", "schedule", "lr", "warmup_steps", "seed", "val_ce", "val_kd_ce", "steps", "tokens", "wall_s",
            "machine", "run_name")
 SUMMARY_COLUMNS = ("seed", "val_ce", "val_kd_ce", "steps", "tokens", "wall_s", "run_name")  # read from summary.json
@@ -81,16 +82,17 @@ def sweep_run_name(norm: str, schedule: str, lr: float, warmup: int, seed: int) 
     return f"{SWEEP_RUN_PREFIX}{norm}-{schedule}-lr{lr_tag(lr)}-wu{warmup}-s{seed}"
 
 
-def load_sweep_config(path: Path = SWEEP_FILE) -> dict:
-    """params/sweep.yaml: ``lrs: {profile: [lr, ...] or {norm: [lr, ...]}}``, ``seeds``, ``schedules``."""
-    raw = read_yaml(path) or {}
-    unknown = sorted(set(raw) - set(SWEEP_KEYS))
-    if unknown:
-        raise ParamError(f"{path}: unknown key {unknown[0]!r}; allowed keys: {', '.join(SWEEP_KEYS)}")
-    if not isinstance(raw.get("lrs", {}), dict):
-        raise ParamError(f"{path}: lrs must map profile names to lists of learning rates, "
-                         "e.g. {tiny: [1.0e-3, 3.0e-3]}")
-    return raw
+@section
+class SweepFile:
+    """params/sweep.yaml: candidate lrs per profile (one list, or one per placement; check_lrs), the seeds every
+    candidate runs, the schedules swept. The command line's choices override them (run_sweep)."""
+    lrs: dict[str, Any] = field(default_factory=dict)
+    seeds: list[Annotated[Int, AT_LEAST_ZERO]] = field(default_factory=lambda: [0])
+    schedules: list[Str] = field(default_factory=lambda: ["joint"])
+
+
+def load_sweep_config(path: Path = SWEEP_FILE) -> SweepFile:
+    return validate(SweepFile, read_yaml(path) or {}, str(path))
 
 
 def check_warmups(warmups, source: str) -> tuple[int, ...]:
@@ -179,7 +181,7 @@ def make_plan(profile: str, norms: list[str] | None = None, lrs: list | None = N
     elif lrs is not None:
         grid = dict.fromkeys(norms, check_lrs(lrs, "--lrs"))
     else:
-        grids = config.get("lrs") or {}  # by profile name (a path profile's: its file stem)
+        grids = config.lrs  # by profile name (a path profile's: its file stem)
         if name not in grids:
             raise ParamError(f"{config_path}: no candidate learning rates for profile {name!r} (lrs lists: "
                              f"{', '.join(grids) or 'none'}); add lrs.{name} there or pass --lrs")
@@ -188,10 +190,10 @@ def make_plan(profile: str, norms: list[str] | None = None, lrs: list | None = N
         source = f"{Path(config_path).name}: lrs.{name}"
         grid = {norm: check_lrs(per_norm.get(norm), f"{source}.{norm}" if isinstance(entry, dict) else source)
                 for norm in norms}
-    seeds = tuple(dict.fromkeys(config.get("seeds", [0]) if seeds is None else seeds))
+    seeds = tuple(dict.fromkeys(config.seeds if seeds is None else seeds))
     if not seeds:
         raise ParamError("seeds must be a non-empty list of integers >= 0")
-    schedules = tuple(dict.fromkeys(schedules or config.get("schedules", ["joint"])))
+    schedules = tuple(dict.fromkeys(schedules or config.schedules))
     bad = [s for s in schedules if s not in SCHEDULES]
     if bad:
         raise ParamError(f"schedule={bad[0]!r} is not allowed; allowed values: {', '.join(SCHEDULES)}")

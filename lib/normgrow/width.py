@@ -19,20 +19,23 @@ if __name__ == "__main__":  # --help and usage errors before the imports below l
     from .cli import parse_early
     parse_early("width")
 
+import dataclasses
 import json
 import math
 import sys
 from pathlib import Path
+from typing import Annotated
 
 import pandas as pd
 
 from .analysis.formats import interval
 from .analysis.stats import LEVEL, line_fit, mean_ci
 from .cli import parse
-from .config import PARAMS_DIR, ParamError, load_profile, read_yaml
+from .config import PARAMS_DIR, load_profile, read_yaml
 from .identity import directory_conflict
 from .rundir import grid_dir, is_finished, read_finished, study_dir
 from .runner import default_jobs, runner_exit
+from .schema import AT_LEAST_ZERO, POSITIVE, Float, Int, Str, in_range, section, validate
 from .utils import atomic_write_json, atomic_write_text
 
 GRID_FILE = PARAMS_DIR / "grids" / "width.yaml"
@@ -55,18 +58,22 @@ REFERENCE = {"joint gap": 0.0004, "grow gap": 0.0328}
 FIGURE_QUANTITIES = ("joint gap", "grow gap", "growth increment")
 
 
-def load_width_grid(path: Path = GRID_FILE) -> dict:
-    raw = read_yaml(path) or {}
-    keys = ("rungs", "brackets", "bracket_seeds", "transfer_margin")
-    if not isinstance(raw, dict) or set(raw) != set(keys):
-        raise ParamError(f"{path}: needs exactly the keys {', '.join(keys)}")
-    for profile in [*raw["rungs"], *raw["brackets"]]:
+@section
+class WidthGrid:
+    """params/grids/width.yaml: the rungs (profiles, one study each), the lr brackets (profile: lr factors holding 1,
+    run on bracket_seeds) and the loss margin within which the transferred lr counts as transferring."""
+    rungs: list[Str]
+    brackets: dict[str, Annotated[list, in_range("positive lr factors holding 1", lambda v: 1 in v and all(
+        isinstance(f, (int, float)) and not isinstance(f, bool) and f > 0 for f in v))]]
+    bracket_seeds: list[Annotated[Int, AT_LEAST_ZERO]]
+    transfer_margin: Annotated[Float, POSITIVE]
+
+
+def load_width_grid(path: Path = GRID_FILE) -> WidthGrid:
+    grid = validate(WidthGrid, read_yaml(path) or {}, str(path))
+    for profile in [*grid.rungs, *grid.brackets]:
         load_profile(profile)  # a ParamError naming the profile's file and key
-    for profile, factors in raw["brackets"].items():
-        if not (isinstance(factors, list) and 1 in factors and all(isinstance(f, (int, float)) and f > 0
-                                                                     for f in factors)):
-            raise ParamError(f"{path}: brackets.{profile}={factors!r} must be positive lr factors holding 1")
-    return raw
+    return grid
 
 
 def width_of(profile: str) -> int:
@@ -114,10 +121,10 @@ def rung_drift(profile: str) -> tuple[dict[str, float], str]:
              if f"{norm}/all" in evidence}, obs4.get("status", ""))
 
 
-def width_frame(grid: dict) -> pd.DataFrame:
+def width_frame(grid: WidthGrid) -> pd.DataFrame:
     """width.csv: a row per rung and quantity."""
     rows = []
-    for profile in grid["rungs"]:
+    for profile in grid.rungs:
         seeds, claims = rung_seeds(profile), rung_claims(profile)
         base = {"rung": profile, "width": width_of(profile)}
         if seeds is None:
@@ -134,12 +141,12 @@ def width_frame(grid: dict) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["rung", "width", "quantity", "mean", "ci_low", "ci_high", "n", "status"])
 
 
-def trend_frame(grid: dict) -> pd.DataFrame:
+def trend_frame(grid: WidthGrid) -> pd.DataFrame:
     """trend.csv: each per-seed quantity's slope against log2(width) over every finished rung's seeds. With the
     interval excluding 0: toward the reference when the fitted gap at the widest rung is nearer the reference's value
     than at the narrowest, away when farther, and crosses the reference when the fitted line passes it between them."""
     frames = []
-    for profile in grid["rungs"]:
+    for profile in grid.rungs:
         seeds = rung_seeds(profile)
         if seeds is not None:
             frames.append(seeds.assign(log2_width=math.log2(width_of(profile))))
@@ -184,15 +191,15 @@ def bracket_rows(profile: str, factors: list, seeds: list) -> list[dict]:
     return rows
 
 
-def transfer_frame(grid: dict) -> pd.DataFrame:
+def transfer_frame(grid: WidthGrid) -> pd.DataFrame:
     """transfer.csv: per bracketed profile and arm, mean final val_ce over the bracket seeds at each lr factor of
     the transferred lr (its finished candidates: bracket_rows), the best factor, x1 - best and whether the transfer
     holds; an arm without every factor on every seed is incomplete."""
     rows = []
-    for profile, factors in grid["brackets"].items():
+    for profile, factors in grid.brackets.items():
         prof = load_profile(profile)
         base = {"profile": profile, "width": prof.student.d_model, "parametrization": prof.student.parametrization}
-        records = pd.DataFrame(bracket_rows(profile, factors, grid["bracket_seeds"]))
+        records = pd.DataFrame(bracket_rows(profile, factors, grid.bracket_seeds))
         if records.empty:
             rows.append(base | {"arm": "", "verdict": "bracket not trained"})
             continue
@@ -201,7 +208,7 @@ def transfer_frame(grid: dict) -> pd.DataFrame:
             lr1 = prof.train.lr[norm][schedule] if isinstance(prof.train.lr, dict) else prof.train.lr
             arm = arm.assign(factor=(arm["lr"] / lr1).round(3))
             means = arm.groupby("factor")["val_ce"].agg(["mean", "count"])
-            means = means[means["count"] == len(grid["bracket_seeds"])]["mean"]
+            means = means[means["count"] == len(grid.bracket_seeds)]["mean"]
             row = base | {"arm": f"{norm}-{schedule}"} | {f"x{f:g}": means.get(round(f, 3)) for f in factors}
             if 1.0 not in means or len(means) < len(factors):
                 rows.append(row | {"verdict": "bracket incomplete"})
@@ -209,7 +216,7 @@ def transfer_frame(grid: dict) -> pd.DataFrame:
             best = float(means.idxmin())
             gap = float(means[1.0] - means.min())
             edge = best in (min(factors), max(factors)) and best != 1.0
-            holds = gap <= grid["transfer_margin"]
+            holds = gap <= grid.transfer_margin
             verdict = ("transfers" if holds else "does not transfer") + ("; best at the bracket's edge" if edge else "")
             rows.append(row | {"best_factor": best, "x1_minus_best": gap, "verdict": verdict})
     return pd.DataFrame(rows)
@@ -294,7 +301,7 @@ def report_page(table: pd.DataFrame, trend: pd.DataFrame, transfer: pd.DataFrame
         html_table(transfer))
 
 
-def write_record(grid: dict, out: Path) -> dict:
+def write_record(grid: WidthGrid, out: Path) -> dict:
     table, trend, transfer = width_frame(grid), trend_frame(grid), transfer_frame(grid)
     from .viz.render import write_svg
     out.mkdir(parents=True, exist_ok=True)
@@ -302,28 +309,28 @@ def write_record(grid: dict, out: Path) -> dict:
         atomic_write_text(out / name, frame.to_csv(index=False))
     write_svg(width_figure(table), out / "width.svg")
     report_page(table, trend, transfer).write(out / "report.html")
-    atomic_write_json(out / "width.json", {"grid": grid, "finished_rungs": sorted(set(
+    atomic_write_json(out / "width.json", {"grid": dataclasses.asdict(grid), "finished_rungs": sorted(set(
         table.loc[table["quantity"] != "", "rung"]))})
     return {"table": table, "trend": trend, "transfer": transfer}
 
 
-def train(grid: dict, jobs: int | None) -> None:
+def train(grid: WidthGrid, jobs: int | None) -> None:
     """Width by width, narrowest first: the bracket of its rung, its rung's study, then any control bracket (a
     profile not a rung; each resumable, each its own runner and record), so that an interrupted grid has finished
     its narrow rungs and the wide rung's study does not wait on its control."""
     from . import study, sweep
-    tasks = sorted([(width_of(p), 0 if p in grid["rungs"] else 2, p) for p in grid["brackets"]]
-                   + [(width_of(p), 1, p) for p in grid["rungs"]])
+    tasks = sorted([(width_of(p), 0 if p in grid.rungs else 2, p) for p in grid.brackets]
+                   + [(width_of(p), 1, p) for p in grid.rungs])
     for _, order, profile in tasks:
         is_study = order == 1
         if is_study:
             print(f"width grid: the study at {profile}", flush=True)
             failed = study.main(["--profile", profile, *(["--jobs", str(jobs)] if jobs else [])])
         else:
-            factors = grid["brackets"][profile]
+            factors = grid.brackets[profile]
             print(f"width grid: the lr bracket of {profile} (x {', '.join(map(str, factors))})", flush=True)
             failed = sweep.main(["--profile", profile, "--lr-factors", *map(str, factors), "--seeds",
-                                 *map(str, grid["bracket_seeds"]), "--schedules", "joint", "grow", "single", "--norms",
+                                 *map(str, grid.bracket_seeds), "--schedules", "joint", "grow", "single", "--norms",
                                  "pre", "post", "--jobs", str(jobs or default_jobs(profile))])
         if failed:
             raise SystemExit(f"width grid: {profile} failed (exit {failed}); its runner named the runs")
