@@ -9,7 +9,7 @@ import ast
 from pathlib import Path
 
 LIB = Path(__file__).resolve().parents[1] / "lib" / "normgrow"
-SHARED = {"paths", "schema", "utils", "kernels", "ranks", "progress", "rundir", "identity", "config"}
+SHARED = {"paths", "schema", "utils", "kernel_manager", "ranks", "progress", "rundir", "identity", "config"}
 FOLDERS = ["student", "data", "train", "analysis", "viz"]
 CONFIG_READS = {"student.model", "student.growth_ops", "data.vocab", "train.distill", "train.optim", "train.tracking"}
 

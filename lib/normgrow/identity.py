@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from .config import RULES, SECTIONS
-from .rundir import is_finished, read_identity, set_aside
+from .rundir import is_finished, read_identity, set_aside_advice
 
 
 def _flatten(tree: dict, prefix: str = "") -> dict:
@@ -73,4 +73,4 @@ def directory_conflict(run_dir: Path, expected: dict) -> str | None:
     if not differing:
         return None
     return (f"{run_dir} holds a run made with other settings ({', '.join(differing[:4])}); "
-            f"{set_aside(run_dir)}, and run again")
+            f"{set_aside_advice(run_dir)}, and run again")

@@ -110,7 +110,7 @@ def inside(root: Path, path: Path) -> Path:
     return Path(path)
 
 
-def set_aside(run_dir: Path) -> str:
+def set_aside_advice(run_dir: Path) -> str:
     """The advice for a run directory that is damaged or holds another run: move it away or delete it; for a
     symlink, remove the link alone, since the directory it points to may be another run's."""
     run_dir = Path(run_dir)
@@ -206,7 +206,7 @@ def read_identity(run_dir: Path) -> dict | None:
         return read_json(path)
     except (OSError, ValueError) as err:
         raise RunDirError(f"{path} is damaged ({err}); the run's parameters are unknown: "
-                          f"{set_aside(run_dir)}") from err
+                          f"{set_aside_advice(run_dir)}") from err
 
 
 # --------------------------------------------------------------------------------------------------------- summary
@@ -368,11 +368,11 @@ def check_metrics(run_dir: Path, summary: Summary) -> None:
         have = metrics_record(run_dir)
     except OSError as err:
         raise RunDirError(f"{path} cannot be read ({err}); summary.json recorded {summary.metrics['lines']} lines: "
-                          f"the run is damaged: {set_aside(run_dir)}") from err
+                          f"the run is damaged: {set_aside_advice(run_dir)}") from err
     if have != summary.metrics:
         raise RunDirError(f"{path} holds {have['lines']} lines (sha256 {have['sha256'][:12]}), but summary.json "
                           f"recorded {summary.metrics['lines']} lines (sha256 {summary.metrics['sha256'][:12]}) when "
-                          f"the run finished: its curves were changed since; {set_aside(run_dir)}")
+                          f"the run finished: its curves were changed since; {set_aside_advice(run_dir)}")
 
 
 def check_numbers(run_dir: Path, summary: Summary) -> None:
@@ -383,13 +383,13 @@ def check_numbers(run_dir: Path, summary: Summary) -> None:
     try:
         ends = [json.loads(line) for line in path.read_bytes().splitlines() if b'"phase_end"' in line]
     except (OSError, ValueError) as err:
-        raise RunDirError(f"{path} cannot be read ({err}): the run is damaged: {set_aside(run_dir)}") from err
+        raise RunDirError(f"{path} cannot be read ({err}): the run is damaged: {set_aside_advice(run_dir)}") from err
     ends = [r for r in ends if r.get("kind") == "phase_end"]
     if not ends:
         return
     if len(ends) != len(summary.phases):
         raise RunDirError(f"{Path(run_dir) / SUMMARY} records {len(summary.phases)} phases, {path} {len(ends)} phase "
-                          f"ends: the summary is not this run's; {set_aside(run_dir)}")
+                          f"ends: the summary is not this run's; {set_aside_advice(run_dir)}")
     recorded = [(p.val_ce, p.val_kd_ce) for p in summary.phases] + [(summary.val_ce, summary.val_kd_ce)]
     expected = [(r.get("val_ce"), r.get("val_kd_ce")) for r in ends]
     expected.append(expected[-1])
@@ -398,7 +398,7 @@ def check_numbers(run_dir: Path, summary: Summary) -> None:
         what = "the final" if where == len(recorded) - 1 else f"phase {where}'s"
         raise RunDirError(f"{Path(run_dir) / SUMMARY}: {what} val_ce / val_kd_ce {recorded[where]} is not what "
                           f"{path} recorded at the phase end, {expected[where]}: "
-                          f"the summary was changed since the run finished; {set_aside(run_dir)}")
+                          f"the summary was changed since the run finished; {set_aside_advice(run_dir)}")
 
 
 def read_finished(run_dir: Path) -> tuple[Summary, dict]:
@@ -413,7 +413,7 @@ def read_finished(run_dir: Path) -> tuple[Summary, dict]:
     identity = read_identity(run_dir)
     if identity is None:
         raise RunDirError(f"{Path(run_dir) / CONFIG} is missing; the run's parameters are unknown: "
-                          f"{set_aside(run_dir)}")
+                          f"{set_aside_advice(run_dir)}")
     return summary, identity
 
 

@@ -222,7 +222,7 @@ def execute_notebook(notebook: Path, output: Path, parameters: dict) -> None:
     bar or cell output on the terminal (callers report their own progress)."""
     import papermill as pm
 
-    from .kernels import QuietKernelManager
+    from .kernel_manager import QuietKernelManager
     output.parent.mkdir(parents=True, exist_ok=True)
     pm.execute_notebook(str(notebook), str(output), parameters=parameters, cwd=str(notebook.parent),
                         kernel_name="python3", progress_bar=False, log_output=False,

@@ -16,7 +16,7 @@ import torch
 from ..config import ParamError
 from ..identity import identity_conflict
 from ..rundir import (CHECKPOINTS, CONFIG, LAST, LOCK, RunDirError, Summary, is_finished, phase_checkpoints,
-                      read_identity, read_summary, set_aside)
+                      read_identity, read_summary, set_aside_advice)
 from ..utils import atomic_write_json, machine_description
 from .spec import RunSpec
 from .tracking import RunTrackers
@@ -32,7 +32,7 @@ class MetricsLog:
         if len(lines) < keep_lines:  # resuming would finish the run with a hole in its curve
             raise RunDirError(f"{path} holds {len(lines)} records where the run's checkpoint counted {keep_lines}: "
                               "records were lost (the file removed or cut short). Restore the file to resume the "
-                              f"run, or {set_aside(path.parent)} to train it again")
+                              f"run, or {set_aside_advice(path.parent)} to train it again")
         path.write_text("".join(lines[:keep_lines]))
         self.path, self.lines = path, keep_lines
         self.trackers = open_trackers() if open_trackers is not None else None  # after the check: they hold state
@@ -58,7 +58,7 @@ def prepare_run_dir(spec: RunSpec, teacher_key: str) -> tuple[Path, Summary | No
     run_dir = spec.dir
     if spec.force and run_dir.is_symlink():
         raise ParamError(f"{run_dir} is a link to {os.readlink(run_dir)}; force=True would empty the directory it "
-                         f"points to. To train this run afresh, {set_aside(run_dir)}")
+                         f"points to. To train this run afresh, {set_aside_advice(run_dir)}")
     if spec.force:
         for child in run_dir.iterdir():
             if child.name != LOCK:
@@ -68,7 +68,7 @@ def prepare_run_dir(spec: RunSpec, teacher_key: str) -> tuple[Path, Summary | No
     differing = identity_conflict(existing, identity, is_finished(run_dir)) if existing is not None else []
     if differing:
         state = "a finished" if is_finished(run_dir) else "an unfinished"
-        discard = set_aside(run_dir) if run_dir.is_symlink() else "pass force=True to discard it"
+        discard = set_aside_advice(run_dir) if run_dir.is_symlink() else "pass force=True to discard it"
         raise ParamError(f"{run_dir} holds {state} run with different parameters ({', '.join(differing[:6])}); "
                          f"{discard}, or choose another run_name")
     if is_finished(run_dir):

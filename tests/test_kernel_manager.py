@@ -1,4 +1,4 @@
-"""The notebooks' kernels are quiet (normgrow/kernels.py): executing a notebook prints nothing of the kernel's own
+"""The notebooks' kernels are quiet (normgrow/kernel_manager.py): executing a notebook prints nothing of the kernel's own
 (no TCP transport warning), and shutting a finished kernel down sends it no SIGINT (which ipykernel reports as
 "KeyboardInterrupt caught in kernel" when it lands inside a message handler)."""
 from __future__ import annotations
@@ -28,7 +28,7 @@ def test_executing_a_notebook_prints_nothing_from_its_kernel(tmp_path):
 
 
 def test_a_finished_kernel_is_shut_down_without_an_interrupt():
-    from normgrow.kernels import QuietKernelManager
+    from normgrow.kernel_manager import QuietKernelManager
 
     async def lifetime() -> list:
         km = QuietKernelManager(kernel_name="python3")
