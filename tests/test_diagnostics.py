@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from normgrow.analysis.variants import load_reference
+from normgrow.analysis.reference import load_reference
 import torch
 
 from fakes import fake_cache

@@ -14,7 +14,7 @@ import fakes
 from chromium import CHROMIUM
 from normgrow import grid, grid_plan
 from normgrow.analysis.claims import NOT_JUDGED, NOT_JUDGED_DEPTH, NOT_TESTABLE
-from normgrow.analysis.variants import load_reference
+from normgrow.analysis.reference import load_reference
 from normgrow.config import ParamError, load_profile
 from normgrow.rundir import read_finished
 from normgrow.train.spec import make_run_spec

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from normgrow import config, paths, rundir, runner
-from normgrow.analysis import variants
+from normgrow.analysis import reference, variants
 from normgrow.viz import report
 from normgrow.config import ParamError
 from normgrow.rundir import RunDirError, runner_lock
@@ -33,6 +33,7 @@ def outputs(tmp_path, monkeypatch):
 def test_two_run_files_of_one_variant_are_an_error_naming_both(tmp_path, monkeypatch):
     shutil.copytree(config.PARAMS_DIR, tmp_path / "params")
     monkeypatch.setattr(variants, "PARAMS_DIR", tmp_path / "params")
+    monkeypatch.setattr(reference, "PARAMS_DIR", tmp_path / "params")
     (tmp_path / "params" / "runs" / "zz-my-grow.yaml").write_text("norm: post\nschedule: grow\n")
     with pytest.raises(ParamError, match=r"params/runs/post-grow.yaml and params/runs/zz-my-grow.yaml define the "
                                          r"same variant \(norm=post, schedule=grow"):
@@ -192,12 +193,13 @@ def test_a_record_written_again_for_a_step_replaces_the_earlier_one(outputs):
 def test_a_gap_the_claims_judge_cannot_be_removed_from_the_reference(tmp_path, monkeypatch):
     shutil.copytree(config.PARAMS_DIR, tmp_path / "params")
     monkeypatch.setattr(variants, "PARAMS_DIR", tmp_path / "params")
+    monkeypatch.setattr(reference, "PARAMS_DIR", tmp_path / "params")
     path = tmp_path / "params" / "reference.yaml"
     text = path.read_text()
     start = text.index("  - {name: freeze")
     path.write_text(text[:start] + text[text.index("# Equivalence margin"):])
     with pytest.raises(ParamError, match="claim 'obs3-freeze' reads gap 'freeze', which is missing from gaps"):
-        variants.load_reference()
+        reference.load_reference()
 
 
 # What runner.execute_runs does around its runs, with a 'kernel' that holds a multiprocessing lock (as a kernel's

@@ -14,10 +14,11 @@ import pytest
 
 from normgrow import config
 from normgrow.analysis import claims, stats
-from normgrow.analysis import variants
+from normgrow.analysis import reference, variants
 from normgrow.viz import palette, report, report_figures
 from normgrow.rundir import unfinished_runs
-from normgrow.analysis.variants import collect_runs, load_reference
+from normgrow.analysis.reference import load_reference
+from normgrow.analysis.variants import collect_runs
 from synthetic_runs import write_metrics, write_run
 
 # Student t 0.975 quantiles (scipy.stats.t.ppf(0.975, df)); df=2 has the closed form 0.95 * sqrt(2 / (1 - 0.95^2)).
@@ -707,9 +708,9 @@ def test_summary_has_the_loss_jump_at_each_growth(outputs):
 # ------------------------------------------------------------------------------------------------ claims as data
 
 def test_every_claim_kind_has_one_judge():
-    """variants.CLAIM_KINDS is the list of kinds; claims.JUDGES judges all but all_of (combines judged claims) and
+    """reference.CLAIM_KINDS is the list of kinds; claims.JUDGES judges all but all_of (combines judged claims) and
     measured (diagnostics.py), so a kind without a judge cannot be declared."""
-    assert set(claims.JUDGES) | {"all_of", "measured"} == set(variants.CLAIM_KINDS)
+    assert set(claims.JUDGES) | {"all_of", "measured"} == set(reference.CLAIM_KINDS)
 
 
 def test_a_declared_claim_is_judged_without_code(outputs, trained, tmp_path, monkeypatch):
@@ -718,6 +719,7 @@ def test_a_declared_claim_is_judged_without_code(outputs, trained, tmp_path, mon
     params = tmp_path / "params"
     shutil.copytree(config.PARAMS_DIR, params)
     monkeypatch.setattr(variants, "PARAMS_DIR", params)
+    monkeypatch.setattr(reference, "PARAMS_DIR", params)
     path = params / "reference.yaml"
     path.write_text(path.read_text() + (
         "  - name: obs6-single\n    kind: directional\n    gaps: [single]\n"
@@ -751,10 +753,11 @@ def test_a_bad_claim_declaration_is_named_at_load(tmp_path, monkeypatch, claim, 
     params = tmp_path / "params"
     shutil.copytree(config.PARAMS_DIR, params)
     monkeypatch.setattr(variants, "PARAMS_DIR", params)
+    monkeypatch.setattr(reference, "PARAMS_DIR", params)
     path = params / "reference.yaml"
     path.write_text(path.read_text() + claim)
     with pytest.raises(config.ParamError, match=re.escape(needle)):
-        variants.load_reference()
+        reference.load_reference()
 
 
 PAGE_VERDICT = re.compile(r"<div class='claim'[^>]*><b>([^<]+)</b> <span class='status'[^>]*>\[([^\]]+)\]")

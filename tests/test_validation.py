@@ -175,16 +175,17 @@ def test_study_seeds_take_lists_and_ranges(capsys):
     ("equivalence_margin: 0.02", "equivalence_margin: 0.02\nalpha: 0.05", "unknown key 'alpha'; allowed keys: gaps, "),
 ])
 def test_reference_margins_fail_at_load(tmp_path, monkeypatch, old, new, match):
-    from normgrow.analysis import variants
+    from normgrow.analysis import reference, variants
     shutil.copytree(config.PARAMS_DIR, tmp_path / "params")
     monkeypatch.setattr(variants, "PARAMS_DIR", tmp_path / "params")
-    reference = variants.load_reference()
-    assert reference.equivalence_margin == 0.02 and reference.depth_margin == pytest.approx(3 * 0.0328)
+    monkeypatch.setattr(reference, "PARAMS_DIR", tmp_path / "params")
+    loaded = reference.load_reference()
+    assert loaded.equivalence_margin == 0.02 and loaded.depth_margin == pytest.approx(3 * 0.0328)
     path = tmp_path / "params" / "reference.yaml"
     assert old in path.read_text()
     path.write_text(path.read_text().replace(old, new))
     with pytest.raises(ParamError, match=match):
-        variants.load_reference()
+        reference.load_reference()
 
 
 def test_stage_tokens_must_be_whole_steps_and_a_bad_value_names_its_file():
@@ -236,9 +237,10 @@ def test_step_budget_is_checked_before_any_work(tmp_path, monkeypatch):
     ("", r"zz.yaml: a run file is a mapping .*\(got an empty file\)"),
 ])
 def test_bad_run_files_are_named(tmp_path, monkeypatch, text, match):
-    from normgrow.analysis import variants
+    from normgrow.analysis import reference, variants
     shutil.copytree(config.PARAMS_DIR, tmp_path / "params")
     monkeypatch.setattr(variants, "PARAMS_DIR", tmp_path / "params")
+    monkeypatch.setattr(reference, "PARAMS_DIR", tmp_path / "params")
     (tmp_path / "params" / "runs" / "zz.yaml").write_text(text)
     with pytest.raises(ParamError, match=match):
         variants.load_variants()
@@ -295,9 +297,10 @@ def test_bad_run_file_values_name_the_file_and_key(tmp_path, monkeypatch, text, 
     """A value no run accepts is named with its run file and key when the run files are read, and the study runner
     reads every run file (and params/reference.yaml) before its first run: nothing trains, nothing is written."""
     from normgrow import study
-    from normgrow.analysis import variants
+    from normgrow.analysis import reference, variants
     shutil.copytree(config.PARAMS_DIR, tmp_path / "params")
     monkeypatch.setattr(variants, "PARAMS_DIR", tmp_path / "params")
+    monkeypatch.setattr(reference, "PARAMS_DIR", tmp_path / "params")
     monkeypatch.setenv("NORMGROW_OUTPUTS", str(tmp_path / "outputs"))
     (tmp_path / "params" / "runs" / "zz.yaml").write_text(text)
     with pytest.raises(ParamError, match=match):
@@ -309,9 +312,10 @@ def test_bad_run_file_values_name_the_file_and_key(tmp_path, monkeypatch, text, 
 
 def test_the_reference_is_checked_before_the_first_run(tmp_path, monkeypatch):
     from normgrow import study
-    from normgrow.analysis import variants
+    from normgrow.analysis import reference, variants
     shutil.copytree(config.PARAMS_DIR, tmp_path / "params")
     monkeypatch.setattr(variants, "PARAMS_DIR", tmp_path / "params")
+    monkeypatch.setattr(reference, "PARAMS_DIR", tmp_path / "params")
     monkeypatch.setenv("NORMGROW_OUTPUTS", str(tmp_path / "outputs"))
     path = tmp_path / "params" / "reference.yaml"
     path.write_text(path.read_text().replace("equivalence_margin: 0.02", "equivalence_margin: -1"))

@@ -51,7 +51,8 @@ from .analysis.stats import (LEVEL, baselines, depth_check, depth_trend, mean_ci
 from .runner import (ExecutorParams, default_jobs, ensure_teacher_cache, executor_of, git_commit, parse_seeds,
                      report_failures, run_jobs, runner_exit)
 from .utils import atomic_write_json, atomic_write_text
-from .analysis.variants import Reference, StudyRuns, Variant, load_reference, load_variants
+from .analysis.reference import Reference, load_reference
+from .analysis.variants import StudyRuns, Variant, load_variants
 from .grid_plan import CORE, Cell, GridPlan, Setting, check_settings, load_grid, plan_grid
 
 # -------------------------------------------------------------------------------------------------- the verdicts

@@ -26,7 +26,8 @@ from .rundir import runner_lock, seeded_name, study_dir
 from .runner import (ExecutorParams, Job, default_jobs, ensure_teacher_cache, execute_notebooks, executor_of,
                      parse_seeds, report_failures, run_jobs, runner_exit)
 from .train.spec import make_run_spec
-from .analysis.variants import Variant, load_reference, load_variants
+from .analysis.reference import load_reference
+from .analysis.variants import Variant, load_variants
 
 
 @dataclass(frozen=True)

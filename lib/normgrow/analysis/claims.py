@@ -28,7 +28,8 @@ from .stats import (ALPHA, LEVEL, SEEDS_LIMIT, crossover_table, difference_in_ga
                     paired_differences, paired_gap, seeds_needed, tost, undertrained)
 from .formats import gap_interval, signed
 from ..rundir import study_diagnostics
-from .variants import ClaimSpec, Reference, Variant
+from .reference import ClaimSpec, Reference
+from .variants import Variant
 
 # Status words of a judged claim and the value of its "supported" field (the diagnostics.json convention).
 SUPPORTED, NOT_RESOLVED, NOT_SUPPORTED, NOT_TESTABLE = "supported", "not resolved", "not supported", "not testable"
@@ -248,14 +249,14 @@ def _crossover_claim(spec: ClaimSpec, reference: Reference, runs: pd.DataFrame, 
 
 JUDGES = {"equivalence": _equivalence_claim, "directional": _gap_claim, "interaction": _interaction_claim,
           "ratio": _ratio_claim, "crossover": _crossover_claim}
-"""The judge of each kind of params/reference.yaml judged here (variants.CLAIM_KINDS); all_of combines judged
+"""The judge of each kind of params/reference.yaml judged here (reference.CLAIM_KINDS); all_of combines judged
 claims, and measured claims are judged by measured_claims.py from the diagnostics."""
 
 
 def evaluate_claims(runs: pd.DataFrame, reference: Reference, metric: str = "val_ce",
                     level: float = LEVEL) -> list[Claim]:
     """Every claim params/reference.yaml declares that this study's runs judge (all but the measured ones), in the
-    file's order, each from this study's numbers; reference from variants.load_reference (the claims, the gaps they
+    file's order, each from this study's numbers; reference from reference.load_reference (the claims, the gaps they
     read, the reference's numbers, the equivalence margin)."""
     judged = {c.name: JUDGES[c.kind](c, reference, runs, metric, level) for c in reference.claims if c.kind in JUDGES}
     for c in reference.claims:

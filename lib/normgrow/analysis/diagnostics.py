@@ -41,7 +41,8 @@ from ..rundir import (DIAGNOSTICS, finished_runs, is_finished, phase_checkpoints
 from ..data.token_classes import CLASSES, DEFAULT_N, GROUPS, VERSION, group_masks, make_batch
 from ..utils import atomic_write_json, read_json
 from .measured_claims import judge_measured
-from .variants import collect_runs, load_reference
+from .reference import load_reference
+from .variants import collect_runs
 from ..data.vocab import VocabMap
 
 # ------------------------------------------------------------------------------------------------ the fixed batch

@@ -18,7 +18,8 @@ from ..schema import Float, Int, Str, section, validate
 from ..utils import read_json
 from .claims import Claim, evaluate_claims, gate_claims
 from .stats import LEVEL, paired_gap, regime_check, runs_frame, with_flatness
-from .variants import GapSpec, Reference, _claims, collect_runs, load_reference, load_variants
+from .reference import GapSpec, Reference, check_claims, load_reference
+from .variants import collect_runs, load_variants
 
 PATH = PARAMS_DIR / "interventions.yaml"
 
@@ -45,7 +46,7 @@ class InterventionsFile:
     interventions: dict[str, Str]  # name -> intervention profile
     bracket: Bracket
     gaps: list[GapSpec]
-    claims: list  # checked against the gaps by variants._claims
+    claims: list  # checked against the gaps by reference.check_claims
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,7 @@ def load_interventions(path: Path = PATH) -> Interventions:
         gaps[spec.name] = spec
     margin = load_reference().equivalence_margin
     return Interventions(raw.control, dict(raw.interventions), raw.bracket,
-                         Reference(gaps, margin, 0.0, "", _claims(path, raw.claims, gaps, margin)))
+                         Reference(gaps, margin, 0.0, "", check_claims(path, raw.claims, gaps, margin)))
 
 
 def combined_runs(inter: Interventions) -> pd.DataFrame:

@@ -9,7 +9,7 @@ import math
 
 from .claims import NOT_SUPPORTED, NOT_TESTABLE, SUPPORTED, Claim
 from .formats import sig
-from .variants import ClaimSpec, GapSpec, Reference
+from .reference import ClaimSpec, GapSpec, Reference
 
 # Claim thresholds (documented in the claims' statements and evidence).
 STABLE_RATIO = 1.25  # post-norm boundary RMS counts as stable when last/first phase stays within [1/1.25, 1.25]

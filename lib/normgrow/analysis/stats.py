@@ -26,7 +26,8 @@ from scipy import stats as scipy_stats
 
 from ..config import smoke_note
 from ..rundir import FLAT_TAIL, RunDirError, read_metrics, run_path
-from .variants import GapSpec, StudyRuns, Variant
+from .reference import GapSpec
+from .variants import StudyRuns, Variant
 
 LEVEL = 0.95
 ALPHA = 0.05
@@ -204,7 +205,7 @@ def paired_gap(runs: pd.DataFrame, a: str, b: str, metric: str = "val_ce", phase
 
 
 def gap_table(runs: pd.DataFrame, gaps: dict[str, GapSpec], metrics=METRICS, level: float = LEVEL) -> pd.DataFrame:
-    """The paired gaps (params/reference.yaml's gaps, variants.load_reference: a - b by seed) for every metric, with the
+    """The paired gaps (params/reference.yaml's gaps, reference.load_reference: a - b by seed) for every metric, with the
     reference values beside them and two resolution columns. mde (minimum detectable effect): the half-width of the
     gap's interval at its number of paired seeds, the smallest |mean| these seeds at this spread resolve from zero.
     seeds_to_resolve_reference: seeds_needed(sd, |reference|), how many paired seeds at the observed per-seed spread
@@ -415,7 +416,7 @@ def depth_check(runs: pd.DataFrame, variants: dict[str, Variant], margin: float)
     """Per norm placement (the DEPTH_FIELDS): does depth pay at this scale? depth_gain = mean final val_ce of the
     placement's single variant (the first-stage prefix alone, same tokens) minus that of its joint variant (every
     block from step 0), each over all its finished seeds (means, not paired: the two are separate variants and any
-    seed of either tells its level); pays iff depth_gain >= margin (variants.Reference.depth_margin, whose reason
+    seed of either tells its level); pays iff depth_gain >= margin (reference.Reference.depth_margin, whose reason
     params/reference.yaml gives). A placement without a single or joint run file, or without finished runs of one,
     does not pay (not shown). The variants are found by their parameters (norm, schedule), not their names."""
     by_key = {v.key(): v.name for v in variants.values()}

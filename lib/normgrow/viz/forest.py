@@ -12,7 +12,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ..analysis.claims import NOT_JUDGED
-from ..analysis.variants import load_reference
+from ..analysis.reference import load_reference
 from .palette import STATUS_COLOUR
 from .render import style_figure
 

@@ -28,7 +28,8 @@ from ..analysis.stats import (ALPHA, DEPTH_FIELDS, FLAT_LIMIT, FLAT_TAIL, LEVEL,
                               runs_teacher_key,
                               undertrained, variant_stats, with_flatness)
 from ..utils import atomic_write_json, atomic_write_text
-from ..analysis.variants import GapSpec, collect_runs, load_reference, load_variants
+from ..analysis.reference import GapSpec, load_reference
+from ..analysis.variants import collect_runs, load_variants
 
 
 @dataclass

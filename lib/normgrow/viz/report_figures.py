@@ -242,7 +242,7 @@ def increment_figure(rep: Report):
     import plotly.graph_objects as go
 
     from ..analysis.stats import difference_in_gaps, gap_differences
-    from ..analysis.variants import load_reference
+    from ..analysis.reference import load_reference
     from .render import style_figure
     gaps = load_reference().gaps
     increment = gap_differences(rep.runs, gaps["grow"], gaps["single"])
