@@ -82,5 +82,5 @@ def test_the_graph_sees_imports_inside_functions():
     """The checks above would pass vacuously on a parser that missed imports: these edges are known."""
     graph = import_graph()
     assert "train.step" in graph["bench"]  # a top-level relative import
-    assert "data.teacher_cache" in graph["analysis.stats"]  # inside run_verdict
+    assert "data.teacher_cache" in graph["analysis.regime"]  # inside run_verdict
     assert "config" not in graph["data.corpus"]  # only under TYPE_CHECKING

@@ -167,7 +167,7 @@ def test_a_second_runner_on_the_same_outputs_is_refused_naming_the_first(outputs
 
 def test_a_torn_last_line_of_metrics_costs_that_line_only(outputs, capsys):
     from normgrow.rundir import read_metrics
-    from normgrow.analysis.stats import eval_curve
+    from normgrow.analysis.regime import eval_curve
     run_dir = write_run(outputs, "post-grow", 0, 5.0)
     path = run_dir / "metrics.jsonl"
     whole = eval_curve(run_dir)

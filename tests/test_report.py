@@ -13,8 +13,7 @@ from plotly.offline import get_plotlyjs_version
 import pytest
 
 from normgrow import config
-from normgrow.analysis import claims, stats
-from normgrow.analysis import reference, variants
+from normgrow.analysis import claims, reference, regime, stats, variants
 from normgrow.viz import palette, report, report_figures
 from normgrow.rundir import unfinished_runs
 from normgrow.analysis.reference import load_reference
@@ -326,8 +325,9 @@ def test_write_report_files_and_diagnostics(outputs, trained):
                                    "wall_s", "val_ce_p0", "val_ce_p2"} <= set(summary.columns)
     assert set(pd.read_csv(files["variant_stats"])["variant"]) == {"pre-grow", "post-grow", "pre-joint",
                                                                    "post-joint", "pre-single", "post-single"}
-    regime = pd.read_csv(files["regime"])
-    assert list(regime.columns) == list(stats.REGIME_FIELDS) and regime["trained"].all() and len(regime) == 6
+    regime_table = pd.read_csv(files["regime"])
+    assert (list(regime_table.columns) == list(regime.REGIME_FIELDS) and regime_table["trained"].all()
+            and len(regime_table) == 6)
     assert json.loads(files["baselines"].read_text()) == {"teacher_val_ce": 3.0, "teacher_source": "synthetic",
                                                          "unigram_val_ce": UNIGRAM, "unigram_source": "synthetic"}
     assert {"flat_ratio", "flattened", "flat_note"} <= set(summary.columns)
@@ -370,28 +370,28 @@ def curve(*records):
 
 def test_flatness_ratio_hand_computed():
     c = curve(("eval", 0, 10.0), ("eval", 500, 6.0), ("phase_end", 800, 5.5), ("eval", 900, 5.2))
-    f = stats.flatness(c, val_ce=5.0, tokens=1000)  # v_80: the phase_end at exactly 80% of the tokens
+    f = regime.flatness(c, val_ce=5.0, tokens=1000)  # v_80: the phase_end at exactly 80% of the tokens
     assert (f["v_start"], f["v_80"], f["tokens_80"]) == (10.0, 5.5, 800)
     assert f["flat_ratio"] == pytest.approx(0.5 / 5.0) and not f["flattened"]  # 0.10 is not < 0.10
     assert "still improving" in f["flat_note"]
-    f = stats.flatness(c, val_ce=5.0, tokens=999)  # 800 > 0.8 * 999: v_80 is the record at 500 tokens
+    f = regime.flatness(c, val_ce=5.0, tokens=999)  # 800 > 0.8 * 999: v_80 is the record at 500 tokens
     assert f["v_80"] == 6.0 and f["flat_ratio"] == pytest.approx(1.0 / 5.0) and not f["flattened"]
-    f = stats.flatness(curve(("eval", 0, 10.0), ("eval", 800, 5.2)), val_ce=5.0, tokens=1000)
+    f = regime.flatness(curve(("eval", 0, 10.0), ("eval", 800, 5.2)), val_ce=5.0, tokens=1000)
     assert f["flat_ratio"] == pytest.approx(0.04) and f["flattened"] and f["flat_note"] == "flattened"
     # no step-0 record: the first eval record is the start
-    f = stats.flatness(curve(("eval", 100, 8.0), ("eval", 700, 5.6)), val_ce=5.0, tokens=1000)
+    f = regime.flatness(curve(("eval", 100, 8.0), ("eval", 700, 5.6)), val_ce=5.0, tokens=1000)
     assert f["v_start"] == 8.0 and f["flat_ratio"] == pytest.approx(0.2) and not f["flattened"]
 
 
 def test_flatness_undecidable_counts_as_not_flattened():
-    one = stats.flatness(curve(("eval", 0, 10.0)), val_ce=5.0, tokens=1000)
+    one = regime.flatness(curve(("eval", 0, 10.0)), val_ce=5.0, tokens=1000)
     assert not one["flattened"] and math.isnan(one["flat_ratio"]) and one["v_start"] == 10.0
     assert one["flat_note"].startswith("too few eval records")
-    only_end = stats.flatness(curve(("eval", 0, 10.0), ("phase_end", 1000, 5.0)), val_ce=5.0, tokens=1000)
+    only_end = regime.flatness(curve(("eval", 0, 10.0), ("phase_end", 1000, 5.0)), val_ce=5.0, tokens=1000)
     assert not only_end["flattened"] and only_end["flat_note"].startswith("too few eval records")
-    none = stats.flatness([], val_ce=5.0, tokens=1000)
+    none = regime.flatness([], val_ce=5.0, tokens=1000)
     assert not none["flattened"] and "no eval record" in none["flat_note"]
-    worse = stats.flatness(curve(("eval", 0, 5.0), ("eval", 800, 5.5)), val_ce=6.0, tokens=1000)
+    worse = regime.flatness(curve(("eval", 0, 5.0), ("eval", 800, 5.5)), val_ce=6.0, tokens=1000)
     assert not worse["flattened"] and "did not improve" in worse["flat_note"]
 
 
@@ -401,12 +401,12 @@ def test_regime_from_run_directories(outputs):
     d = write_run(outputs, "pre-joint", 0, 4.0, schedule="joint", depths=(3,))
     write_metrics(d, [(0, 10.0)])  # one eval record only
     write_run(outputs, "pre-joint", 1, 4.2, schedule="joint", depths=(3,))
-    runs = stats.with_flatness(stats.runs_frame(collect_runs("tiny")), "tiny").set_index("run_name")
+    runs = regime.with_flatness(stats.runs_frame(collect_runs("tiny")), "tiny").set_index("run_name")
     assert runs.loc["post-joint-s0", "flat_ratio"] == pytest.approx(0.6 / 5.0)
     assert runs.loc["post-joint-s1", "flat_ratio"] == pytest.approx(0.0025)
     assert not runs.loc["pre-joint-s0", "flattened"] and math.isnan(runs.loc["pre-joint-s0", "flat_ratio"])
-    regime = stats.regime_check(runs.reset_index(), unigram_val_ce=6.5).set_index("variant")
-    post, pre = regime.loc["post-joint"], regime.loc["pre-joint"]
+    checked = regime.regime_check(runs.reset_index(), unigram_val_ce=6.5).set_index("variant")
+    post, pre = checked.loc["post-joint"], checked.loc["pre-joint"]
     assert post["val_ce_mean"] == pytest.approx(5.1) and post["margin_below_unigram"] == pytest.approx(1.3)  # seed 1
     assert post["below_unigram"] and post["max_flat_ratio"] == pytest.approx(0.12)
     assert not post["flattened"] and not post["trained"]
@@ -414,13 +414,13 @@ def test_regime_from_run_directories(outputs):
     assert pre["below_unigram"] and not pre["flattened"] and not pre["trained"]
     assert pre["max_flat_ratio"] == pytest.approx(0.0025)  # over the seeds that give a ratio
     assert "seed 0 (too few eval records" in pre["reason"]
-    level = stats.regime_check(runs.reset_index(), unigram_val_ce=6.0).set_index("variant").loc["post-joint"]
+    level = regime.regime_check(runs.reset_index(), unigram_val_ce=6.0).set_index("variant").loc["post-joint"]
     assert not level["below_unigram"] and "seed 1's val_ce 5.200 is 0.800 nats below the unigram level 6.000 (every seed needs >= 1.0 below)" in level["reason"]
-    above = stats.regime_check(runs.reset_index(), unigram_val_ce=4.6).set_index("variant").loc["post-joint"]
+    above = regime.regime_check(runs.reset_index(), unigram_val_ce=4.6).set_index("variant").loc["post-joint"]
     assert above["margin_below_unigram"] == pytest.approx(-0.6)
     assert "seed 1's val_ce 5.200 is 0.600 nats above the unigram level 4.600 (every seed needs >= 1.0 below)" in \
         above["reason"]
-    assert "no unigram baseline" in stats.regime_check(runs.reset_index(), None).loc[0, "reason"]
+    assert "no unigram baseline" in regime.regime_check(runs.reset_index(), None).loc[0, "reason"]
 
 
 SUPPORTED_STUDY = dict(grow_gaps=[0.03, 0.035, 0.04], joint_gaps=[0.001, -0.001, 0.0005],
@@ -523,7 +523,7 @@ def test_depth_within_margin_leaves_growth_claims_not_judged(outputs, trained):
     assert "[depth] depth does not pay" in rep.sentences()[1]
     files = report.write_report(rep)
     written = pd.read_csv(files["depth"])
-    assert list(written.columns) == list(stats.DEPTH_FIELDS) and not written["pays"].any()
+    assert list(written.columns) == list(regime.DEPTH_FIELDS) and not written["pays"].any()
     page = files["report"].read_text()
     assert "Does depth pay?" in page and "Depth: depth does not pay for pre, post" in page
     assert page.index("Does depth pay?") < page.index("<h2>Claims")

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from normgrow.analysis import stats
+from normgrow.analysis import regime, stats
 
 MARGIN = 0.02
 WIDE = [0.03, -0.03, 0.01]  # 3 seeds, spread 0.03: the mean is inside the margin, its interval is not
@@ -75,12 +75,12 @@ def test_regime_needs_every_seed_below_unigram_not_the_mean():
     import pandas as pd
     runs = pd.DataFrame({"variant": ["post-grow"] * 3, "seed": [0, 1, 2], "val_ce": [4.5, 6.3, 4.5],
                          "flattened": [True] * 3, "flat_ratio": [0.01] * 3})
-    row = stats.regime_check(runs, unigram_val_ce=6.5).iloc[0]
+    row = regime.regime_check(runs, unigram_val_ce=6.5).iloc[0]
     assert row["val_ce_mean"] == pytest.approx(5.1)
     assert row["margin_below_unigram"] == pytest.approx(0.2)  # the worst seed's
     assert not row["below_unigram"] and not row["trained"]
     assert "seed 1's val_ce 6.300" in row["reason"]
-    trained = stats.regime_check(runs.assign(val_ce=[4.5, 5.4, 4.5]), unigram_val_ce=6.5).iloc[0]
+    trained = regime.regime_check(runs.assign(val_ce=[4.5, 5.4, 4.5]), unigram_val_ce=6.5).iloc[0]
     assert trained["trained"] and trained["margin_below_unigram"] == pytest.approx(1.1)
 
 
@@ -124,7 +124,7 @@ def test_the_unigram_level_survives_without_the_teacher_cache(share_cache, tmp_p
     --report-only lost the unigram level, and every regime gate read "cannot be checked"). With no teacher pass
     recorded at all there is no level."""
     import shutil
-    from normgrow.analysis.stats import baselines
+    from normgrow.analysis.regime import baselines
     monkeypatch.setenv("NORMGROW_OUTPUTS", str(share_cache))
     with_cache = baselines("tiny")
     key = with_cache["teacher_source"].split("/")[2]

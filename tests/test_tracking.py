@@ -12,7 +12,7 @@ from normgrow.train import tracking
 from normgrow.config import ParamError, load_profile
 from normgrow.identity import identity_differences
 from normgrow.rundir import GROWTH_EVAL, read_identity
-from normgrow.analysis.stats import eval_curve
+from normgrow.analysis.regime import eval_curve
 from normgrow.train.spec import make_run_spec
 from normgrow.train.run import run_variant
 

@@ -367,9 +367,9 @@ def test_the_validation_subset_is_evenly_spread_and_fixed():
 
 def test_subset_points_are_recorded_as_such_and_the_gate_reads_whole_split_points(outputs):
     """A run's records say which evaluations read the subset; its full-split points are the values a run on the
-    whole split records at the same steps, and the flatness curve (stats.eval_curve) holds only those and the start
+    whole split records at the same steps, and the flatness curve (regime.eval_curve) holds only those and the start
     (numerics version 5: the untrained model on the subset)."""
-    from normgrow.analysis.stats import eval_curve
+    from normgrow.analysis.regime import eval_curve
     subset = {**fakes.TINY_OVERRIDES, "train.eval_tokens": 64}  # 4 of the fake cache's 8 validation rows
     run(norm="pre", schedule="joint", overrides=subset, run_name="subset")
     run(norm="pre", schedule="joint", run_name="whole")
@@ -420,7 +420,7 @@ def test_a_run_says_at_its_end_whether_the_regime_gate_counts_it_trained(outputs
     its verdict (what the command line, the notebook and an in-process sweep print after run_variant) is a WARNING
     naming both criteria, then the note that tiny is a smoke profile; with the level passed (a doctored final
     val_ce) only the curve is named."""
-    from normgrow.analysis.stats import regime_line, run_verdict
+    from normgrow.analysis.regime import regime_line, run_verdict
     from normgrow.config import load_profile, smoke_note
     from normgrow.data import teacher_cache
     summary = run(norm="pre", schedule="joint")

@@ -52,7 +52,7 @@ def _cache(args: argparse.Namespace) -> None:
 
 def _run(args: argparse.Namespace) -> None:
     from .config import writable_outputs_dir
-    from .analysis.stats import run_verdict
+    from .analysis.regime import run_verdict
     from .runner import record_notebook
     from .train.run import run_variant
     from .train.spec import make_run_spec

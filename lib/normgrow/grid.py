@@ -14,7 +14,7 @@ Choices:
   - Judged per setting by the study's own claim declarations (params/reference.yaml, SETTING_CLAIMS): headline-grow
     on the grow gap (a-grow - b-grow) and headline-ratio on the interaction (grow gap - joint gap), their gaps
     re-pointed at the setting's pair, paired by seed with 95% t-intervals, through the study's judges and gates
-    (claims.JUDGES, gate_claims: every variant compared trained, stats.regime_check; depth_gate: depth pays for
+    (claims.JUDGES, gate_claims: every variant compared trained, regime.regime_check; depth_gate: depth pays for
     both placements, params/reference.yaml's depth_margin). A gated verdict says which gate failed, and the numbers
     are still shown.
   - A grid may train only the joint and single arms (``schedules: [joint, single]``: the regime ladder,
@@ -46,8 +46,8 @@ from .cli import parse
 from .config import ParamError, load_profile, with_processes, writable_outputs_dir
 from .rundir import (RunDirError, Summary, grid_dir, is_finished, machine_hours,
                      read_finished, run_machine, run_path, runner_lock)
-from .analysis.stats import (LEVEL, baselines, depth_check, depth_trend, mean_ci, paired_differences, regime_check,
-                             runs_frame, runs_teacher_key, with_flatness)
+from .analysis.stats import LEVEL, depth_trend, mean_ci, paired_differences, runs_frame
+from .analysis.regime import baselines, depth_check, regime_check, runs_teacher_key, with_flatness
 from .runner import (ExecutorParams, default_jobs, ensure_teacher_cache, executor_of, git_commit, parse_seeds,
                      report_failures, run_jobs, runner_exit)
 from .utils import atomic_write_json, atomic_write_text
@@ -157,7 +157,7 @@ def setting_overrides(plan: GridPlan, setting: Setting) -> dict:
 
 
 def setting_unigram(plan: GridPlan, setting: Setting, runs: dict[str, CellRun]) -> float | None:
-    """The unigram level of the setting's data (stats.baselines: the teacher pass its finished runs recorded), None
+    """The unigram level of the setting's data (regime.baselines: the teacher pass its finished runs recorded), None
     without one."""
     recorded = [runs[c.run_name].summary for c in plan.cells
                 if c.setting == setting.name and runs[c.run_name].status == "finished"]

@@ -22,7 +22,7 @@ import pandas as pd
 
 from .analysis import intervention as I
 from .cli import parse
-from .analysis.stats import baselines
+from .analysis.regime import baselines
 from .rundir import grid_dir, study_dir
 from .runner import runner_exit
 from .utils import atomic_write_text, read_json

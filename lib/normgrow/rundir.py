@@ -77,11 +77,11 @@ SLURM_RECORD, SLURM_DIR = "slurm.json", "slurm"
 scripts and logs (SLURM_DIR/), in the run directory, where the job writes."""
 GROWTH_EVAL = "growth_eval"
 """The metrics.jsonl kind of the extra evaluations after a growth (train.eval_after_growth): drawn with the curves,
-never counted by the regime's flatness (stats.CURVE_KINDS), whose points are the whole-split ones of eval_every and
+never counted by the regime's flatness (regime.CURVE_KINDS), whose points are the whole-split ones of eval_every and
 phase ends."""
 FLAT_TAIL = 0.2
 """The final fraction of a run's tokens whose improvement tells whether its validation curve has flattened (the
-regime gate, analysis.stats.flatness); a run evaluates the whole split at the last point before it
+regime gate, analysis.regime.flatness); a run evaluates the whole split at the last point before it
 (train.evaluate.evaluation_plan). Here, not in analysis.stats, so that the training loop reads it without pandas."""
 GROWTH = "growth"
 """The metrics.jsonl kind of a growth event: the step it happens at (the previous phase's last), the new depth, and

@@ -38,7 +38,7 @@ from .runner import (ExecutorParams, Job, ensure_teacher_cache, executor_of, git
 from .schema import AT_LEAST_ZERO, Int, Str, section, validate
 from .train.growth import SCHEDULES
 from .student.model import NORMS
-from .analysis.stats import run_verdict
+from .analysis.regime import run_verdict
 from .train.run import run_variant
 from .train.spec import RunSpec, for_arm, make_run_spec
 from .analysis.variants import load_variants

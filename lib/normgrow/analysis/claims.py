@@ -11,9 +11,9 @@ difference -> not supported; neither -> not resolved ("not shown equivalent"). A
 evidence of equality: fewer seeds or more spread make it likelier.
 
 Two gates follow. The regime gate (gate_claims) marks a claim "not judged: students undertrained" when it compares a
-variant that stats.regime_check finds not clearly trained. The depth gate (depth_gate) marks a claim about growth
+variant that regime.regime_check finds not clearly trained. The depth gate (depth_gate) marks a claim about growth
 "not judged: depth does not pay at this scale" when, for a placement it compares, the full-depth joint run does not
-beat the first-stage single run by params/reference.yaml's depth_margin (stats.depth_check).
+beat the first-stage single run by params/reference.yaml's depth_margin (regime.depth_check).
 """
 from __future__ import annotations
 
@@ -25,7 +25,9 @@ import numpy as np
 import pandas as pd
 
 from .stats import (ALPHA, LEVEL, SEEDS_LIMIT, crossover_table, difference_in_gaps, gap_ratio, gap_table,
-                    paired_differences, paired_gap, seeds_needed, tost, undertrained)
+                    paired_differences, paired_gap, seeds_needed, tost)
+
+from .regime import undertrained
 from .formats import gap_interval, signed
 from ..rundir import study_diagnostics
 from .reference import ClaimSpec, Reference
@@ -289,7 +291,7 @@ def gate_claims(claims: list[Claim], regime: pd.DataFrame) -> list[Claim]:
 
 def depth_gate(claims: list[Claim], depth: pd.DataFrame, variants: dict[str, Variant]) -> list[Claim]:
     """The depth gate: a judged claim about growth (one that compares a grown variant, schedule grow with or without
-    a frozen prefix) becomes NOT_JUDGED_DEPTH unless depth pays (stats.depth_check's table) for every norm placement
+    a frozen prefix) becomes NOT_JUDGED_DEPTH unless depth pays (regime.depth_check's table) for every norm placement
     among its variants: both for a pre/post comparison, the one for a single-placement control (obs1-matched). When
     the blocks appended after the first stage buy less than a few times the effect under test (the margin's reason
     is in params/reference.yaml), how well they are appended cannot be resolved. Claims about joint training only

@@ -17,7 +17,8 @@ from ..rundir import study_dir
 from ..schema import Float, Int, Str, section, validate
 from ..utils import read_json
 from .claims import Claim, evaluate_claims, gate_claims
-from .stats import LEVEL, paired_gap, regime_check, runs_frame, with_flatness
+from .stats import LEVEL, paired_gap, runs_frame
+from .regime import regime_check, with_flatness
 from .reference import GapSpec, Reference, check_claims, load_reference
 from .variants import collect_runs, load_variants
 
@@ -80,7 +81,7 @@ def load_interventions(path: Path = PATH) -> Interventions:
 
 def combined_runs(inter: Interventions) -> pd.DataFrame:
     """The control's runs as they are and every intervention's with its variants renamed <variant>@<name>, each
-    with its profile and its curve's flatness (stats.with_flatness): one frame the claims pair by seed."""
+    with its profile and its curve's flatness (regime.with_flatness): one frame the claims pair by seed."""
     frames = []
     for name, profile in {"": inter.control, **inter.profiles}.items():
         runs = runs_frame(collect_runs(profile))

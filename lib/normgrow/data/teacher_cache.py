@@ -353,7 +353,7 @@ def check_cache(cache: "TeacherCache", profile: Profile, tokenizer, dkey: str, f
       row begins with the start token (data.pack_rows); and target_logp agrees with the other arrays (the next
       token's log-prob is its top-k entry when it is in the top k, else at most the tail's log mass);
     * the teacher baseline: the validation CE recomputed from the whole of val/target_logp.npy over the loss mask
-      (what stats.baselines reports, read from teacher.json) agrees with teacher.json's val_ce within
+      (what regime.baselines reports, read from teacher.json) agrees with teacher.json's val_ce within
       BASELINE_TOLERANCE.
 
     Cost, on the cpu profile's 105 MB cache (1,280 + 256 rows of 256 positions, k = 32; AMD EPYC, 2 cores busy with

@@ -185,7 +185,7 @@ def start_run(spec: RunSpec, cache, run_dir: Path, phases: list[Phase], state: d
     if run.compiled:
         compile_blocks(model)
     if counters["step"] == 0:  # the untrained model: the start of every learning curve (no checkpoint: no lines)
-        metrics = run.evaluate(full=False)  # the regime gate's flatness reads it as its start (stats.eval_curve)
+        metrics = run.evaluate(full=False)  # the regime gate's flatness reads it as its start (regime.eval_curve)
         if ranks.main:
             run.log.write({"kind": "eval", "step": 0, "phase": 0, "depth": phases[0].depth, "tokens": 0,
                            "active_layer_tokens": 0, **metrics})

@@ -23,10 +23,9 @@ from ..analysis.claims import (NOT_JUDGED, NOT_JUDGED_DEPTH, NOT_TESTABLE, SUPPO
 from .forest import forest_figure, reference_marks
 from .report_figures import LR_SHOWN, curve_positions, figures
 from ..rundir import (SAME_TRAINING, grids_root, machine_hours, study_dir, unfinished_runs)
-from ..analysis.stats import (ALPHA, DEPTH_FIELDS, FLAT_LIMIT, FLAT_TAIL, LEVEL, REGIME_FIELDS, SEEDS_LIMIT, UNIGRAM_MARGIN,
-                              baselines, crossover_table, depth_check, gap_ratio, gap_table, regime_check, runs_frame,
-                              runs_teacher_key,
-                              undertrained, variant_stats, with_flatness)
+from ..analysis.stats import ALPHA, LEVEL, SEEDS_LIMIT, crossover_table, gap_ratio, gap_table, runs_frame, variant_stats
+from ..analysis.regime import (DEPTH_FIELDS, FLAT_LIMIT, FLAT_TAIL, REGIME_FIELDS, UNIGRAM_MARGIN, baselines, depth_check,
+                               regime_check, runs_teacher_key, undertrained, with_flatness)
 from ..utils import atomic_write_json, atomic_write_text
 from ..analysis.reference import GapSpec, load_reference
 from ..analysis.variants import collect_runs, load_variants
