@@ -105,11 +105,35 @@ def test_the_width_grid_file_loads_and_the_grid_runner_sends_it_to_its_own():
         load_grid("width")
 
 
-def test_the_grid_trains_each_width_bracket_then_study_then_its_control(monkeypatch):
+def test_the_grid_trains_each_width_bracket_then_study_then_its_control(monkeypatch, tmp_path):
     from normgrow import study, sweep
+    monkeypatch.setenv("NORMGROW_OUTPUTS", str(tmp_path))
     calls = []
     monkeypatch.setattr(study, "main", lambda argv: calls.append(("study", argv[1])) or 0)
     monkeypatch.setattr(sweep, "main", lambda argv: calls.append(("sweep", argv[1])) or 0)
     width.train(width.load_width_grid(), jobs=2)
     assert calls == [("study", "cpu-w32"), ("study", "cpu-w64"), ("sweep", "cpu-w128"), ("study", "cpu-w128"),
                      ("sweep", "cpu-w256"), ("study", "cpu-w256"), ("sweep", "cpu-w256-standard")]
+
+
+def test_a_restarted_grid_skips_the_parts_that_finished(monkeypatch, tmp_path, capsys):
+    """A rung whose study has every run finished and its record written is not run again (its record, rebuilt on
+    another CPU, would read that CPU's teacher pass); a study missing one run, or its record, still runs."""
+    from normgrow import study, sweep
+    from normgrow.rundir import run_path, study_dir
+    monkeypatch.setenv("NORMGROW_OUTPUTS", str(tmp_path))
+    for run in study.load_study(profile="cpu-w32"):
+        run_path("cpu-w32", run.name).mkdir(parents=True)
+        (run_path("cpu-w32", run.name) / "summary.json").write_text("{}")
+    for run in study.load_study(profile="cpu-w64")[1:]:  # one run unfinished
+        run_path("cpu-w64", run.name).mkdir(parents=True)
+        (run_path("cpu-w64", run.name) / "summary.json").write_text("{}")
+    for profile in ("cpu-w32", "cpu-w64"):
+        study_dir(profile).mkdir(parents=True)
+        (study_dir(profile) / "claims.csv").write_text("claim\n")
+    calls = []
+    monkeypatch.setattr(study, "main", lambda argv: calls.append(("study", argv[1])) or 0)
+    monkeypatch.setattr(sweep, "main", lambda argv: calls.append(("sweep", argv[1])) or 0)
+    width.train(width.load_width_grid(), jobs=2)
+    assert calls[:2] == [("study", "cpu-w64"), ("sweep", "cpu-w128")]
+    assert "the study of cpu-w32: every run finished and its record written; skipped" in capsys.readouterr().out

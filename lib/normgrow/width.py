@@ -33,7 +33,7 @@ from .analysis.stats import LEVEL, line_fit, mean_ci
 from .cli import parse
 from .config import PARAMS_DIR, load_profile, read_yaml
 from .identity import directory_conflict
-from .rundir import grid_dir, is_finished, read_finished, study_dir
+from .rundir import grid_dir, is_finished, read_finished, run_path, study_dir
 from .runner import default_jobs, runner_exit
 from .schema import AT_LEAST_ZERO, POSITIVE, Float, Int, Str, in_range, section, validate
 from .utils import atomic_write_json, atomic_write_text
@@ -314,24 +314,46 @@ def write_record(grid: WidthGrid, out: Path) -> dict:
     return {"table": table, "trend": trend, "transfer": transfer}
 
 
+BRACKET_ARMS = {"norms": ["pre", "post"], "schedules": ["joint", "grow", "single"]}
+"""The arms every lr bracket trains."""
+
+
+def part_finished(grid: WidthGrid, profile: str, is_study: bool) -> bool:
+    """Whether a part of the grid (a rung's study, a profile's bracket) has every run finished and its record
+    written. train skips such a part, so a restarted grid neither reruns its diagnostics nor rewrites its record,
+    which rebuilt on another CPU would read that CPU's teacher pass (``python -m normgrow.study`` or ``sweep``
+    rewrites it on purpose)."""
+    from . import study, sweep
+    if is_study:
+        runs = [run_path(profile, r.name) for r in study.load_study(profile=profile)]
+        record = study_dir(profile) / "claims.csv"
+    else:
+        plan = sweep.make_plan(profile, seeds=grid.bracket_seeds, lr_factors=grid.brackets[profile], **BRACKET_ARMS)
+        runs, record = [spec.dir for spec in plan.specs], plan.out_dir / "sweep.json"
+    return record.is_file() and all(is_finished(r) for r in runs)
+
+
 def train(grid: WidthGrid, jobs: int | None) -> None:
     """Width by width, narrowest first: the bracket of its rung, its rung's study, then any control bracket (a
     profile not a rung; each resumable, each its own runner and record), so that an interrupted grid has finished
-    its narrow rungs and the wide rung's study does not wait on its control."""
+    its narrow rungs and the wide rung's study does not wait on its control. A finished part is skipped
+    (part_finished)."""
     from . import study, sweep
     tasks = sorted([(width_of(p), 0 if p in grid.rungs else 2, p) for p in grid.brackets]
                    + [(width_of(p), 1, p) for p in grid.rungs])
     for _, order, profile in tasks:
         is_study = order == 1
+        what = "the study" if is_study else f"the lr bracket (x {', '.join(map(str, grid.brackets[profile]))})"
+        if part_finished(grid, profile, is_study):
+            print(f"width grid: {what} of {profile}: every run finished and its record written; skipped", flush=True)
+            continue
+        print(f"width grid: {what} of {profile}", flush=True)
         if is_study:
-            print(f"width grid: the study at {profile}", flush=True)
             failed = study.main(["--profile", profile, *(["--jobs", str(jobs)] if jobs else [])])
         else:
-            factors = grid.brackets[profile]
-            print(f"width grid: the lr bracket of {profile} (x {', '.join(map(str, factors))})", flush=True)
-            failed = sweep.main(["--profile", profile, "--lr-factors", *map(str, factors), "--seeds",
-                                 *map(str, grid.bracket_seeds), "--schedules", "joint", "grow", "single", "--norms",
-                                 "pre", "post", "--jobs", str(jobs or default_jobs(profile))])
+            failed = sweep.main(["--profile", profile, "--lr-factors", *map(str, grid.brackets[profile]), "--seeds",
+                                 *map(str, grid.bracket_seeds), "--schedules", *BRACKET_ARMS["schedules"],
+                                 "--norms", *BRACKET_ARMS["norms"], "--jobs", str(jobs or default_jobs(profile))])
         if failed:
             raise SystemExit(f"width grid: {profile} failed (exit {failed}); its runner named the runs")
 
