@@ -5,7 +5,7 @@ and what is allowed. A profile key's ``setting(default, compared=..., grows_only
 treats it.
 
 Types are strict (YAML's ``on`` is a boolean, not a string), except that a number written ``3e-3`` (a string in
-YAML 1.1) is a float and a list is a tuple.
+YAML 1.1) is a Float and a list given for a Tuple key becomes a tuple.
 """
 from __future__ import annotations
 
